@@ -1,0 +1,15 @@
+//! Generates the kubelet gRPC APIs (clients and servers) from `proto/` with protox, so no
+//! `protoc` is needed on the build machine. Output goes to OUT_DIR and is never committed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/podresources/v1/api.proto", "proto/deviceplugin/v1beta1/api.proto"];
+    for p in &protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! NodeResourceTopology `topology.node.k8s.io/v1alpha2`, wire-compatible with the upstream CRD
+//! (k8stopologyawareschedwg/noderesourcetopology-api) and with scheduler-plugins.
+//!
+//! The upstream object keeps `zones`, `attributes` and `topologyPolicies` at the top level, with
+//! no `spec`, which kube's `CustomResource` derive cannot express; so the type implements
+//! [`kube::Resource`] by hand. Quantities stay Kubernetes quantity strings on the wire so that
+//! objects round-trip unchanged; the scheduler parses them into exact values with typed errors.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta};
+use kube::core::ClusterResourceScope;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// API group of the NodeResourceTopology CRD.
+pub const GROUP: &str = "topology.node.k8s.io";
+/// Storage version written by numaplane.
+pub const VERSION: &str = "v1alpha2";
+/// Kind of the object.
+pub const KIND: &str = "NodeResourceTopology";
+/// Plural resource name.
+pub const PLURAL: &str = "noderesourcetopologies";
+/// `apiVersion` of objects written by numaplane.
+pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+/// Zone type of a NUMA node zone (exact, case-sensitive).
+pub const ZONE_TYPE_NODE: &str = "Node";
+/// Prefix of NUMA zone names: `node-<os id>`.
+pub const ZONE_NAME_PREFIX: &str = "node-";
+
+/// Well-known attribute names.
+pub mod attr {
+    /// Kubelet Topology Manager policy (`none`, `best-effort`, `restricted`, `single-numa-node`).
+    pub const TOPOLOGY_MANAGER_POLICY: &str = "topologyManagerPolicy";
+    /// Kubelet Topology Manager scope (`container`, `pod`).
+    pub const TOPOLOGY_MANAGER_SCOPE: &str = "topologyManagerScope";
+    /// Kubelet `max-allowable-numa-nodes` policy option (integer > 1).
+    pub const TOPOLOGY_MANAGER_MAX_NUMA_NODES: &str = "topologyManagerMaxNUMANodes";
+    /// Pod-set fingerprint, `pfp0v001…`.
+    pub const PODS_FINGERPRINT: &str = "nodeTopologyPodsFingerprint";
+    /// Which pods enter the fingerprint: `all` or `with-exclusive-resources`.
+    pub const PODS_FINGERPRINT_METHOD: &str = "nodeTopologyPodsFingerprintMethod";
+    /// Zone attribute prefix (numaplane extension) carrying the free device IDs of one
+    /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
+    /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.
+    pub const FREE_DEVICES_PREFIX: &str = "numaplane.io/free-devices.";
+}
+
+/// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
+pub const ANNOTATION_FINGERPRINT: &str = "topology.node.k8s.io/fingerprint";
+
+/// NodeResourceTopology describes node resources and their topology (v1alpha2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeResourceTopology {
+    /// Always `topology.node.k8s.io/v1alpha2` for objects we write.
+    #[serde(default = "default_api_version")]
+    pub api_version: String,
+    /// Always `NodeResourceTopology`.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// Standard object metadata; the name is the node name.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Deprecated (to be removed in v1beta1); only element 0 is read by consumers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_policies: Option<Vec<String>>,
+    /// The zones; required by the CRD (may be empty).
+    #[serde(default)]
+    pub zones: Vec<Zone>,
+    /// Node-level attributes (Topology Manager configuration, fingerprint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<Vec<AttributeInfo>>,
+}
+
+fn default_api_version() -> String {
+    API_VERSION.to_owned()
+}
+fn default_kind() -> String {
+    KIND.to_owned()
+}
+
+/// A resource topology zone, e.g. a NUMA node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Zone {
+    /// `node-<id>` for NUMA zones.
+    pub name: String,
+    /// `Node` for NUMA zones.
+    #[serde(rename = "type")]
+    pub zone_type: String,
+    /// Unused by the scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Distance row to other zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub costs: Option<Vec<CostInfo>>,
+    /// Zone attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<Vec<AttributeInfo>>,
+    /// Resources of the zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceInfo>>,
+}
+
+/// Capacity, allocatable and available quantity of one resource in a zone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceInfo {
+    /// Kubernetes resource name.
+    pub name: String,
+    /// Total on the zone.
+    #[serde(deserialize_with = "int_or_string")]
+    pub capacity: Quantity,
+    /// Capacity minus system reservations.
+    #[serde(deserialize_with = "int_or_string")]
+    pub allocatable: Quantity,
+    /// Allocatable minus what running containers hold exclusively.
+    #[serde(deserialize_with = "int_or_string")]
+    pub available: Quantity,
+}
+
+/// Distance from the enclosing zone to the named zone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CostInfo {
+    /// Target zone name.
+    pub name: String,
+    /// Distance (SLIT-like, 10 = local).
+    pub value: i64,
+}
+
+/// A name/value attribute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttributeInfo {
+    /// Attribute name.
+    pub name: String,
+    /// Attribute value.
+    pub value: String,
+}
+
+/// The CRD declares quantities as int-or-string, so accept JSON numbers as well.
+fn int_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<Quantity, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IntOrString {
+        Int(i64),
+        Float(f64),
+        Str(String),
+    }
+    Ok(match IntOrString::deserialize(d)? {
+        IntOrString::Int(i) => Quantity(i.to_string()),
+        IntOrString::Float(f) => Quantity(f.to_string()),
+        IntOrString::Str(s) => Quantity(s),
+    })
+}
+
+impl kube::Resource for NodeResourceTopology {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl NodeResourceTopology {
+    /// An empty object for `node_name`.
+    pub fn new(node_name: &str) -> Self {
+        Self {
+            api_version: default_api_version(),
+            kind: default_kind(),
+            metadata: ObjectMeta { name: Some(node_name.to_owned()), ..ObjectMeta::default() },
+            topology_policies: None,
+            zones: Vec::new(),
+            attributes: None,
+        }
+    }
+
+    /// First attribute with this name (upstream lookup semantics).
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        find_attribute(self.attributes.as_deref(), name)
+    }
+}
+
+impl Zone {
+    /// First zone attribute with this name.
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        find_attribute(self.attributes.as_deref(), name)
+    }
+}
+
+fn find_attribute<'a>(attrs: Option<&'a [AttributeInfo]>, name: &str) -> Option<&'a str> {
+    attrs?.iter().find(|a| a.name == name).map(|a| a.value.as_str())
+}
+
+/// Legacy `topologyPolicies` value for a (policy, scope) pair, as NFD writes it.
+pub fn legacy_topology_policy(policy: &str, scope: &str) -> &'static str {
+    match (policy, scope) {
+        ("single-numa-node", "pod") => "SingleNUMANodePodLevel",
+        ("single-numa-node", _) => "SingleNUMANodeContainerLevel",
+        ("restricted", "pod") => "RestrictedPodLevel",
+        ("restricted", _) => "RestrictedContainerLevel",
+        ("best-effort", "pod") => "BestEffortPodLevel",
+        ("best-effort", _) => "BestEffortContainerLevel",
+        _ => "None",
+    }
+}
+
+/// Name of the zone for NUMA node `id`.
+pub fn zone_name(id: u32) -> String {
+    format!("{ZONE_NAME_PREFIX}{id}")
+}
+
+/// Parses `node-<id>` as upstream does (base-10, ≥ 0); ids ≥ 64 are rejected because NUMA
+/// masks are 64 bits wide (upstream would index out of bounds at 64).
+pub fn parse_zone_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(ZONE_NAME_PREFIX)?;
+    let digits = digits.strip_prefix('+').unwrap_or(digits);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: u32 = digits.parse().ok()?;
+    (id < 64).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_names_parse_like_upstream() {
+        assert_eq!(parse_zone_name("node-0"), Some(0));
+        assert_eq!(parse_zone_name("node-63"), Some(63));
+        assert_eq!(parse_zone_name("node-007"), Some(7));
+        for bad in ["Node-1", "node_3", "node 4", "node-5-1", "node6", "cell-1", "node--1", "node-", "node-64"] {
+            assert_eq!(parse_zone_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn scheduler_conformance_nrts_round_trip() {
+        let cases: serde_json::Value =
+            serde_json::from_str(include_str!("testdata/scheduler_cases.json")).expect("vectors parse");
+        let mut seen = 0;
+        for case in cases["cases"].as_array().expect("cases") {
+            for node in case["nodes"].as_array().into_iter().flatten() {
+                let raw = &node["nrt"];
+                if raw.is_null() {
+                    continue;
+                }
+                let nrt: NodeResourceTopology = serde_json::from_value(raw.clone())
+                    .unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+                let back = serde_json::to_value(&nrt).expect("serialize");
+                assert_eq!(&back, raw, "{}", case["name"]);
+                seen += 1;
+            }
+        }
+        assert!(seen > 50, "only {seen} NRT objects found");
+    }
+
+    #[test]
+    fn integer_quantities_are_accepted() {
+        let nrt: NodeResourceTopology = serde_json::from_str(
+            r#"{"zones":[{"name":"node-0","type":"Node","resources":[{"name":"cpu","capacity":4,"allocatable":4,"available":2}]}]}"#,
+        )
+        .expect("parse");
+        let r = &nrt.zones[0].resources.as_ref().expect("resources")[0];
+        assert_eq!(r.available, Quantity("2".into()));
+        assert_eq!(nrt.api_version, API_VERSION);
+    }
+
+    #[test]
+    fn legacy_policies() {
+        assert_eq!(legacy_topology_policy("single-numa-node", "pod"), "SingleNUMANodePodLevel");
+        assert_eq!(legacy_topology_policy("restricted", "container"), "RestrictedContainerLevel");
+        assert_eq!(legacy_topology_policy("none", "container"), "None");
+    }
+}
