@@ -1,0 +1,114 @@
+//! Command-line interface of `numaplane-scheduler`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::simulate::{self, ConfigFile};
+
+/// Exit code for bad configuration or bad input files (`EX_USAGE`).
+pub const EXIT_CONFIG: u8 = 64;
+
+/// numaplane NUMA-aware secondary scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "numaplane-scheduler", version, about)]
+pub struct Cli {
+    /// Log filter in `tracing` EnvFilter syntax.
+    #[arg(long, env = "NUMAPLANE_LOG", default_value = "warn", global = true)]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Schedule pods offline against a cluster described in files; no API server needed.
+    Simulate(SimulateArgs),
+}
+
+/// Output format of `simulate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// The JSON report (schema in docs/simulate-output.md).
+    Json,
+    /// A table for people.
+    Table,
+}
+
+/// Arguments of `simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Files with Nodes, NodeResourceTopologies and already-bound Pods (YAML multi-doc or JSON).
+    #[arg(long = "cluster", env = "NUMAPLANE_SIM_CLUSTER", value_delimiter = ',', required = true, num_args = 1..)]
+    pub cluster: Vec<PathBuf>,
+    /// Files with the Pods to schedule, in order.
+    #[arg(long = "pods", env = "NUMAPLANE_SIM_PODS", value_delimiter = ',', required = true, num_args = 1..)]
+    pub pods: Vec<PathBuf>,
+    /// Scheduler config: scoring strategy, resource weights, no-NRT behaviour.
+    #[arg(long, env = "NUMAPLANE_SIM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, env = "NUMAPLANE_OUTPUT", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log_level) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("numaplane-scheduler: invalid --log-level {:?}: {e}", cli.log_level);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    match cli.command {
+        Command::Simulate(args) => run_simulate(&args),
+    }
+}
+
+fn run_simulate(args: &SimulateArgs) -> ExitCode {
+    let fail = |e: &(dyn std::error::Error + 'static)| {
+        eprintln!("numaplane-scheduler: {}", numaplane::error_chain(e));
+        ExitCode::from(EXIT_CONFIG)
+    };
+    let config = match &args.config {
+        Some(p) => match simulate::read_config(p) {
+            Ok(c) => c,
+            Err(e) => return fail(&e),
+        },
+        None => ConfigFile::default(),
+    };
+    let cluster = match simulate::read_inputs(&args.cluster) {
+        Ok(i) => i,
+        Err(e) => return fail(&e),
+    };
+    let pods = match simulate::read_inputs(&args.pods) {
+        Ok(i) => i.pods,
+        Err(e) => return fail(&e),
+    };
+    let report = simulate::simulate(cluster, pods, &config);
+    match args.output {
+        Output::Table => print!("{}", simulate::render_table(&report)),
+        Output::Json => match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("numaplane-scheduler: rendering JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,205 @@
+//! Node fit basics that every scheduler must apply, since pods that select numaplane bypass
+//! kube-scheduler: resources, nodeName, nodeSelector, required node affinity, taints,
+//! unschedulable nodes and the pod count. Reasons use kube-scheduler's wording so the
+//! aggregate "0/N nodes are available" line reads the same.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, Taint, Toleration};
+
+use crate::{
+    pod::PodSpec,
+    resources::{Dense, PODS, ResList, Resources},
+};
+
+/// Node-level state the fit checks read.
+#[derive(Clone, Debug, Default)]
+pub struct NodeBasics {
+    /// Node name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `status.allocatable`.
+    pub allocatable: Dense,
+    /// Sum of effective requests of non-terminal pods bound to the node.
+    pub requested: Dense,
+    /// Number of non-terminal pods bound to the node.
+    pub pod_count: i64,
+}
+
+/// A failed node-level check: aggregate category and the node's own message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FitFailure {
+    /// kube-scheduler style category, e.g. `Insufficient cpu`.
+    pub category: String,
+    /// Detail for this node.
+    pub message: String,
+}
+
+fn fail(category: impl Into<String>, message: impl Into<String>) -> FitFailure {
+    FitFailure { category: category.into(), message: message.into() }
+}
+
+/// Runs every node-level check; returns all failures (empty = fits).
+pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResList) -> Vec<FitFailure> {
+    let mut out = Vec::new();
+    if let Some(want) = &pod.node_name
+        && want != &node.name
+    {
+        out.push(fail("node(s) didn't match the requested node name", format!("pod requires node {want}")));
+        return out;
+    }
+    if node.unschedulable && !tolerates_unschedulable(&pod.tolerations) {
+        out.push(fail("node(s) were unschedulable", "node is cordoned (spec.unschedulable)"));
+    }
+    if !selector_matches(&pod.node_selector, &node.labels)
+        || !pod.required_affinity.as_ref().is_none_or(|a| affinity_matches(a, &node.name, &node.labels))
+    {
+        out.push(fail(
+            "node(s) didn't match Pod's node affinity/selector",
+            "node labels do not satisfy nodeSelector / required node affinity",
+        ));
+    }
+    if let Some(t) = untolerated_taint(&node.taints, &pod.tolerations) {
+        let value = t.value.as_deref().map(|v| format!(": {v}")).unwrap_or_default();
+        out.push(fail(
+            format!("node(s) had untolerated taint {{{}{value}}}", t.key),
+            format!("taint {}{value}:{} is not tolerated", t.key, t.effect),
+        ));
+    }
+    let max_pods = node.allocatable.get(PODS).unwrap_or(i64::MAX);
+    if node.pod_count + 1 > max_pods {
+        out.push(fail("Too many pods", format!("node runs {} of {max_pods} pods", node.pod_count)));
+    }
+    for (id, want) in request.positive() {
+        if id == PODS {
+            continue;
+        }
+        let alloc = node.allocatable.get_or_zero(id);
+        let used = node.requested.get_or_zero(id);
+        if want > alloc - used {
+            out.push(fail(
+                format!("Insufficient {}", res.name(id)),
+                format!(
+                    "{} requested {} but only {} of {} is free",
+                    res.name(id),
+                    res.render(id, want),
+                    res.render(id, (alloc - used).max(0)),
+                    res.render(id, alloc)
+                ),
+            ));
+        }
+    }
+    out
+}
+
+fn tolerates_unschedulable(tolerations: &[Toleration]) -> bool {
+    let taint = Taint {
+        key: "node.kubernetes.io/unschedulable".to_owned(),
+        effect: "NoSchedule".to_owned(),
+        ..Taint::default()
+    };
+    tolerations.iter().any(|t| tolerates(t, &taint))
+}
+
+/// The first NoSchedule/NoExecute taint no toleration matches.
+pub fn untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+}
+
+/// Kubernetes `Toleration.ToleratesTaint`.
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = tol.effect.as_deref()
+        && !effect.is_empty()
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let key = tol.key.as_deref().unwrap_or("");
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match tol.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        "Equal" | "" => !key.is_empty() && tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
+
+fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Required node affinity: terms are ORed, expressions inside a term ANDed.
+pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
+    sel.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+        let fields = term.match_fields.as_deref().unwrap_or(&[]);
+        if exprs.is_empty() && fields.is_empty() {
+            return false;
+        }
+        exprs.iter().all(|e| requirement_matches(e, labels.get(&e.key).map(String::as_str)))
+            && fields.iter().all(|f| f.key == "metadata.name" && requirement_matches(f, Some(node_name)))
+    })
+}
+
+fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = req.values.as_deref().unwrap_or(&[]);
+    match req.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok()))
+            else {
+                return false;
+            };
+            if req.operator == "Gt" { v > bound } else { v < bound }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tol(json: serde_json::Value) -> Toleration {
+        serde_json::from_value(json).expect("toleration")
+    }
+
+    #[test]
+    fn tolerations() {
+        let taint = Taint { key: "gpu".into(), value: Some("yes".into()), effect: "NoSchedule".into(), ..Taint::default() };
+        assert!(tolerates(&tol(serde_json::json!({"key": "gpu", "operator": "Equal", "value": "yes"})), &taint));
+        assert!(!tolerates(&tol(serde_json::json!({"key": "gpu", "value": "no"})), &taint));
+        assert!(tolerates(&tol(serde_json::json!({"operator": "Exists"})), &taint));
+        assert!(!tolerates(&tol(serde_json::json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})), &taint));
+        let pref = Taint { effect: "PreferNoSchedule".into(), ..taint.clone() };
+        assert!(untolerated_taint(&[pref], &[]).is_none());
+        assert!(untolerated_taint(std::slice::from_ref(&taint), &[]).is_some());
+    }
+
+    #[test]
+    fn affinity_operators() {
+        let sel: NodeSelector = serde_json::from_value(serde_json::json!({"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
+                                  {"key": "cores", "operator": "Gt", "values": ["16"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["special"]}]}
+        ]}))
+        .expect("selector");
+        let labels = |z: &str, c: &str| BTreeMap::from([("zone".to_owned(), z.to_owned()), ("cores".to_owned(), c.to_owned())]);
+        assert!(affinity_matches(&sel, "n1", &labels("a", "32")));
+        assert!(!affinity_matches(&sel, "n1", &labels("c", "32")));
+        assert!(!affinity_matches(&sel, "n1", &labels("a", "8")));
+        assert!(affinity_matches(&sel, "special", &BTreeMap::new()));
+    }
+}

@@ -1,0 +1,15 @@
+//! numaplane scheduling model: exact prediction of kubelet Topology Manager admission, NUMA-aware
+//! filter and score, device choice, and the recorded allocation. Pure and synchronous: no
+//! Kubernetes I/O lives here.
+
+pub mod admission;
+pub mod cli;
+pub mod simulate;
+pub mod allocation;
+pub mod cluster;
+pub mod fit;
+pub mod node;
+pub mod pod;
+pub mod resources;
+pub mod score;
+pub mod topology_manager;

@@ -1,0 +1,419 @@
+//! The scheduler's plain view of a node's NUMA topology, built from its NodeResourceTopology.
+//!
+//! Everything that can be wrong with an NRT is a typed [`NrtError`]; such a node is reported
+//! as "topology unknown or invalid" and never panics the scheduler.
+
+use std::collections::BTreeMap;
+
+use numaplane::{
+    nrt::{self, NodeResourceTopology},
+    quantity::Quantity,
+};
+
+use crate::{
+    resources::{Dense, ResId, ResKind, Resources},
+    topology_manager::{NumaDistances, NumaInfo, Policy, PolicyOptions, Scope, TopologyManagerError},
+};
+
+/// Attribute carrying the kubelet option `prefer-closest-numa-nodes` (upstream naming
+/// convention `topologyManagerOption<OptionNameCamel>`).
+pub const ATTR_PREFER_CLOSEST: &str = "topologyManagerOptionPreferClosestNumaNodes";
+
+/// Topology Manager configuration read from an NRT, without defaults (upstream §3 semantics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TmConfig {
+    /// Policy, if set and valid.
+    pub policy: Option<Policy>,
+    /// Scope, if set and valid.
+    pub scope: Option<Scope>,
+    /// `topologyManagerMaxNUMANodes`, if set and valid (> 1, clamped at 1024).
+    pub max_numa_nodes: Option<usize>,
+    /// `prefer-closest-numa-nodes`, if published.
+    pub prefer_closest: Option<bool>,
+}
+
+impl TmConfig {
+    /// Resolves the configuration as scheduler-plugins does: element 0 of the legacy
+    /// `topologyPolicies` first, then attributes in order (later entries win); invalid values
+    /// are ignored and the previous value kept.
+    pub fn from_nrt(nrt: &NodeResourceTopology) -> Self {
+        let mut c = TmConfig::default();
+        if let Some(first) = nrt.topology_policies.as_ref().and_then(|p| p.first()) {
+            let (policy, scope) = match first.as_str() {
+                "SingleNUMANodeContainerLevel" => (Some(Policy::SingleNumaNode), Some(Scope::Container)),
+                "SingleNUMANodePodLevel" => (Some(Policy::SingleNumaNode), Some(Scope::Pod)),
+                "RestrictedContainerLevel" => (Some(Policy::Restricted), Some(Scope::Container)),
+                "RestrictedPodLevel" => (Some(Policy::Restricted), Some(Scope::Pod)),
+                "BestEffortContainerLevel" => (Some(Policy::BestEffort), Some(Scope::Container)),
+                "BestEffortPodLevel" => (Some(Policy::BestEffort), Some(Scope::Pod)),
+                _ => (None, None),
+            };
+            c.policy = policy.or(c.policy);
+            c.scope = scope.or(c.scope);
+        }
+        for a in nrt.attributes.iter().flatten() {
+            match a.name.as_str() {
+                nrt::attr::TOPOLOGY_MANAGER_POLICY => {
+                    if let Ok(p) = a.value.parse::<Policy>() {
+                        c.policy = Some(p);
+                    }
+                }
+                nrt::attr::TOPOLOGY_MANAGER_SCOPE => {
+                    if let Ok(s) = a.value.parse::<Scope>() {
+                        c.scope = Some(s);
+                    }
+                }
+                nrt::attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES => {
+                    if let Ok(n) = a.value.parse::<i64>()
+                        && n > 1
+                    {
+                        c.max_numa_nodes = Some(usize::try_from(n.min(1024)).unwrap_or(1024));
+                    }
+                }
+                ATTR_PREFER_CLOSEST => match a.value.as_str() {
+                    "true" => c.prefer_closest = Some(true),
+                    "false" => c.prefer_closest = Some(false),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+/// One NUMA zone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NumaZone {
+    /// NUMA node id.
+    pub id: u32,
+    /// Capacity per resource.
+    pub capacity: Dense,
+    /// Allocatable per resource.
+    pub allocatable: Dense,
+    /// Available per resource (what the scheduler consumes).
+    pub available: Dense,
+    /// Free device IDs per extended resource, when the exporter publishes them.
+    pub free_devices: BTreeMap<ResId, Vec<String>>,
+}
+
+/// A node's NUMA topology and Topology Manager configuration.
+#[derive(Clone, Debug)]
+pub struct NumaTopology {
+    /// Policy (default `none`).
+    pub policy: Policy,
+    /// Scope (default `container`).
+    pub scope: Scope,
+    /// Kubelet policy options.
+    pub options: PolicyOptions,
+    /// `topologyManagerMaxNUMANodes` (default 8), used by LeastNUMANodes normalisation.
+    pub max_numa_nodes: usize,
+    /// NUMA ids and distances.
+    pub info: NumaInfo,
+    /// Zones sorted by id.
+    pub zones: Vec<NumaZone>,
+    /// Zones in NRT list order (indexes into `zones`), for upstream-order-dependent scoring.
+    pub list_order: Vec<usize>,
+    /// Distance rows from zone costs, indexed by zone position in `zones`; 255 when unknown.
+    pub costs: Vec<Vec<u64>>,
+    /// Memory or hugepages are published: the kubelet runs the Static memory manager.
+    pub memory_managed: bool,
+    /// Pod-set fingerprint published by the exporter.
+    pub fingerprint: Option<String>,
+}
+
+/// Why an NRT cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NrtError {
+    /// The object lists no NUMA (`Node`) zone.
+    #[error("no NUMA zone (type Node) listed")]
+    MissingZones,
+    /// A `Node` zone name is not `node-<id>` with id < 64.
+    #[error("zone {zone:?} is not named node-<id> with id 0..63")]
+    ParseZoneName {
+        /// The zone name.
+        zone: String,
+    },
+    /// The same NUMA id appears twice.
+    #[error("zone {zone:?} is listed twice")]
+    DuplicateZone {
+        /// The zone name.
+        zone: String,
+    },
+    /// A quantity does not parse.
+    #[error("zone {zone:?}: resource {resource}: {field} {value:?} is not a quantity")]
+    ParseQuantity {
+        /// Zone name.
+        zone: String,
+        /// Resource name.
+        resource: String,
+        /// capacity, allocatable or available.
+        field: &'static str,
+        /// As written.
+        value: String,
+        /// Why.
+        #[source]
+        source: numaplane::quantity::QuantityError,
+    },
+    /// A quantity is negative or out of range.
+    #[error("zone {zone:?}: resource {resource}: {field} {value:?} is negative or out of range")]
+    QuantityOutOfRange {
+        /// Zone name.
+        zone: String,
+        /// Resource name.
+        resource: String,
+        /// capacity, allocatable or available.
+        field: &'static str,
+        /// As written.
+        value: String,
+    },
+    /// A zone lists the same resource twice.
+    #[error("zone {zone:?}: resource {resource} is listed twice")]
+    DuplicateResource {
+        /// Zone name.
+        zone: String,
+        /// Resource name.
+        resource: String,
+    },
+    /// The NUMA node set is not one the Topology Manager model accepts.
+    #[error("NUMA layout rejected")]
+    NumaLayout(#[source] TopologyManagerError),
+}
+
+impl NrtError {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            NrtError::MissingZones => "missing_zones",
+            NrtError::ParseZoneName { .. } => "zone_name",
+            NrtError::DuplicateZone { .. } => "duplicate_zone",
+            NrtError::ParseQuantity { .. } => "quantity",
+            NrtError::QuantityOutOfRange { .. } => "quantity_range",
+            NrtError::DuplicateResource { .. } => "duplicate_resource",
+            NrtError::NumaLayout(_) => "numa_layout",
+        }
+    }
+}
+
+fn parse_amount(
+    res: &Resources,
+    id: ResId,
+    zone: &str,
+    resource: &str,
+    field: &'static str,
+    q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+) -> Result<i64, NrtError> {
+    let parsed = Quantity::parse(&q.0).map_err(|source| NrtError::ParseQuantity {
+        zone: zone.to_owned(),
+        resource: resource.to_owned(),
+        field,
+        value: q.0.clone(),
+        source,
+    })?;
+    let out_of_range = || NrtError::QuantityOutOfRange {
+        zone: zone.to_owned(),
+        resource: resource.to_owned(),
+        field,
+        value: q.0.clone(),
+    };
+    if parsed < Quantity::zero() {
+        return Err(out_of_range());
+    }
+    res.amount(id, &parsed).map_err(|_| out_of_range())
+}
+
+impl NumaTopology {
+    /// Validates and converts an NRT.
+    pub fn from_nrt(res: &mut Resources, obj: &NodeResourceTopology) -> Result<Self, NrtError> {
+        let cfg = TmConfig::from_nrt(obj);
+        let mut zones: Vec<NumaZone> = Vec::new();
+        let mut raw_costs: Vec<Vec<(u32, i64)>> = Vec::new();
+        let mut list_ids = Vec::new();
+        for z in obj.zones.iter().filter(|z| z.zone_type == nrt::ZONE_TYPE_NODE) {
+            let id = nrt::parse_zone_name(&z.name).ok_or_else(|| NrtError::ParseZoneName { zone: z.name.clone() })?;
+            if list_ids.contains(&id) {
+                return Err(NrtError::DuplicateZone { zone: z.name.clone() });
+            }
+            list_ids.push(id);
+            let mut zone = NumaZone {
+                id,
+                capacity: Dense::default(),
+                allocatable: Dense::default(),
+                available: Dense::default(),
+                free_devices: BTreeMap::new(),
+            };
+            for r in z.resources.iter().flatten() {
+                let rid = res.intern(&r.name);
+                if zone.available.get(rid).is_some() {
+                    return Err(NrtError::DuplicateResource { zone: z.name.clone(), resource: r.name.clone() });
+                }
+                zone.capacity.set(rid, parse_amount(res, rid, &z.name, &r.name, "capacity", &r.capacity)?);
+                zone.allocatable.set(rid, parse_amount(res, rid, &z.name, &r.name, "allocatable", &r.allocatable)?);
+                zone.available.set(rid, parse_amount(res, rid, &z.name, &r.name, "available", &r.available)?);
+            }
+            for a in z.attributes.iter().flatten() {
+                if let Some(resource) = a.name.strip_prefix(nrt::attr::FREE_DEVICES_PREFIX) {
+                    let rid = res.intern(resource);
+                    let mut ids: Vec<String> =
+                        a.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    zone.free_devices.insert(rid, ids);
+                }
+            }
+            raw_costs.push(
+                z.costs
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| nrt::parse_zone_name(&c.name).map(|to| (to, c.value)))
+                    .collect(),
+            );
+            zones.push(zone);
+        }
+        if zones.is_empty() {
+            return Err(NrtError::MissingZones);
+        }
+        // Keep list order for upstream-compatible scoring, and sort zones by id for the model.
+        let mut order: Vec<usize> = (0..zones.len()).collect();
+        order.sort_by_key(|&i| zones[i].id);
+        let sorted: Vec<NumaZone> = order.iter().map(|&i| zones[i].clone()).collect();
+        let sorted_costs: Vec<&Vec<(u32, i64)>> = order.iter().map(|&i| &raw_costs[i]).collect();
+        let list_order: Vec<usize> =
+            (0..zones.len()).map(|li| order.iter().position(|&o| o == li).unwrap_or(li)).collect();
+        let ids: Vec<u32> = sorted.iter().map(|z| z.id).collect();
+        let costs: Vec<Vec<u64>> = sorted_costs
+            .iter()
+            .map(|row| {
+                ids.iter()
+                    .map(|to| {
+                        row.iter()
+                            .find(|(t, _)| t == to)
+                            .and_then(|(_, v)| u64::try_from(*v).ok())
+                            .unwrap_or(255)
+                    })
+                    .collect()
+            })
+            .collect();
+        let has_all_costs = sorted_costs.iter().all(|row| ids.iter().all(|to| row.iter().any(|(t, _)| t == to)));
+        let distances = if has_all_costs {
+            let size = ids.iter().max().map_or(0, |m| *m as usize + 1);
+            let mut rows = vec![vec![0u64; size]; size];
+            for (i, from) in ids.iter().enumerate() {
+                for (j, to) in ids.iter().enumerate() {
+                    rows[*from as usize][*to as usize] = costs[i][j];
+                }
+            }
+            Some(NumaDistances::new(rows).map_err(NrtError::NumaLayout)?)
+        } else {
+            None
+        };
+        let max_numa_nodes = cfg.max_numa_nodes.unwrap_or(8);
+        let prefer_closest = cfg.prefer_closest.unwrap_or(false) && distances.is_some();
+        let options = PolicyOptions {
+            prefer_closest_numa_nodes: prefer_closest,
+            max_allowable_numa_nodes: max_numa_nodes.max(8),
+        };
+        let info = NumaInfo::new(ids, distances).map_err(NrtError::NumaLayout)?;
+        let memory_managed = sorted
+            .iter()
+            .any(|z| z.available.iter().any(|(id, _)| res.kind(id).is_memory_like()));
+        let fingerprint = obj
+            .attribute(nrt::attr::PODS_FINGERPRINT)
+            .or_else(|| obj.metadata.annotations.as_ref().and_then(|a| a.get(nrt::ANNOTATION_FINGERPRINT)).map(String::as_str))
+            .map(str::to_owned);
+        Ok(NumaTopology {
+            policy: cfg.policy.unwrap_or(Policy::None),
+            scope: cfg.scope.unwrap_or(Scope::Container),
+            options,
+            max_numa_nodes,
+            info,
+            zones: sorted,
+            list_order,
+            costs,
+            memory_managed,
+            fingerprint,
+        })
+    }
+
+    /// Whether any zone lists `id`.
+    pub fn lists(&self, id: ResId) -> bool {
+        self.zones.iter().any(|z| z.available.get(id).is_some())
+    }
+
+    /// Whether device resource `id` has NUMA topology on this node.
+    pub fn device_has_topology(&self, res: &Resources, id: ResId) -> bool {
+        res.kind(id) == ResKind::Extended && self.lists(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nrt(json: serde_json::Value) -> NodeResourceTopology {
+        serde_json::from_value(json).expect("nrt")
+    }
+
+    #[test]
+    fn attributes_override_legacy_policies() {
+        let n = nrt(serde_json::json!({"topologyPolicies": ["BestEffortPodLevel"], "zones": [],
+            "attributes": [{"name": "topologyManagerScope", "value": "container"},
+                           {"name": "topologyManagerPolicy", "value": "Pod"}]}));
+        let c = TmConfig::from_nrt(&n);
+        assert_eq!(c.policy, Some(Policy::BestEffort));
+        assert_eq!(c.scope, Some(Scope::Container));
+    }
+
+    #[test]
+    fn max_numa_nodes_rules() {
+        let with = |v: &str| {
+            TmConfig::from_nrt(&nrt(serde_json::json!({"zones": [],
+                "attributes": [{"name": "topologyManagerMaxNUMANodes", "value": v}]})))
+            .max_numa_nodes
+        };
+        assert_eq!(with("16"), Some(16));
+        assert_eq!(with("65535"), Some(1024));
+        assert_eq!(with("1"), None);
+        assert_eq!(with("A"), None);
+    }
+
+    #[test]
+    fn malformed_nrts_are_typed_errors() {
+        let mut r = Resources::default();
+        let zone = |name: &str, avail: &str| {
+            serde_json::json!({"name": name, "type": "Node",
+                "resources": [{"name": "cpu", "capacity": "4", "allocatable": "4", "available": avail}]})
+        };
+        let check = |zones: Vec<serde_json::Value>, label: &str, r: &mut Resources| {
+            let err = NumaTopology::from_nrt(r, &nrt(serde_json::json!({"zones": zones}))).expect_err(label);
+            assert_eq!(err.metric_label(), label, "{err}");
+        };
+        check(vec![], "missing_zones", &mut r);
+        check(vec![zone("numa-0", "1")], "zone_name", &mut r);
+        check(vec![zone("node-64", "1")], "zone_name", &mut r);
+        check(vec![zone("node-0", "1"), zone("node-0", "1")], "duplicate_zone", &mut r);
+        check(vec![zone("node-0", "lots")], "quantity", &mut r);
+        check(vec![zone("node-0", "-1")], "quantity_range", &mut r);
+    }
+
+    #[test]
+    fn zones_sorted_with_costs_and_free_devices() {
+        let mut r = Resources::default();
+        let n = nrt(serde_json::json!({"zones": [
+            {"name": "node-4", "type": "Node", "costs": [{"name": "node-0", "value": 21}, {"name": "node-4", "value": 10}],
+             "attributes": [{"name": "numaplane.io/free-devices.nvidia.com/gpu", "value": "gpu-3,gpu-2"}],
+             "resources": [{"name": "nvidia.com/gpu", "capacity": "2", "allocatable": "2", "available": "2"}]},
+            {"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10}, {"name": "node-4", "value": 21}],
+             "resources": [{"name": "memory", "capacity": "1Gi", "allocatable": "1Gi", "available": "1Gi"}]},
+            {"name": "socket-0", "type": "Socket"}
+        ]}));
+        let t = NumaTopology::from_nrt(&mut r, &n).expect("valid");
+        assert_eq!(t.zones.iter().map(|z| z.id).collect::<Vec<_>>(), vec![0, 4]);
+        assert_eq!(t.costs, vec![vec![10, 21], vec![21, 10]]);
+        assert_eq!(t.list_order, vec![1, 0]);
+        let gpu = r.get("nvidia.com/gpu").expect("interned");
+        assert_eq!(t.zones[1].free_devices[&gpu], vec!["gpu-2", "gpu-3"]);
+        assert!(t.memory_managed);
+        assert_eq!(t.policy, Policy::None);
+    }
+}

@@ -1,0 +1,324 @@
+//! `numaplane-scheduler simulate`: schedules pods offline against Nodes, NodeResourceTopologies
+//! and already-bound Pods read from multi-document YAML or JSON files, assuming each placement
+//! so later pods see it.
+
+use std::{collections::HashMap, fmt::Write as _, path::Path};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use numaplane::nrt::NodeResourceTopology;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    cluster::{Cluster, Config, Decision, NoTopology},
+    pod::PodSpec,
+    score::{Scorer, Strategy},
+};
+
+/// A failure that stops the simulation (bad input files); per-pod problems are results.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A file could not be read.
+    #[error("reading {path}")]
+    ReadFile {
+        /// File path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A document did not parse.
+    #[error("{path}: document {index}: {message}")]
+    ParseDocument {
+        /// File path.
+        path: String,
+        /// 1-based document index.
+        index: usize,
+        /// Parser message.
+        message: String,
+    },
+    /// The config file is invalid.
+    #[error("config {path}: {message}")]
+    ParseConfig {
+        /// File path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The `--config` file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Scoring strategy and weights.
+    #[serde(default)]
+    pub scoring_strategy: ScoringStrategyFile,
+    /// Nodes without NRT: `AssumeNone` (default) or `Reject`.
+    #[serde(default)]
+    pub no_topology: NoTopology,
+}
+
+/// `scoringStrategy` section.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoringStrategyFile {
+    /// Strategy name.
+    #[serde(default, rename = "type")]
+    pub strategy: Strategy,
+    /// Resource weights.
+    #[serde(default)]
+    pub resources: Vec<ResourceWeight>,
+}
+
+/// A weighted resource.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceWeight {
+    /// Resource name.
+    pub name: String,
+    /// Weight (values below 1 count as 1).
+    pub weight: i64,
+}
+
+/// Input objects, by kind.
+#[derive(Default)]
+pub struct Inputs {
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// NRTs.
+    pub nrts: Vec<NodeResourceTopology>,
+    /// Pods.
+    pub pods: Vec<Pod>,
+    /// Documents skipped, with the reason (unknown kinds).
+    pub skipped: Vec<String>,
+}
+
+fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, SimulateError> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let mut out = Vec::new();
+        for (i, v) in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>().enumerate() {
+            let v = v.map_err(|e| SimulateError::ParseDocument { path: path.to_owned(), index: i + 1, message: e.to_string() })?;
+            match v {
+                serde_json::Value::Array(items) => out.extend(items),
+                other => out.push(other),
+            }
+        }
+        return Ok(out);
+    }
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| SimulateError::ParseDocument { path: path.to_owned(), index: 0, message: e.to_string() })?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Reads objects from files; `List` kinds are flattened.
+pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> {
+    let mut inputs = Inputs::default();
+    for p in paths {
+        let path = p.as_ref().display().to_string();
+        let text = std::fs::read_to_string(p.as_ref()).map_err(|source| SimulateError::ReadFile { path: path.clone(), source })?;
+        let mut docs = split_documents(&text, &path)?;
+        let mut index = 0;
+        while let Some(doc) = (!docs.is_empty()).then(|| docs.remove(0)) {
+            index += 1;
+            let kind = doc.get("kind").and_then(serde_json::Value::as_str).unwrap_or("").to_owned();
+            let bad = |e: serde_json::Error| SimulateError::ParseDocument { path: path.clone(), index, message: format!("{kind}: {e}") };
+            match kind.as_str() {
+                "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
+                "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
+                "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
+                k if k.ends_with("List") => {
+                    if let Some(items) = doc.get("items").and_then(serde_json::Value::as_array) {
+                        docs.splice(0..0, items.iter().cloned());
+                    }
+                }
+                other => inputs.skipped.push(format!("{path}: document {index}: kind {other:?} ignored")),
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+/// Reads and validates the config file.
+pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| SimulateError::ReadFile { path: p.clone(), source })?;
+    serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig { path: p, message: e.to_string() })
+}
+
+/// One pod's simulation result.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResult {
+    /// The decision (node, placement, allocation, per-node verdicts and scores).
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// Set when the pod itself is malformed (then no node is evaluated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Schema version of this report.
+    pub schema: &'static str,
+    /// Counts.
+    pub summary: Summary,
+    /// Per pod, in input order.
+    pub results: Vec<PodResult>,
+    /// Input problems that did not stop the run (invalid NRTs, skipped documents, …).
+    pub warnings: Vec<String>,
+}
+
+/// Report counts.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Pods given.
+    pub pods: usize,
+    /// Pods placed.
+    pub scheduled: usize,
+    /// Pods left pending.
+    pub unschedulable: usize,
+}
+
+/// Runs the simulation.
+pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -> Report {
+    let mut cluster = Cluster::new();
+    let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
+    for n in &cluster_inputs.nodes {
+        if let Err(e) = cluster.apply_node(n) {
+            warnings.push(format!("node skipped: {}", numaplane::error_chain(&e)));
+        }
+    }
+    for t in &cluster_inputs.nrts {
+        if let Err(e) = cluster.apply_nrt(t) {
+            warnings.push(format!(
+                "NodeResourceTopology {}: topology unknown or invalid: {}",
+                t.metadata.name.as_deref().unwrap_or("<unnamed>"),
+                numaplane::error_chain(&e)
+            ));
+        }
+    }
+    for p in &cluster_inputs.pods {
+        let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+        if !bound {
+            warnings.push(format!(
+                "cluster pod {} is not bound (no spec.nodeName); pass pods to schedule with --pods",
+                p.metadata.name.as_deref().unwrap_or("<unnamed>")
+            ));
+            continue;
+        }
+        if let Err(e) = cluster.apply_pod(p) {
+            warnings.push(format!("bound pod skipped: {}", numaplane::error_chain(&e)));
+        }
+    }
+    let weights: Vec<(String, i64)> =
+        cfg_file.scoring_strategy.resources.iter().map(|r| (r.name.clone(), r.weight)).collect();
+    let config = Config {
+        scorer: Scorer {
+            strategy: cfg_file.scoring_strategy.strategy,
+            weights: crate::score::weights_from_names(&mut cluster.res, &weights),
+        },
+        no_topology: cfg_file.no_topology,
+    };
+    let mut results = Vec::new();
+    for p in &pods {
+        match PodSpec::from_pod(&mut cluster.res, p) {
+            Ok(spec) => {
+                let decision = cluster.schedule(&config, &spec, true);
+                cluster.assume(&spec, &decision);
+                results.push(PodResult { decision, error: None });
+            }
+            Err(e) => {
+                let key = format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or("<unnamed>")
+                );
+                let msg = numaplane::error_chain(&e);
+                results.push(PodResult {
+                    decision: Decision {
+                        pod: key,
+                        node: None,
+                        message: format!("pod is unschedulable: {msg}"),
+                        placement: None,
+                        allocation: None,
+                        nodes: Vec::new(),
+                    },
+                    error: Some(msg),
+                });
+            }
+        }
+    }
+    let scheduled = results.iter().filter(|r| r.decision.node.is_some()).count();
+    Report {
+        schema: "numaplane.io/simulate/v1",
+        summary: Summary { pods: results.len(), scheduled, unschedulable: results.len() - scheduled },
+        results,
+        warnings,
+    }
+}
+
+/// Renders the report for a person.
+pub fn render_table(report: &Report) -> String {
+    let mut out = String::new();
+    for r in &report.results {
+        let d = &r.decision;
+        match &d.node {
+            Some(node) => {
+                let score = d.nodes.iter().find(|v| &v.node == node).and_then(|v| v.score).unwrap_or(0);
+                let _ = writeln!(out, "POD {:<32} -> {node} (score {score})", d.pod);
+            }
+            None => {
+                let _ = writeln!(out, "POD {:<32} -> UNSCHEDULABLE", d.pod);
+            }
+        }
+        let _ = writeln!(out, "    {}", d.message);
+        if let Some(p) = &d.placement {
+            for c in &p.containers {
+                let numa = c.numa_nodes.as_ref().map_or("any".to_owned(), |n| {
+                    n.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                });
+                let devs = c
+                    .devices
+                    .iter()
+                    .map(|(res, ids)| format!("{res}={}", ids.join(",")))
+                    .chain(c.device_counts.iter().map(|(res, n)| format!("{res}x{n}")))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let devs = if devs.is_empty() { String::new() } else { format!("  devices {devs}") };
+                let _ = writeln!(out, "    {:?} {:<20} NUMA {numa}{devs}", c.kind, c.name);
+            }
+        }
+        if let Some(e) = &r.error {
+            let _ = writeln!(out, "    error: {e}");
+        }
+        let width = d.nodes.iter().map(|v| v.node.len()).max().unwrap_or(4).max(4);
+        for v in &d.nodes {
+            let verdict = if v.feasible { "fits" } else { "rejected" };
+            let score = v.score.map_or("-".to_owned(), |s| s.to_string());
+            let reason = v.reasons.join("; ");
+            let _ = writeln!(out, "      {:<width$}  {verdict:<8}  {score:>5}  {reason}", v.node);
+        }
+        out.push('\n');
+    }
+    let s = &report.summary;
+    let _ = writeln!(out, "{} pods: {} scheduled, {} unschedulable", s.pods, s.scheduled, s.unschedulable);
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// Counts of bound pods per node in a report (for tests and summaries).
+pub fn placements(report: &Report) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for r in &report.results {
+        if let Some(n) = &r.decision.node {
+            *m.entry(n.clone()).or_default() += 1;
+        }
+    }
+    m
+}
