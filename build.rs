@@ -2,7 +2,10 @@
 //! `protoc` is needed on the build machine. Output goes to OUT_DIR and is never committed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/podresources/v1/api.proto", "proto/deviceplugin/v1beta1/api.proto"];
+    let protos = [
+        "proto/podresources/v1/api.proto",
+        "proto/deviceplugin/v1beta1/api.proto",
+    ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

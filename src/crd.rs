@@ -187,15 +187,27 @@ mod tests {
             zone["properties"]["resources"]["items"]["required"],
             json!(["allocatable", "available", "capacity", "name"])
         );
-        assert_eq!(zone["properties"]["costs"]["items"]["required"], json!(["name", "value"]));
-        assert_eq!(s["properties"]["attributes"]["items"]["required"], json!(["name", "value"]));
+        assert_eq!(
+            zone["properties"]["costs"]["items"]["required"],
+            json!(["name", "value"])
+        );
+        assert_eq!(
+            s["properties"]["attributes"]["items"]["required"],
+            json!(["name", "value"])
+        );
     }
 
     #[test]
     fn storage_version_is_v1alpha2_and_cluster_scoped() {
         let crd = crd().expect("crd");
         assert_eq!(crd.spec.scope, "Cluster");
-        let storage: Vec<_> = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str()).collect();
+        let storage: Vec<_> = crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.storage)
+            .map(|v| v.name.as_str())
+            .collect();
         assert_eq!(storage, ["v1alpha2"]);
         assert!(crd.spec.versions.iter().all(|v| v.served));
     }

@@ -2,7 +2,9 @@
 //! exact Kubernetes quantities and the pod-set fingerprint.
 
 pub mod crd;
+pub mod fingerprint;
 pub mod nrt;
+pub mod quantity;
 
 /// Renders an error and its whole source chain on one line, `outer: inner: root`, for the
 /// single clear line that command-line failures print.
@@ -58,7 +60,9 @@ mod proto_wire_tests {
         let msg = pr::ContainerDevices {
             resource_name: "r".into(),
             device_ids: vec!["d".into()],
-            topology: Some(pr::TopologyInfo { nodes: vec![pr::NumaNode { id: 3 }] }),
+            topology: Some(pr::TopologyInfo {
+                nodes: vec![pr::NumaNode { id: 3 }],
+            }),
         };
         let bytes = [
             0x0a, 0x01, b'r', // resource_name = 1
@@ -75,7 +79,11 @@ mod proto_wire_tests {
             namespace: String::new(),
             containers: vec![],
             cpu_ids: vec![1, 2],
-            memory: vec![pr::ContainerMemory { memory_type: "memory".into(), size: 5, topology: None }],
+            memory: vec![pr::ContainerMemory {
+                memory_type: "memory".into(),
+                size: 5,
+                topology: None,
+            }],
         };
         let bytes = [
             0x0a, 0x01, b'p', // name = 1
@@ -95,7 +103,10 @@ mod proto_wire_tests {
             dynamic_resources: vec![pr::DynamicResource {
                 claim_name: "c".into(),
                 claim_namespace: String::new(),
-                claim_resources: vec![pr::ClaimResource { share_id: Some(String::new()), ..Default::default() }],
+                claim_resources: vec![pr::ClaimResource {
+                    share_id: Some(String::new()),
+                    ..Default::default()
+                }],
             }],
         };
         // dynamic_resources = 5 { claim_name = 2, claim_resources = 4 { share_id = 5 (explicit empty) } }
@@ -114,13 +125,18 @@ mod proto_wire_tests {
         let dev = dp::Device {
             id: "g0".into(),
             health: "Healthy".into(),
-            topology: Some(dp::TopologyInfo { nodes: vec![dp::NumaNode { id: 1 }] }),
+            topology: Some(dp::TopologyInfo {
+                nodes: vec![dp::NumaNode { id: 1 }],
+            }),
         };
         let mut bytes = vec![0x0a, 0x02, b'g', b'0', 0x12, 0x07];
         bytes.extend_from_slice(b"Healthy");
         bytes.extend_from_slice(&[0x1a, 0x04, 0x0a, 0x02, 0x08, 0x01]);
         round_trip(&dev, &bytes);
-        let opts = dp::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true };
+        let opts = dp::DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        };
         round_trip(&opts, &[0x10, 0x01]);
     }
 

@@ -183,7 +183,10 @@ impl NodeResourceTopology {
         Self {
             api_version: default_api_version(),
             kind: default_kind(),
-            metadata: ObjectMeta { name: Some(node_name.to_owned()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(node_name.to_owned()),
+                ..ObjectMeta::default()
+            },
             topology_policies: None,
             zones: Vec::new(),
             attributes: None,
@@ -246,7 +249,9 @@ mod tests {
         assert_eq!(parse_zone_name("node-0"), Some(0));
         assert_eq!(parse_zone_name("node-63"), Some(63));
         assert_eq!(parse_zone_name("node-007"), Some(7));
-        for bad in ["Node-1", "node_3", "node 4", "node-5-1", "node6", "cell-1", "node--1", "node-", "node-64"] {
+        for bad in [
+            "Node-1", "node_3", "node 4", "node-5-1", "node6", "cell-1", "node--1", "node-", "node-64",
+        ] {
             assert_eq!(parse_zone_name(bad), None, "{bad}");
         }
     }
@@ -262,8 +267,8 @@ mod tests {
                 if raw.is_null() {
                     continue;
                 }
-                let nrt: NodeResourceTopology = serde_json::from_value(raw.clone())
-                    .unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+                let nrt: NodeResourceTopology =
+                    serde_json::from_value(raw.clone()).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
                 let back = serde_json::to_value(&nrt).expect("serialize");
                 assert_eq!(&back, raw, "{}", case["name"]);
                 seen += 1;
@@ -285,8 +290,14 @@ mod tests {
 
     #[test]
     fn legacy_policies() {
-        assert_eq!(legacy_topology_policy("single-numa-node", "pod"), "SingleNUMANodePodLevel");
-        assert_eq!(legacy_topology_policy("restricted", "container"), "RestrictedContainerLevel");
+        assert_eq!(
+            legacy_topology_policy("single-numa-node", "pod"),
+            "SingleNUMANodePodLevel"
+        );
+        assert_eq!(
+            legacy_topology_policy("restricted", "container"),
+            "RestrictedContainerLevel"
+        );
         assert_eq!(legacy_topology_policy("none", "container"), "None");
     }
 }

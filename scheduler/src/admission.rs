@@ -24,18 +24,33 @@ pub struct WorkingZones {
     pub ids: Vec<u32>,
     /// Available per zone (dense by ResId; absent = not listed).
     pub available: Vec<crate::resources::Dense>,
-    /// Free device IDs per zone and resource.
-    pub free_devices: Vec<BTreeMap<ResId, Vec<String>>>,
+    /// Free device IDs per zone and resource; `None` while only counts are needed (filtering),
+    /// so evaluating a node does not copy ID strings.
+    pub free_devices: Option<Vec<BTreeMap<ResId, Vec<String>>>>,
 }
 
 impl WorkingZones {
     /// Copies the zones of `topo`.
     pub fn from_topology(topo: &NumaTopology) -> Self {
+        if !topo.shared_devices.is_empty() {
+            return Self::with_device_ids(topo);
+        }
         WorkingZones {
             ids: topo.zones.iter().map(|z| z.id).collect(),
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
-            free_devices: topo.zones.iter().map(|z| z.free_devices.clone()).collect(),
+            free_devices: None,
         }
+    }
+
+    /// Copies the zones including free device IDs, to choose concrete devices.
+    pub fn with_device_ids(topo: &NumaTopology) -> Self {
+        let mut w = WorkingZones {
+            ids: topo.zones.iter().map(|z| z.id).collect(),
+            available: topo.zones.iter().map(|z| z.available.clone()).collect(),
+            free_devices: None,
+        };
+        w.free_devices = Some(topo.zones.iter().map(|z| z.free_devices.clone()).collect());
+        w
     }
 
     fn zone_index(&self, id: u32) -> Option<usize> {
@@ -110,14 +125,14 @@ fn mask_ids(m: Option<NumaMask>) -> Option<Vec<u32>> {
     m.map(|m| m.iter().collect())
 }
 
-/// Enumerates all non-empty subsets of `ids` as masks.
-fn all_masks(ids: &[u32]) -> impl Iterator<Item = (NumaMask, Vec<usize>)> + '_ {
-    let n = ids.len().min(20);
-    (1u32..(1u32 << n)).map(move |bits| {
-        let idx: Vec<usize> = (0..n).filter(|i| bits & (1 << i) != 0).collect();
-        let mask = NumaMask::from_ids(idx.iter().map(|&i| ids[i])).unwrap_or(NumaMask::EMPTY);
-        (mask, idx)
-    })
+/// Per-mask sums of a per-zone value, by subset bits over zone positions (DP over subsets).
+fn subset_sums(n: usize, value: impl Fn(usize) -> i64, out: &mut Vec<i64>) {
+    out.clear();
+    out.resize(1 << n, 0);
+    for bits in 1..(1usize << n) {
+        let low = bits.trailing_zeros() as usize;
+        out[bits] = out[bits & (bits - 1)].saturating_add(value(low));
+    }
 }
 
 /// One request unit's hint lists, in provider order (device, cpu, memory).
@@ -125,98 +140,116 @@ struct Hints {
     lists: Vec<(ResId, Option<Vec<TopologyHint>>)>,
 }
 
-/// Device hints (§3.3): zone allocatable counts give `minAffinitySize`; free IDs (when
-/// published) or available counts decide which masks can hold the request.
+/// Hints from per-mask "registered" and "free" sums: a mask is emitted when its free amount
+/// covers the need, and preferred when its size is the smallest whose registered amount
+/// covers it ("as narrow as possible on an empty machine", as every kubelet provider does).
+fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: i64) -> Vec<TopologyHint> {
+    let mut min_affinity = u32::MAX;
+    for (bits, r) in registered.iter().enumerate().skip(1) {
+        if *r >= need {
+            min_affinity = min_affinity.min(bits.count_ones());
+        }
+    }
+    free.iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, f)| **f >= need)
+        .map(|(bits, _)| TopologyHint::new(topo.masks[bits], bits.count_ones() == min_affinity))
+        .collect()
+}
+
+/// Device hints (§3.3): zone allocatable counts give `minAffinitySize`; free counts (or the
+/// union of free IDs, for devices attached to several NUMA nodes) decide feasibility.
 fn device_hints(
-    res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
     id: ResId,
     need: i64,
+    scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
     if !topo.lists(id) {
         return None;
     }
-    let has_ids = w.free_devices.iter().any(|f| f.contains_key(&id));
-    let free_in = |idx: &[usize]| -> i64 {
-        if has_ids {
-            let mut set: Vec<&String> = idx.iter().filter_map(|&i| w.free_devices[i].get(&id)).flatten().collect();
-            set.sort_unstable();
-            set.dedup();
-            i64::try_from(set.len()).unwrap_or(i64::MAX)
-        } else {
-            idx.iter().map(|&i| w.available[i].get_or_zero(id)).sum()
+    let n = w.ids.len();
+    subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
+    match (topo.shared_devices.contains(&id), w.free_devices.as_ref()) {
+        (true, Some(free)) => {
+            scratch.b.clear();
+            scratch.b.push(0);
+            for bits in 1..(1usize << n) {
+                let mut set: Vec<&String> = (0..n)
+                    .filter(|i| bits & (1 << i) != 0)
+                    .filter_map(|i| free[i].get(&id))
+                    .flatten()
+                    .collect();
+                set.sort_unstable();
+                set.dedup();
+                scratch.b.push(i64::try_from(set.len()).unwrap_or(i64::MAX));
+            }
         }
-    };
-    let all: Vec<usize> = (0..w.ids.len()).collect();
-    if free_in(&all) < need {
+        _ => subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b),
+    }
+    if scratch.b.last().copied().unwrap_or(0) < need {
         return Some(Vec::new());
     }
-    let _ = res;
-    let mut min_affinity = usize::MAX;
-    let mut hints = Vec::new();
-    for (mask, idx) in all_masks(&w.ids) {
-        let registered: i64 = idx.iter().map(|&i| topo.zones[i].allocatable.get_or_zero(id)).sum();
-        if registered >= need {
-            min_affinity = min_affinity.min(idx.len());
-        }
-        if free_in(&idx) >= need {
-            hints.push(TopologyHint::new(mask, false));
-        }
-    }
-    mark_preferred(&mut hints, min_affinity);
-    Some(hints)
-}
-
-fn mark_preferred(hints: &mut [TopologyHint], min_affinity: usize) {
-    for h in hints {
-        h.preferred = h.mask.is_some_and(|m| m.count() as usize == min_affinity);
-    }
+    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need))
 }
 
 /// CPU hints (§3.1): capacity gives `minAffinitySize`, available decides feasibility.
-fn cpu_hints(topo: &NumaTopology, w: &WorkingZones, need_cpus: i64) -> Option<Vec<TopologyHint>> {
-    let mut min_affinity = usize::MAX;
-    let mut hints = Vec::new();
-    for (mask, idx) in all_masks(&w.ids) {
-        let total: i64 = idx.iter().map(|&i| topo.zones[i].capacity.get_or_zero(CPU) / 1000).sum();
-        if total >= need_cpus {
-            min_affinity = min_affinity.min(idx.len());
-        }
-        let free: i64 = idx.iter().map(|&i| w.available[i].get_or_zero(CPU) / 1000).sum();
-        if free >= need_cpus {
-            hints.push(TopologyHint::new(mask, false));
-        }
-    }
-    mark_preferred(&mut hints, min_affinity);
-    Some(hints)
+fn cpu_hints(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    need_cpus: i64,
+    scratch: &mut Scratch,
+) -> Option<Vec<TopologyHint>> {
+    let n = w.ids.len();
+    subset_sums(
+        n,
+        |i| topo.zones[i].capacity.get_or_zero(CPU) / 1000,
+        &mut scratch.a,
+    );
+    subset_sums(n, |i| w.available[i].get_or_zero(CPU) / 1000, &mut scratch.b);
+    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need_cpus))
 }
 
 /// Memory-manager hints (§3.2) for every memory-like request: the same masks for all types.
 /// Returns `None` when no mask qualifies (the kubelet then fails in Allocate).
-fn memory_hints(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)]) -> Option<Vec<TopologyHint>> {
-    let mut min_affinity = usize::MAX;
-    let mut hints = Vec::new();
-    for (mask, idx) in all_masks(&w.ids) {
-        let fits_alloc = wants.iter().all(|&(id, need)| {
-            idx.iter().map(|&i| topo.zones[i].allocatable.get_or_zero(id)).sum::<i64>() >= need
-        });
-        if !fits_alloc {
-            continue;
-        }
-        min_affinity = min_affinity.min(idx.len());
-        let fits_free = wants
-            .iter()
-            .all(|&(id, need)| idx.iter().map(|&i| w.available[i].get_or_zero(id)).sum::<i64>() >= need);
-        if fits_free {
-            hints.push(TopologyHint::new(mask, false));
+fn memory_hints(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    wants: &[(ResId, i64)],
+    scratch: &mut Scratch,
+) -> Option<Vec<TopologyHint>> {
+    let n = w.ids.len();
+    let masks = 1usize << n;
+    // A mask qualifies when every type's allocatable covers the request; it is feasible when
+    // every type's free amount does too.
+    let mut qualifies = vec![true; masks];
+    let mut feasible = vec![true; masks];
+    for &(id, need) in wants {
+        subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
+        subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
+        for bits in 1..masks {
+            qualifies[bits] &= scratch.a[bits] >= need;
+            feasible[bits] &= scratch.b[bits] >= need;
         }
     }
-    if hints.is_empty() {
-        return None;
-    }
-    mark_preferred(&mut hints, min_affinity);
-    Some(hints)
+    let min_affinity = (1..masks)
+        .filter(|&b| qualifies[b])
+        .map(|b| b.count_ones())
+        .min()?;
+    let hints: Vec<TopologyHint> = (1..masks)
+        .filter(|&b| qualifies[b] && feasible[b])
+        .map(|b| TopologyHint::new(topo.masks[b], b.count_ones() == min_affinity))
+        .collect();
+    (!hints.is_empty()).then_some(hints)
+}
+
+/// Reusable buffers for subset sums.
+#[derive(Default)]
+struct Scratch {
+    a: Vec<i64>,
+    b: Vec<i64>,
 }
 
 /// What the CPU manager grants exclusively: Guaranteed pods with a whole, positive CPU request.
@@ -233,29 +266,39 @@ fn collect_hints(
     qos: Qos,
     req: &ResList,
 ) -> Result<Hints, Rejection> {
+    let mut scratch = Scratch::default();
     let mut lists = Vec::new();
     for (id, need) in req.positive() {
         if res.kind(id) == ResKind::Extended {
-            lists.push((id, device_hints(res, topo, w, id, need)));
+            lists.push((id, device_hints(topo, w, id, need, &mut scratch)));
         }
     }
     if let Some(n) = exclusive_cpus(qos, req, topo) {
-        lists.push((CPU, cpu_hints(topo, w, n)));
+        lists.push((CPU, cpu_hints(topo, w, n, &mut scratch)));
     }
     if topo.memory_managed && qos == Qos::Guaranteed {
-        let wants: Vec<(ResId, i64)> = req.positive().filter(|(id, _)| res.kind(*id).is_memory_like()).collect();
+        let wants: Vec<(ResId, i64)> = req
+            .positive()
+            .filter(|(id, _)| res.kind(*id).is_memory_like())
+            .collect();
         if !wants.is_empty() {
-            match memory_hints(topo, w, &wants) {
+            match memory_hints(topo, w, &wants, &mut scratch) {
                 Some(h) => {
                     for &(id, _) in &wants {
                         lists.push((id, Some(h.clone())));
                     }
                 }
                 None => {
-                    let names = wants.iter().map(|(id, _)| res.name(*id)).collect::<Vec<_>>().join(", ");
+                    let names = wants
+                        .iter()
+                        .map(|(id, _)| res.name(*id))
+                        .collect::<Vec<_>>()
+                        .join(", ");
                     return Err(Rejection {
                         category: format!("insufficient {names} in NUMA zones"),
-                        message: format!("memory manager cannot place {names}: no NUMA node set has enough free"),
+                        message: format!(
+                            "memory manager cannot place {names}: no NUMA node set has enough free"
+                        ),
                         kubelet_reason: "UnexpectedAdmissionError",
                     });
                 }
@@ -263,6 +306,197 @@ fn collect_hints(
         }
     }
     Ok(Hints { lists })
+}
+
+/// The merge's outcome for `single-numa-node` and `restricted`, computed directly from
+/// per-mask sums instead of building hint lists and merging them.
+///
+/// Both policies admit only a *preferred* merged hint, and a merged hint is preferred only when
+/// every resource's hint is preferred and all carry the same mask. A hint is preferred exactly
+/// when its size equals the resource's `minAffinitySize`, so an admissible mask must have that
+/// size for every constrained resource and be feasible for all of them; the kubelet then picks
+/// the narrowest, closest (with `prefer-closest-numa-nodes`), lowest such mask. For
+/// `single-numa-node` the size must be 1. `fast_and_general_merge_agree` checks this against
+/// the literal merge on random inputs.
+fn fast_merge(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    qos: Qos,
+    req: &ResList,
+) -> Result<Option<MergeOutcome>, Rejection> {
+    let n = w.ids.len();
+    let masks = 1usize << n;
+    let mut scratch = Scratch::default();
+    // feasible[bits]: every constrained resource fits; common minimum affinity size.
+    let mut feasible = vec![true; masks];
+    let mut common_min: Option<u32> = None;
+    let mut constrained = false;
+    let mut consider = |registered: &[i64], free: &[i64], need: i64, feasible: &mut Vec<bool>| -> bool {
+        let min = (1..masks)
+            .filter(|&b| registered[b] >= need)
+            .map(|b| b.count_ones())
+            .min();
+        let Some(min) = min else { return false };
+        if common_min.is_some_and(|c| c != min) {
+            return false;
+        }
+        common_min = Some(min);
+        for b in 1..masks {
+            feasible[b] &= free[b] >= need;
+        }
+        true
+    };
+    for (id, need) in req.positive() {
+        if res.kind(id) != ResKind::Extended || !topo.lists(id) {
+            continue;
+        }
+        if topo.shared_devices.contains(&id) {
+            return Ok(None);
+        }
+        constrained = true;
+        subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
+        subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
+        if !consider(&scratch.a, &scratch.b, need, &mut feasible) {
+            return Ok(Some(MergeOutcome {
+                hint: TopologyHint::any(false),
+                admit: false,
+            }));
+        }
+    }
+    if let Some(cpus) = exclusive_cpus(qos, req, topo) {
+        constrained = true;
+        subset_sums(
+            n,
+            |i| topo.zones[i].capacity.get_or_zero(CPU) / 1000,
+            &mut scratch.a,
+        );
+        subset_sums(n, |i| w.available[i].get_or_zero(CPU) / 1000, &mut scratch.b);
+        if !consider(&scratch.a, &scratch.b, cpus, &mut feasible) {
+            return Ok(Some(MergeOutcome {
+                hint: TopologyHint::any(false),
+                admit: false,
+            }));
+        }
+    }
+    if topo.memory_managed && qos == Qos::Guaranteed {
+        let wants: Vec<(ResId, i64)> = req
+            .positive()
+            .filter(|(id, _)| res.kind(*id).is_memory_like())
+            .collect();
+        if !wants.is_empty() {
+            constrained = true;
+            // One group of masks for all memory types: qualifies when every type's allocatable
+            // covers it; the kubelet fails in Allocate when none qualifies.
+            let mut qualifies = vec![true; masks];
+            let mut free_ok = vec![true; masks];
+            for &(id, need) in &wants {
+                subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
+                subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
+                for b in 1..masks {
+                    qualifies[b] &= scratch.a[b] >= need;
+                    free_ok[b] &= scratch.b[b] >= need;
+                }
+            }
+            let qualified: Vec<i64> = qualifies.iter().map(|q| i64::from(*q)).collect();
+            let free: Vec<i64> = (0..masks)
+                .map(|b| i64::from(qualifies[b] && free_ok[b]))
+                .collect();
+            if !qualifies.iter().skip(1).any(|q| *q) {
+                let names = wants
+                    .iter()
+                    .map(|(id, _)| res.name(*id))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(Rejection {
+                    category: format!("insufficient {names} in NUMA zones"),
+                    message: format!("memory manager cannot place {names}: no NUMA node set has enough free"),
+                    kubelet_reason: "UnexpectedAdmissionError",
+                });
+            }
+            if !consider(&qualified, &free, 1, &mut feasible) {
+                return Ok(Some(MergeOutcome {
+                    hint: TopologyHint::any(false),
+                    admit: false,
+                }));
+            }
+        }
+    }
+    let default = topo.info.default_affinity();
+    if !constrained {
+        let mask = if topo.policy == Policy::SingleNumaNode {
+            None
+        } else {
+            Some(default)
+        };
+        return Ok(Some(MergeOutcome {
+            hint: TopologyHint {
+                mask,
+                preferred: true,
+            },
+            admit: true,
+        }));
+    }
+    let size = common_min.unwrap_or(u32::MAX);
+    if topo.policy == Policy::SingleNumaNode && size != 1 {
+        return Ok(Some(MergeOutcome {
+            hint: TopologyHint::any(false),
+            admit: false,
+        }));
+    }
+    let closest = topo.options.prefer_closest_numa_nodes && topo.policy == Policy::Restricted;
+    let distance = |m: NumaMask| {
+        topo.info
+            .distances()
+            .and_then(|d| d.distance_sum(m).ok())
+            .unwrap_or(0)
+    };
+    let best = (1..masks)
+        .filter(|&b| b.count_ones() == size && feasible[b])
+        .map(|b| topo.masks[b])
+        .min_by_key(|m| (if closest { distance(*m) } else { 0 }, m.value()));
+    Ok(Some(match best {
+        Some(m) if topo.policy == Policy::SingleNumaNode && m == default => MergeOutcome {
+            hint: TopologyHint::any(true),
+            admit: true,
+        },
+        Some(m) => MergeOutcome {
+            hint: TopologyHint::new(m, true),
+            admit: true,
+        },
+        None => MergeOutcome {
+            hint: TopologyHint::any(false),
+            admit: false,
+        },
+    }))
+}
+
+/// Merged hint for one request unit: the direct computation where it applies, else the
+/// kubelet's literal hint generation and merge.
+fn decide(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    qos: Qos,
+    req: &ResList,
+) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+    if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
+        && let Some(outcome) = fast_merge(res, topo, w, qos, req)?
+    {
+        if outcome.admit {
+            return Ok((outcome, None));
+        }
+        // Rejections are rare; rebuild the hint lists for a precise explanation.
+        let hints = collect_hints(res, topo, w, qos, req)?;
+        return Ok((outcome, Some(hints)));
+    }
+    let hints = collect_hints(res, topo, w, qos, req)?;
+    let merged = merge(topo, &hints).map_err(|e| Rejection {
+        category: "topology manager refuses this node".to_owned(),
+        message: format!("topology unknown or invalid: {e}"),
+        kubelet_reason: "TopologyManagerError",
+    })?;
+    Ok((merged, Some(hints)))
 }
 
 fn merge(topo: &NumaTopology, hints: &Hints) -> Result<MergeOutcome, TopologyManagerError> {
@@ -294,7 +528,11 @@ fn best_zone_text(res: &Resources, w: &WorkingZones, req: &ResList, aligned: &[R
             .iter()
             .map(|&id| {
                 let need = req.get(id);
-                if need <= 0 { 1.0 } else { (w.available[i].get_or_zero(id) as f64 / need as f64).min(1.0) }
+                if need <= 0 {
+                    1.0
+                } else {
+                    (w.available[i].get_or_zero(id) as f64 / need as f64).min(1.0)
+                }
             })
             .fold(1.0f64, f64::min);
         if best.is_none_or(|(_, r)| ratio > r) {
@@ -305,7 +543,13 @@ fn best_zone_text(res: &Resources, w: &WorkingZones, req: &ResList, aligned: &[R
         Some((i, _)) => {
             let have = aligned
                 .iter()
-                .map(|&id| format!("{}={}", res.name(id), res.render(id, w.available[i].get_or_zero(id))))
+                .map(|&id| {
+                    format!(
+                        "{}={}",
+                        res.name(id),
+                        res.render(id, w.available[i].get_or_zero(id))
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             format!("best zone node-{} has {have}", w.ids[i])
@@ -323,18 +567,29 @@ fn rejection_for(
     who: &str,
 ) -> Rejection {
     // Resources the providers constrained, and those no single zone can hold.
-    let aligned: Vec<ResId> = hints.lists.iter().filter(|(_, h)| h.is_some()).map(|(id, _)| *id).collect();
+    let aligned: Vec<ResId> = hints
+        .lists
+        .iter()
+        .filter(|(_, h)| h.is_some())
+        .map(|(id, _)| *id)
+        .collect();
     let short: Vec<&str> = aligned
         .iter()
         .filter(|&&id| !(0..w.ids.len()).any(|i| w.available[i].get_or_zero(id) >= req.get(id)))
         .map(|&id| res.name(id))
         .collect();
     let category = match (topo.policy, short.is_empty()) {
-        (Policy::SingleNumaNode, false) => format!("insufficient {} on any single NUMA node", short.join(", ")),
+        (Policy::SingleNumaNode, false) => {
+            format!("insufficient {} on any single NUMA node", short.join(", "))
+        }
         (Policy::SingleNumaNode, true) => "resources not alignable on a single NUMA node".to_owned(),
         _ => format!(
             "cannot align {} on preferred NUMA nodes",
-            aligned.iter().map(|&id| res.name(id)).collect::<Vec<_>>().join(", ")
+            aligned
+                .iter()
+                .map(|&id| res.name(id))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let need = ResList(aligned.iter().map(|&id| (id, req.get(id))).collect()).describe(res);
@@ -363,7 +618,9 @@ fn allocate(
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
 ) -> Result<(), Rejection> {
-    let in_mask: Vec<usize> = (0..w.ids.len()).filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i]))).collect();
+    let in_mask: Vec<usize> = (0..w.ids.len())
+        .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
+        .collect();
     let rest: Vec<usize> = (0..w.ids.len()).filter(|i| !in_mask.contains(i)).collect();
     let order: Vec<usize> = in_mask.iter().chain(rest.iter()).copied().collect();
     let exhausted = |what: String| Rejection {
@@ -379,15 +636,23 @@ fn allocate(
             take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
         }
     }
-    for (id, need) in req.positive().filter(|(id, _)| res.kind(*id) == ResKind::Extended) {
+    for (id, need) in req
+        .positive()
+        .filter(|(id, _)| res.kind(*id) == ResKind::Extended)
+    {
         if !topo.lists(id) {
             continue;
         }
-        let has_ids = w.free_devices.iter().any(|f| f.contains_key(&id));
-        if has_ids {
+        let has_ids = w
+            .free_devices
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|z| z.contains_key(&id)));
+        if let (true, Some(free_devices)) = (has_ids, w.free_devices.as_mut()) {
             let mut chosen: Vec<String> = Vec::new();
             for &i in &order {
-                let Some(free) = w.free_devices[i].get(&id) else { continue };
+                let Some(free) = free_devices[i].get(&id) else {
+                    continue;
+                };
                 for dev in free {
                     if chosen.len() as i64 >= need {
                         break;
@@ -401,8 +666,8 @@ fn allocate(
                 return Err(exhausted(res.name(id).to_owned()));
             }
             // A device on several NUMA nodes is listed (and counted) in each of them.
-            for i in 0..w.ids.len() {
-                if let Some(free) = w.free_devices[i].get_mut(&id) {
+            for (i, zone_free) in free_devices.iter_mut().enumerate() {
+                if let Some(free) = zone_free.get_mut(&id) {
                     let before = free.len();
                     free.retain(|d| !chosen.contains(d));
                     let removed = i64::try_from(before - free.len()).unwrap_or(0);
@@ -412,7 +677,9 @@ fn allocate(
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
             take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
-            placement.device_counts.insert(res.name(id).to_owned(), need);
+            if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
+                placement.device_counts.insert(res.name(id).to_owned(), need);
+            }
         }
     }
     Ok(())
@@ -447,8 +714,16 @@ fn explain_devices(p: &ContainerPlacement) -> String {
         .numa_nodes
         .as_ref()
         .map_or_else(|| "any NUMA node".to_owned(), |n| format!("NUMA {n:?}"));
-    let ids = p.devices.iter().map(|(r, ids)| format!("{r}={}", ids.join(","))).collect::<Vec<_>>();
-    let counts = p.device_counts.iter().map(|(r, n)| format!("{r}×{n} (no IDs published)")).collect::<Vec<_>>();
+    let ids = p
+        .devices
+        .iter()
+        .map(|(r, ids)| format!("{r}={}", ids.join(",")))
+        .collect::<Vec<_>>();
+    let counts = p
+        .device_counts
+        .iter()
+        .map(|(r, n)| format!("{r}×{n} (no IDs published)"))
+        .collect::<Vec<_>>();
     format!(
         "lowest free IDs inside the predicted affinity {nodes}: {}",
         ids.into_iter().chain(counts).collect::<Vec<_>>().join("; ")
@@ -463,18 +738,26 @@ pub fn predict(
     w: &mut WorkingZones,
     pod: &PodSpec,
 ) -> Result<Placement, Rejection> {
-    let tm_error = |e: TopologyManagerError| Rejection {
-        category: "topology manager refuses this node".to_owned(),
-        message: format!("topology unknown or invalid: {e}"),
-        kubelet_reason: "TopologyManagerError",
-    };
     let units: Vec<(&crate::pod::ContainerSpec, ContainerKind)> = pod
         .init_containers
         .iter()
-        .map(|c| (c, if c.sidecar { ContainerKind::Sidecar } else { ContainerKind::Init }))
+        .map(|c| {
+            (
+                c,
+                if c.sidecar {
+                    ContainerKind::Sidecar
+                } else {
+                    ContainerKind::Init
+                },
+            )
+        })
         .chain(pod.containers.iter().map(|c| (c, ContainerKind::App)))
         .collect();
-    let mut out = Placement { pod_numa_nodes: None, containers: Vec::new(), max_span: 0 };
+    let mut out = Placement {
+        pod_numa_nodes: None,
+        containers: Vec::new(),
+        max_span: 0,
+    };
     let pod_scope = topo.scope == Scope::Pod && topo.policy != Policy::None;
     let mut pod_mask = None;
     if pod_scope {
@@ -483,9 +766,9 @@ pub fn predict(
         for (id, v) in pod.overhead.iter() {
             req.add(id, -v);
         }
-        let hints = collect_hints(res, topo, w, pod.qos, &req)?;
-        let merged = merge(topo, &hints).map_err(tm_error)?;
+        let (merged, hints) = decide(res, topo, w, pod.qos, &req)?;
         if !merged.admit {
+            let hints = hints.unwrap_or(Hints { lists: Vec::new() });
             return Err(rejection_for(res, topo, w, &req, &hints, "pod"));
         }
         pod_mask = merged.hint.mask;
@@ -497,10 +780,10 @@ pub fn predict(
         } else if topo.policy == Policy::None {
             None
         } else {
-            let hints = collect_hints(res, topo, w, pod.qos, &c.requests)?;
-            let merged = merge(topo, &hints).map_err(tm_error)?;
+            let (merged, hints) = decide(res, topo, w, pod.qos, &c.requests)?;
             if !merged.admit {
                 let who = format!("{} `{}`", kind.noun(), c.name);
+                let hints = hints.unwrap_or(Hints { lists: Vec::new() });
                 return Err(rejection_for(res, topo, w, &c.requests, &hints, &who));
             }
             merged.hint.mask
@@ -517,7 +800,15 @@ pub fn predict(
         // later containers reuse what they held, so their allocation is not kept.
         if kind == ContainerKind::Init {
             let mut scratch = w.clone();
-            allocate(res, topo, &mut scratch, pod.qos, &c.requests, mask, &mut placement)?;
+            allocate(
+                res,
+                topo,
+                &mut scratch,
+                pod.qos,
+                &c.requests,
+                mask,
+                &mut placement,
+            )?;
         } else {
             allocate(res, topo, w, pod.qos, &c.requests, mask, &mut placement)?;
         }
@@ -531,4 +822,95 @@ pub fn predict(
 /// Index of zone `id` in `w` (for callers that map placements back to zones).
 pub fn zone_position(w: &WorkingZones, id: u32) -> Option<usize> {
     w.zone_index(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{node::NumaTopology, resources::MEMORY};
+
+    /// xorshift64: deterministic, no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> i64 {
+            i64::try_from(self.next() % n).unwrap_or(0)
+        }
+    }
+
+    fn random_topology(rng: &mut Rng, res: &mut Resources, policy: &str) -> NumaTopology {
+        let zones = 1 + rng.below(5) as usize;
+        let zone_list: Vec<serde_json::Value> = (0..zones)
+            .map(|z| {
+                let cap = 2 + rng.below(6);
+                let avail = rng.below(cap as u64 + 1);
+                let mem = 4 + rng.below(8);
+                let gpus = rng.below(3);
+                let costs: Vec<_> = (0..zones)
+                    .map(|t| serde_json::json!({"name": format!("node-{t}"), "value": if t == z { 10 } else { 11 + (t + z) as i64 % 3 * 5 }}))
+                    .collect();
+                serde_json::json!({"name": format!("node-{z}"), "type": "Node", "costs": costs, "resources": [
+                    {"name": "cpu", "capacity": cap.to_string(), "allocatable": cap.to_string(), "available": avail.to_string()},
+                    {"name": "memory", "capacity": format!("{mem}Gi"), "allocatable": format!("{mem}Gi"), "available": format!("{}Gi", rng.below(mem as u64 + 1))},
+                    {"name": "vendor.com/gpu", "capacity": gpus.to_string(), "allocatable": gpus.to_string(), "available": rng.below(gpus as u64 + 1).to_string()}
+                ]})
+            })
+            .collect();
+        let closest = if rng.below(2) == 0 { "true" } else { "false" };
+        let nrt: numaplane::nrt::NodeResourceTopology = serde_json::from_value(serde_json::json!({
+            "zones": zone_list,
+            "attributes": [{"name": "topologyManagerPolicy", "value": policy},
+                           {"name": "topologyManagerOptionPreferClosestNumaNodes", "value": closest}]}))
+        .expect("nrt");
+        NumaTopology::from_nrt(res, &nrt).expect("valid")
+    }
+
+    #[test]
+    fn fast_and_general_merge_agree() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut res = Resources::default();
+        let gpu = res.intern("vendor.com/gpu");
+        let mut checked = 0;
+        for round in 0..3000 {
+            let policy = if round % 2 == 0 {
+                "single-numa-node"
+            } else {
+                "restricted"
+            };
+            let topo = random_topology(&mut rng, &mut res, policy);
+            let w = WorkingZones::from_topology(&topo);
+            let mut req = ResList::default();
+            req.set(CPU, 1000 * (1 + rng.below(8)));
+            req.set(MEMORY, (1 + rng.below(12)) << 30);
+            if rng.below(2) == 0 {
+                req.set(gpu, 1 + rng.below(3));
+            }
+            let qos = if rng.below(4) == 0 {
+                Qos::Burstable
+            } else {
+                Qos::Guaranteed
+            };
+            let general = collect_hints(&res, &topo, &w, qos, &req).map(|h| merge(&topo, &h).expect("merge"));
+            let fast = fast_merge(&res, &topo, &w, qos, &req);
+            // Both must agree on admission, and on the merged hint when admitting. Rejections
+            // may differ in reason only (which provider is reported first).
+            let g = general.as_ref().ok().filter(|g| g.admit).map(|g| g.hint);
+            let f = match &fast {
+                Ok(Some(f)) => f.admit.then_some(f.hint),
+                Ok(None) => continue,
+                Err(_) => None,
+            };
+            assert_eq!(
+                g, f,
+                "round {round}: {topo:?} {req:?} general {general:?} fast {fast:?}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 2000);
+    }
 }

@@ -88,8 +88,16 @@ impl Allocation {
         let raw: serde_json::Value = serde_json::from_str(value).map_err(AllocationError::Parse)?;
         match raw.get("version").and_then(serde_json::Value::as_str) {
             Some(VERSION) => {}
-            Some(other) => return Err(AllocationError::UnsupportedVersion { found: other.to_owned() }),
-            None => return Err(AllocationError::Invalid { reason: "missing string field \"version\"".to_owned() }),
+            Some(other) => {
+                return Err(AllocationError::UnsupportedVersion {
+                    found: other.to_owned(),
+                });
+            }
+            None => {
+                return Err(AllocationError::Invalid {
+                    reason: "missing string field \"version\"".to_owned(),
+                });
+            }
         }
         let a: Allocation = serde_json::from_value(raw).map_err(AllocationError::Parse)?;
         a.validate()?;
@@ -120,8 +128,14 @@ impl Allocation {
             if c.device_counts.values().any(|n| *n <= 0) {
                 return invalid(format!("container {:?}: non-positive device count", c.name));
             }
-            if c.numa_nodes.as_ref().is_some_and(|n| n.is_empty() || n.iter().any(|id| *id > 63)) {
-                return invalid(format!("container {:?}: NUMA node list empty or id above 63", c.name));
+            if c.numa_nodes
+                .as_ref()
+                .is_some_and(|n| n.is_empty() || n.iter().any(|id| *id > 63))
+            {
+                return invalid(format!(
+                    "container {:?}: NUMA node list empty or id above 63",
+                    c.name
+                ));
             }
         }
         Ok(())
@@ -160,18 +174,32 @@ mod tests {
 
     #[test]
     fn strict_errors() {
-        assert!(matches!(Allocation::parse("not json"), Err(AllocationError::Parse(_))));
+        assert!(matches!(
+            Allocation::parse("not json"),
+            Err(AllocationError::Parse(_))
+        ));
         assert!(matches!(
             Allocation::parse(r#"{"version":"v9","node":"x"}"#),
             Err(AllocationError::UnsupportedVersion { found }) if found == "v9"
         ));
-        assert!(matches!(Allocation::parse(r#"{"node":"x"}"#), Err(AllocationError::Invalid { .. })));
+        assert!(matches!(
+            Allocation::parse(r#"{"node":"x"}"#),
+            Err(AllocationError::Invalid { .. })
+        ));
         let mut v = serde_json::to_value(sample()).expect("json");
         v["surprise"] = serde_json::json!(1);
-        assert!(matches!(Allocation::parse(&v.to_string()), Err(AllocationError::Parse(_))));
+        assert!(matches!(
+            Allocation::parse(&v.to_string()),
+            Err(AllocationError::Parse(_))
+        ));
         let mut dup = sample();
-        dup.containers[0].devices.insert("r".into(), vec!["a".into(), "a".into()]);
+        dup.containers[0]
+            .devices
+            .insert("r".into(), vec!["a".into(), "a".into()]);
         let s = serde_json::to_string(&dup).expect("json");
-        assert!(matches!(Allocation::parse(&s), Err(AllocationError::Invalid { .. })));
+        assert!(matches!(
+            Allocation::parse(&s),
+            Err(AllocationError::Invalid { .. })
+        ));
     }
 }

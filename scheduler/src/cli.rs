@@ -58,11 +58,17 @@ pub fn run(cli: Cli) -> ExitCode {
     let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log_level) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("numaplane-scheduler: invalid --log-level {:?}: {e}", cli.log_level);
+            eprintln!(
+                "numaplane-scheduler: invalid --log-level {:?}: {e}",
+                cli.log_level
+            );
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     match cli.command {
         Command::Simulate(args) => run_simulate(&args),
     }

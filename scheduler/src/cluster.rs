@@ -153,7 +153,11 @@ impl Cluster {
         let mut allocatable = Dense::default();
         let status_alloc = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         for (rname, q) in status_alloc.into_iter().flatten() {
-            let bad = || NodeError::ParseAllocatable { node: name.clone(), resource: rname.clone(), value: q.0.clone() };
+            let bad = || NodeError::ParseAllocatable {
+                node: name.clone(),
+                resource: rname.clone(),
+                value: q.0.clone(),
+            };
             let parsed = Quantity::parse(&q.0).map_err(|_| bad())?;
             let id = self.res.intern(rname);
             allocatable.set(id, self.res.amount(id, &parsed).map_err(|_| bad())?);
@@ -188,10 +192,17 @@ impl Cluster {
                 Ok(())
             }
             Err(e) => {
-                *self.anomalies.invalid_nrt.entry(e.metric_label().to_owned()).or_default() += 1;
+                *self
+                    .anomalies
+                    .invalid_nrt
+                    .entry(e.metric_label().to_owned())
+                    .or_default() += 1;
                 self.topologies.insert(
                     name,
-                    TopologyState::Invalid { reason: numaplane::error_chain(&e), label: e.metric_label() },
+                    TopologyState::Invalid {
+                        reason: numaplane::error_chain(&e),
+                        label: e.metric_label(),
+                    },
                 );
                 Err(e)
             }
@@ -269,9 +280,21 @@ impl Cluster {
     // === scheduling ===
 
     /// Evaluates `pod` on one node: node fit, then predicted kubelet admission.
-    fn evaluate(&self, cfg: &Config, pod: &PodSpec, request: &ResList, basics: &NodeBasics, explain: bool) -> NodeVerdict {
-        let mut verdict =
-            NodeVerdict { node: basics.name.clone(), feasible: false, score: None, reasons: vec![], categories: vec![] };
+    fn evaluate(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        request: &ResList,
+        basics: &NodeBasics,
+        explain: bool,
+    ) -> NodeVerdict {
+        let mut verdict = NodeVerdict {
+            node: basics.name.clone(),
+            feasible: false,
+            score: None,
+            reasons: vec![],
+            categories: vec![],
+        };
         let failures = fit::check(&self.res, basics, pod, request);
         if !failures.is_empty() {
             if explain {
@@ -282,22 +305,65 @@ impl Cluster {
             }
             return verdict;
         }
-        match self.topology(&basics.name) {
+        self.topology_verdict_into(cfg, pod, &basics.name, explain, &mut verdict);
+        verdict
+    }
+
+    /// The NUMA part of the filter alone (predicted kubelet admission from the node's NRT),
+    /// without node-level fit: what the upstream NodeResourceTopologyMatch Filter decides,
+    /// and what `kubectl numa why` style diagnostics want.
+    pub fn topology_verdict(&self, cfg: &Config, pod: &PodSpec, node: &str) -> NodeVerdict {
+        let mut verdict = NodeVerdict {
+            node: node.to_owned(),
+            feasible: false,
+            score: None,
+            reasons: vec![],
+            categories: vec![],
+        };
+        self.topology_verdict_into(cfg, pod, node, true, &mut verdict);
+        verdict
+    }
+
+    /// The score of `pod` on `node` alone (as upstream Score runs without Filter).
+    pub fn score_node(&self, cfg: &Config, pod: &PodSpec, node: &str) -> i64 {
+        match self.topology(node) {
+            TopologyState::Valid(t) => cfg.scorer.score(&self.res, Some(t), pod),
+            _ => cfg.scorer.score(&self.res, None, pod),
+        }
+    }
+
+    fn topology_verdict_into(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        node: &str,
+        explain: bool,
+        verdict: &mut NodeVerdict,
+    ) {
+        match self.topology(node) {
             TopologyState::Missing => {
                 if cfg.no_topology == NoTopology::Reject {
                     if explain {
-                        verdict.categories.push("node(s) had no NodeResourceTopology".to_owned());
-                        verdict.reasons.push("no NodeResourceTopology published for this node".to_owned());
+                        verdict
+                            .categories
+                            .push("node(s) had no NodeResourceTopology".to_owned());
+                        verdict
+                            .reasons
+                            .push("no NodeResourceTopology published for this node".to_owned());
                     }
-                    return verdict;
+                    return;
                 }
                 verdict.feasible = true;
                 verdict.score = Some(cfg.scorer.score(&self.res, None, pod));
             }
             TopologyState::Invalid { reason, .. } => {
                 if explain {
-                    verdict.categories.push("node(s) had topology unknown or invalid".to_owned());
-                    verdict.reasons.push(format!("topology unknown or invalid: {reason}"));
+                    verdict
+                        .categories
+                        .push("node(s) had topology unknown or invalid".to_owned());
+                    verdict
+                        .reasons
+                        .push(format!("topology unknown or invalid: {reason}"));
                 }
             }
             TopologyState::Valid(topo) => {
@@ -316,7 +382,6 @@ impl Cluster {
                 }
             }
         }
-        verdict
     }
 
     /// Filters and scores every node (no sampling) and picks the best: highest score, then
@@ -327,8 +392,11 @@ impl Cluster {
             r.set(PODS, 1);
             r
         };
-        let mut verdicts: Vec<NodeVerdict> =
-            self.nodes.values().map(|n| self.evaluate(cfg, pod, &request, n, explain)).collect();
+        let mut verdicts: Vec<NodeVerdict> = self
+            .nodes
+            .values()
+            .map(|n| self.evaluate(cfg, pod, &request, n, explain))
+            .collect();
         let best = verdicts
             .iter()
             .filter(|v| v.feasible)
@@ -339,7 +407,14 @@ impl Cluster {
                 return self.schedule(cfg, pod, true);
             }
             let message = aggregate_message(&verdicts);
-            return Decision { pod: pod.key(), node: None, message, placement: None, allocation: None, nodes: verdicts };
+            return Decision {
+                pod: pod.key(),
+                node: None,
+                message,
+                placement: None,
+                allocation: None,
+                nodes: verdicts,
+            };
         };
         let (placement, allocation) = self.placement_on(pod, &node);
         if !explain {
@@ -356,9 +431,13 @@ impl Cluster {
     }
 
     fn placement_on(&self, pod: &PodSpec, node: &str) -> (Option<Placement>, Option<Allocation>) {
-        let TopologyState::Valid(topo) = self.topology(node) else { return (None, None) };
-        let mut w = WorkingZones::from_topology(topo);
-        let Ok(p) = admission::predict(&self.res, topo, &mut w, pod) else { return (None, None) };
+        let TopologyState::Valid(topo) = self.topology(node) else {
+            return (None, None);
+        };
+        let mut w = WorkingZones::with_device_ids(topo);
+        let Ok(p) = admission::predict(&self.res, topo, &mut w, pod) else {
+            return (None, None);
+        };
         let allocation = Allocation {
             version: VERSION.to_owned(),
             node: node.to_owned(),
@@ -386,11 +465,14 @@ impl Cluster {
     pub fn assume(&mut self, pod: &PodSpec, decision: &Decision) {
         let Some(node) = decision.node.clone() else { return };
         if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
-            let mut w = WorkingZones::from_topology(topo);
+            let mut w = WorkingZones::with_device_ids(topo);
             if admission::predict(&self.res, topo, &mut w, pod).is_ok() {
-                for (z, (avail, free)) in topo.zones.iter_mut().zip(w.available.into_iter().zip(w.free_devices)) {
+                let free = w.free_devices.unwrap_or_default();
+                for (i, (z, avail)) in topo.zones.iter_mut().zip(w.available).enumerate() {
                     z.available = avail;
-                    z.free_devices = free;
+                    if let Some(f) = free.get(i) {
+                        z.free_devices = f.clone();
+                    }
                 }
             }
         }
@@ -420,6 +502,10 @@ pub fn aggregate_message(verdicts: &[NodeVerdict]) -> String {
     if parts.is_empty() {
         format!("{available}/{} nodes are available.", verdicts.len())
     } else {
-        format!("{available}/{} nodes are available: {}.", verdicts.len(), parts.join(", "))
+        format!(
+            "{available}/{} nodes are available: {}.",
+            verdicts.len(),
+            parts.join(", ")
+        )
     }
 }

@@ -41,7 +41,10 @@ pub struct FitFailure {
 }
 
 fn fail(category: impl Into<String>, message: impl Into<String>) -> FitFailure {
-    FitFailure { category: category.into(), message: message.into() }
+    FitFailure {
+        category: category.into(),
+        message: message.into(),
+    }
 }
 
 /// Runs every node-level check; returns all failures (empty = fits).
@@ -50,14 +53,23 @@ pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResLis
     if let Some(want) = &pod.node_name
         && want != &node.name
     {
-        out.push(fail("node(s) didn't match the requested node name", format!("pod requires node {want}")));
+        out.push(fail(
+            "node(s) didn't match the requested node name",
+            format!("pod requires node {want}"),
+        ));
         return out;
     }
     if node.unschedulable && !tolerates_unschedulable(&pod.tolerations) {
-        out.push(fail("node(s) were unschedulable", "node is cordoned (spec.unschedulable)"));
+        out.push(fail(
+            "node(s) were unschedulable",
+            "node is cordoned (spec.unschedulable)",
+        ));
     }
     if !selector_matches(&pod.node_selector, &node.labels)
-        || !pod.required_affinity.as_ref().is_none_or(|a| affinity_matches(a, &node.name, &node.labels))
+        || !pod
+            .required_affinity
+            .as_ref()
+            .is_none_or(|a| affinity_matches(a, &node.name, &node.labels))
     {
         out.push(fail(
             "node(s) didn't match Pod's node affinity/selector",
@@ -73,7 +85,10 @@ pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResLis
     }
     let max_pods = node.allocatable.get(PODS).unwrap_or(i64::MAX);
     if node.pod_count + 1 > max_pods {
-        out.push(fail("Too many pods", format!("node runs {} of {max_pods} pods", node.pod_count)));
+        out.push(fail(
+            "Too many pods",
+            format!("node runs {} of {max_pods} pods", node.pod_count),
+        ));
     }
     for (id, want) in request.positive() {
         if id == PODS {
@@ -128,7 +143,9 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     }
     match tol.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
-        "Equal" | "" => !key.is_empty() && tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Equal" | "" => {
+            !key.is_empty() && tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         _ => false,
     }
 }
@@ -145,8 +162,12 @@ pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<S
         if exprs.is_empty() && fields.is_empty() {
             return false;
         }
-        exprs.iter().all(|e| requirement_matches(e, labels.get(&e.key).map(String::as_str)))
-            && fields.iter().all(|f| f.key == "metadata.name" && requirement_matches(f, Some(node_name)))
+        exprs
+            .iter()
+            .all(|e| requirement_matches(e, labels.get(&e.key).map(String::as_str)))
+            && fields
+                .iter()
+                .all(|f| f.key == "metadata.name" && requirement_matches(f, Some(node_name)))
     })
 }
 
@@ -158,11 +179,17 @@ fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bo
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok()))
-            else {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
                 return false;
             };
-            if req.operator == "Gt" { v > bound } else { v < bound }
+            if req.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -178,12 +205,29 @@ mod tests {
 
     #[test]
     fn tolerations() {
-        let taint = Taint { key: "gpu".into(), value: Some("yes".into()), effect: "NoSchedule".into(), ..Taint::default() };
-        assert!(tolerates(&tol(serde_json::json!({"key": "gpu", "operator": "Equal", "value": "yes"})), &taint));
-        assert!(!tolerates(&tol(serde_json::json!({"key": "gpu", "value": "no"})), &taint));
+        let taint = Taint {
+            key: "gpu".into(),
+            value: Some("yes".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        assert!(tolerates(
+            &tol(serde_json::json!({"key": "gpu", "operator": "Equal", "value": "yes"})),
+            &taint
+        ));
+        assert!(!tolerates(
+            &tol(serde_json::json!({"key": "gpu", "value": "no"})),
+            &taint
+        ));
         assert!(tolerates(&tol(serde_json::json!({"operator": "Exists"})), &taint));
-        assert!(!tolerates(&tol(serde_json::json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})), &taint));
-        let pref = Taint { effect: "PreferNoSchedule".into(), ..taint.clone() };
+        assert!(!tolerates(
+            &tol(serde_json::json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})),
+            &taint
+        ));
+        let pref = Taint {
+            effect: "PreferNoSchedule".into(),
+            ..taint.clone()
+        };
         assert!(untolerated_taint(&[pref], &[]).is_none());
         assert!(untolerated_taint(std::slice::from_ref(&taint), &[]).is_some());
     }
@@ -196,7 +240,12 @@ mod tests {
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["special"]}]}
         ]}))
         .expect("selector");
-        let labels = |z: &str, c: &str| BTreeMap::from([("zone".to_owned(), z.to_owned()), ("cores".to_owned(), c.to_owned())]);
+        let labels = |z: &str, c: &str| {
+            BTreeMap::from([
+                ("zone".to_owned(), z.to_owned()),
+                ("cores".to_owned(), c.to_owned()),
+            ])
+        };
         assert!(affinity_matches(&sel, "n1", &labels("a", "32")));
         assert!(!affinity_matches(&sel, "n1", &labels("c", "32")));
         assert!(!affinity_matches(&sel, "n1", &labels("a", "8")));

@@ -3,13 +3,13 @@
 //! Kubernetes I/O lives here.
 
 pub mod admission;
-pub mod cli;
-pub mod simulate;
 pub mod allocation;
+pub mod cli;
 pub mod cluster;
 pub mod fit;
 pub mod node;
 pub mod pod;
 pub mod resources;
 pub mod score;
+pub mod simulate;
 pub mod topology_manager;

@@ -120,7 +120,16 @@ pub struct NumaTopology {
     pub memory_managed: bool,
     /// Pod-set fingerprint published by the exporter.
     pub fingerprint: Option<String>,
+    /// NUMA mask of every subset of zone positions (index = subset bits), precomputed once.
+    pub masks: Vec<crate::topology_manager::NumaMask>,
+    /// Device resources whose IDs appear in several zones (devices attached to several NUMA
+    /// nodes), which must be counted by ID union rather than by summing zones.
+    pub shared_devices: std::collections::BTreeSet<ResId>,
 }
+
+/// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
+/// node is refused rather than stalling the scheduler.
+pub const MAX_ZONES: usize = 16;
 
 /// Why an NRT cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +150,7 @@ pub enum NrtError {
         zone: String,
     },
     /// A quantity does not parse.
-    #[error("zone {zone:?}: resource {resource}: {field} {value:?} is not a quantity")]
+    #[error("zone {zone:?}: resource {resource}: {field}")]
     ParseQuantity {
         /// Zone name.
         zone: String,
@@ -149,8 +158,6 @@ pub enum NrtError {
         resource: String,
         /// capacity, allocatable or available.
         field: &'static str,
-        /// As written.
-        value: String,
         /// Why.
         #[source]
         source: numaplane::quantity::QuantityError,
@@ -175,6 +182,12 @@ pub enum NrtError {
         /// Resource name.
         resource: String,
     },
+    /// More NUMA zones than the model enumerates.
+    #[error("{zones} NUMA zones exceed the supported {MAX_ZONES}")]
+    TooManyZones {
+        /// Zone count.
+        zones: usize,
+    },
     /// The NUMA node set is not one the Topology Manager model accepts.
     #[error("NUMA layout rejected")]
     NumaLayout(#[source] TopologyManagerError),
@@ -190,6 +203,7 @@ impl NrtError {
             NrtError::ParseQuantity { .. } => "quantity",
             NrtError::QuantityOutOfRange { .. } => "quantity_range",
             NrtError::DuplicateResource { .. } => "duplicate_resource",
+            NrtError::TooManyZones { .. } => "too_many_zones",
             NrtError::NumaLayout(_) => "numa_layout",
         }
     }
@@ -207,7 +221,6 @@ fn parse_amount(
         zone: zone.to_owned(),
         resource: resource.to_owned(),
         field,
-        value: q.0.clone(),
         source,
     })?;
     let out_of_range = || NrtError::QuantityOutOfRange {
@@ -230,7 +243,8 @@ impl NumaTopology {
         let mut raw_costs: Vec<Vec<(u32, i64)>> = Vec::new();
         let mut list_ids = Vec::new();
         for z in obj.zones.iter().filter(|z| z.zone_type == nrt::ZONE_TYPE_NODE) {
-            let id = nrt::parse_zone_name(&z.name).ok_or_else(|| NrtError::ParseZoneName { zone: z.name.clone() })?;
+            let id = nrt::parse_zone_name(&z.name)
+                .ok_or_else(|| NrtError::ParseZoneName { zone: z.name.clone() })?;
             if list_ids.contains(&id) {
                 return Err(NrtError::DuplicateZone { zone: z.name.clone() });
             }
@@ -245,17 +259,34 @@ impl NumaTopology {
             for r in z.resources.iter().flatten() {
                 let rid = res.intern(&r.name);
                 if zone.available.get(rid).is_some() {
-                    return Err(NrtError::DuplicateResource { zone: z.name.clone(), resource: r.name.clone() });
+                    return Err(NrtError::DuplicateResource {
+                        zone: z.name.clone(),
+                        resource: r.name.clone(),
+                    });
                 }
-                zone.capacity.set(rid, parse_amount(res, rid, &z.name, &r.name, "capacity", &r.capacity)?);
-                zone.allocatable.set(rid, parse_amount(res, rid, &z.name, &r.name, "allocatable", &r.allocatable)?);
-                zone.available.set(rid, parse_amount(res, rid, &z.name, &r.name, "available", &r.available)?);
+                zone.capacity.set(
+                    rid,
+                    parse_amount(res, rid, &z.name, &r.name, "capacity", &r.capacity)?,
+                );
+                zone.allocatable.set(
+                    rid,
+                    parse_amount(res, rid, &z.name, &r.name, "allocatable", &r.allocatable)?,
+                );
+                zone.available.set(
+                    rid,
+                    parse_amount(res, rid, &z.name, &r.name, "available", &r.available)?,
+                );
             }
             for a in z.attributes.iter().flatten() {
                 if let Some(resource) = a.name.strip_prefix(nrt::attr::FREE_DEVICES_PREFIX) {
                     let rid = res.intern(resource);
-                    let mut ids: Vec<String> =
-                        a.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+                    let mut ids: Vec<String> = a
+                        .value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect();
                     ids.sort_unstable();
                     ids.dedup();
                     zone.free_devices.insert(rid, ids);
@@ -273,13 +304,25 @@ impl NumaTopology {
         if zones.is_empty() {
             return Err(NrtError::MissingZones);
         }
+        if zones.len() > MAX_ZONES {
+            return Err(NrtError::TooManyZones { zones: zones.len() });
+        }
+        // The published free IDs are the specific truth; never count more than are listed.
+        for z in &mut zones {
+            for (rid, ids) in &z.free_devices {
+                let listed = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+                let avail = z.available.get_or_zero(*rid);
+                z.available.set(*rid, avail.min(listed));
+            }
+        }
         // Keep list order for upstream-compatible scoring, and sort zones by id for the model.
         let mut order: Vec<usize> = (0..zones.len()).collect();
         order.sort_by_key(|&i| zones[i].id);
         let sorted: Vec<NumaZone> = order.iter().map(|&i| zones[i].clone()).collect();
         let sorted_costs: Vec<&Vec<(u32, i64)>> = order.iter().map(|&i| &raw_costs[i]).collect();
-        let list_order: Vec<usize> =
-            (0..zones.len()).map(|li| order.iter().position(|&o| o == li).unwrap_or(li)).collect();
+        let list_order: Vec<usize> = (0..zones.len())
+            .map(|li| order.iter().position(|&o| o == li).unwrap_or(li))
+            .collect();
         let ids: Vec<u32> = sorted.iter().map(|z| z.id).collect();
         let costs: Vec<Vec<u64>> = sorted_costs
             .iter()
@@ -294,7 +337,9 @@ impl NumaTopology {
                     .collect()
             })
             .collect();
-        let has_all_costs = sorted_costs.iter().all(|row| ids.iter().all(|to| row.iter().any(|(t, _)| t == to)));
+        let has_all_costs = sorted_costs
+            .iter()
+            .all(|row| ids.iter().all(|to| row.iter().any(|(t, _)| t == to)));
         let distances = if has_all_costs {
             let size = ids.iter().max().map_or(0, |m| *m as usize + 1);
             let mut rows = vec![vec![0u64; size]; size];
@@ -319,9 +364,40 @@ impl NumaTopology {
             .any(|z| z.available.iter().any(|(id, _)| res.kind(id).is_memory_like()));
         let fingerprint = obj
             .attribute(nrt::attr::PODS_FINGERPRINT)
-            .or_else(|| obj.metadata.annotations.as_ref().and_then(|a| a.get(nrt::ANNOTATION_FINGERPRINT)).map(String::as_str))
+            .or_else(|| {
+                obj.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(nrt::ANNOTATION_FINGERPRINT))
+                    .map(String::as_str)
+            })
             .map(str::to_owned);
+        let masks = (0..(1usize << sorted.len()))
+            .map(|bits| {
+                crate::topology_manager::NumaMask::from_ids(
+                    (0..sorted.len())
+                        .filter(|i| bits & (1 << i) != 0)
+                        .map(|i| sorted[i].id),
+                )
+                .unwrap_or(crate::topology_manager::NumaMask::EMPTY)
+            })
+            .collect();
+        let mut shared_devices = std::collections::BTreeSet::new();
+        let mut seen: std::collections::HashMap<(ResId, &str), usize> = std::collections::HashMap::new();
+        for (zi, z) in sorted.iter().enumerate() {
+            for (rid, ids) in &z.free_devices {
+                for dev in ids {
+                    if let Some(prev) = seen.insert((*rid, dev.as_str()), zi)
+                        && prev != zi
+                    {
+                        shared_devices.insert(*rid);
+                    }
+                }
+            }
+        }
         Ok(NumaTopology {
+            masks,
+            shared_devices,
             policy: cfg.policy.unwrap_or(Policy::None),
             scope: cfg.scope.unwrap_or(Scope::Container),
             options,
@@ -356,9 +432,11 @@ mod tests {
 
     #[test]
     fn attributes_override_legacy_policies() {
-        let n = nrt(serde_json::json!({"topologyPolicies": ["BestEffortPodLevel"], "zones": [],
+        let n = nrt(
+            serde_json::json!({"topologyPolicies": ["BestEffortPodLevel"], "zones": [],
             "attributes": [{"name": "topologyManagerScope", "value": "container"},
-                           {"name": "topologyManagerPolicy", "value": "Pod"}]}));
+                           {"name": "topologyManagerPolicy", "value": "Pod"}]}),
+        );
         let c = TmConfig::from_nrt(&n);
         assert_eq!(c.policy, Some(Policy::BestEffort));
         assert_eq!(c.scope, Some(Scope::Container));
@@ -391,7 +469,11 @@ mod tests {
         check(vec![], "missing_zones", &mut r);
         check(vec![zone("numa-0", "1")], "zone_name", &mut r);
         check(vec![zone("node-64", "1")], "zone_name", &mut r);
-        check(vec![zone("node-0", "1"), zone("node-0", "1")], "duplicate_zone", &mut r);
+        check(
+            vec![zone("node-0", "1"), zone("node-0", "1")],
+            "duplicate_zone",
+            &mut r,
+        );
         check(vec![zone("node-0", "lots")], "quantity", &mut r);
         check(vec![zone("node-0", "-1")], "quantity_range", &mut r);
     }

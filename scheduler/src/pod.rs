@@ -77,11 +77,9 @@ pub enum PodError {
         field: &'static str,
         /// Resource name.
         resource: String,
-        /// The text as written.
-        value: String,
-        /// Why it failed.
+        /// Why it failed (includes the text as written); boxed to keep results small.
         #[source]
-        source: numaplane::quantity::QuantityError,
+        source: Box<numaplane::quantity::QuantityError>,
     },
     /// A quantity is negative or too large.
     #[error("pod {pod}: container {container}: {field} {resource}={value} is out of range")]
@@ -123,8 +121,7 @@ fn parse_list(
             container: ctx.container.to_owned(),
             field,
             resource: name.clone(),
-            value: q.0.clone(),
-            source,
+            source: Box::new(source),
         })?;
         let id = res.intern(name);
         let out_of_range = || PodError::QuantityOutOfRange {
@@ -151,7 +148,10 @@ fn container_spec(
     pod: &str,
     qos: &mut QosAcc,
 ) -> Result<ContainerSpec, PodError> {
-    let ctx = Ctx { pod, container: &c.name };
+    let ctx = Ctx {
+        pod,
+        container: &c.name,
+    };
     let r = c.resources.as_ref();
     let (requests, raw_req) = parse_list(res, r.and_then(|r| r.requests.as_ref()), "requests", &ctx)?;
     let (limits, raw_lim) = parse_list(res, r.and_then(|r| r.limits.as_ref()), "limits", &ctx)?;
@@ -163,7 +163,12 @@ fn container_spec(
         }
     }
     let integer_cpu = effective.get(CPU) % 1000 == 0;
-    Ok(ContainerSpec { name: c.name.clone(), requests: effective, sidecar, integer_cpu })
+    Ok(ContainerSpec {
+        name: c.name.clone(),
+        requests: effective,
+        sidecar,
+        integer_cpu,
+    })
 }
 
 /// Go's `GetPodQOS`, over cpu and memory only.
@@ -185,7 +190,7 @@ impl QosAcc {
         for (id, q) in req {
             if compute(*id) && *q > Quantity::zero() {
                 let e = self.requests.entry(*id).or_insert_with(Quantity::zero);
-                *e = e.clone() + q.clone();
+                *e += *q;
             }
         }
         let mut found = (false, false);
@@ -197,7 +202,7 @@ impl QosAcc {
                     found.1 = true;
                 }
                 let e = self.limits.entry(*id).or_insert_with(Quantity::zero);
-                *e = e.clone() + q.clone();
+                *e += *q;
             }
         }
         if !(found.0 && found.1) {
@@ -218,7 +223,11 @@ impl QosAcc {
                 }
             }
         }
-        if guaranteed && self.requests.len() == self.limits.len() { Qos::Guaranteed } else { Qos::Burstable }
+        if guaranteed && self.requests.len() == self.limits.len() {
+            Qos::Guaranteed
+        } else {
+            Qos::Burstable
+        }
     }
 }
 
@@ -226,7 +235,11 @@ impl PodSpec {
     /// Builds the model of `pod`, interning its resource names into `res`.
     pub fn from_pod(res: &mut Resources, pod: &Pod) -> Result<PodSpec, PodError> {
         let name = pod.metadata.name.clone().ok_or(PodError::MissingName)?;
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let key = format!("{namespace}/{name}");
         let spec = pod.spec.clone().unwrap_or_default();
         let mut qos = QosAcc::default();
@@ -239,8 +252,15 @@ impl PodSpec {
         for c in &spec.containers {
             containers.push(container_spec(res, c, false, &key, &mut qos)?);
         }
-        let (overhead, _) =
-            parse_list(res, spec.overhead.as_ref(), "overhead", &Ctx { pod: &key, container: "<overhead>" })?;
+        let (overhead, _) = parse_list(
+            res,
+            spec.overhead.as_ref(),
+            "overhead",
+            &Ctx {
+                pod: &key,
+                container: "<overhead>",
+            },
+        )?;
         let terminal = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
@@ -297,10 +317,11 @@ impl PodSpec {
 
     /// Requests anything other than cpu/memory/pods/ephemeral-storage-like native resources.
     pub fn requests_extended(&self, res: &Resources) -> bool {
-        self.init_containers
-            .iter()
-            .chain(&self.containers)
-            .any(|c| c.requests.positive().any(|(id, _)| res.kind(id) == crate::resources::ResKind::Extended))
+        self.init_containers.iter().chain(&self.containers).any(|c| {
+            c.requests
+                .positive()
+                .any(|(id, _)| res.kind(id) == crate::resources::ResKind::Extended)
+        })
     }
 }
 
@@ -319,20 +340,28 @@ mod tests {
     #[test]
     fn qos_classes() {
         let mut r = Resources::default();
-        let g = pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
-            container("c", serde_json::json!({"cpu": "2", "memory": "1Gi"}), serde_json::json!({"cpu": "2", "memory": "1Gi"}))]}}));
+        let g = pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
+            container("c", serde_json::json!({"cpu": "2", "memory": "1Gi"}), serde_json::json!({"cpu": "2", "memory": "1Gi"}))]}}),
+        );
         assert_eq!(PodSpec::from_pod(&mut r, &g).expect("pod").qos, Qos::Guaranteed);
-        let b = pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
-            container("c", serde_json::json!({"cpu": "2"}), serde_json::json!({"cpu": "2"}))]}}));
+        let b = pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
+            container("c", serde_json::json!({"cpu": "2"}), serde_json::json!({"cpu": "2"}))]}}),
+        );
         assert_eq!(PodSpec::from_pod(&mut r, &b).expect("pod").qos, Qos::Burstable);
-        let be = pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
-            container("c", serde_json::json!({"nvidia.com/gpu": "1"}), serde_json::json!({"nvidia.com/gpu": "1"}))]}}));
+        let be = pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
+            container("c", serde_json::json!({"nvidia.com/gpu": "1"}), serde_json::json!({"nvidia.com/gpu": "1"}))]}}),
+        );
         let be = PodSpec::from_pod(&mut r, &be).expect("pod");
         assert_eq!(be.qos, Qos::BestEffort);
         assert!(be.requests_extended(&r));
         // Limits only (no defaulting applied): Burstable, as Go computes it.
-        let lo = pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
-            {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}));
+        let lo = pod(
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}),
+        );
         assert_eq!(PodSpec::from_pod(&mut r, &lo).expect("pod").qos, Qos::Burstable);
     }
 
@@ -355,10 +384,15 @@ mod tests {
     #[test]
     fn invalid_quantity_is_typed() {
         let mut r = Resources::default();
-        let p = pod(serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"containers": [
-            container("c", serde_json::json!({"cpu": "two"}), serde_json::json!({}))]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"containers": [
+            container("c", serde_json::json!({"cpu": "two"}), serde_json::json!({}))]}}),
+        );
         let err = PodSpec::from_pod(&mut r, &p).expect_err("must fail");
-        assert!(matches!(err, PodError::ParseQuantity { ref resource, .. } if resource == "cpu"), "{err}");
+        assert!(
+            matches!(err, PodError::ParseQuantity { ref resource, .. } if resource == "cpu"),
+            "{err}"
+        );
         assert!(err.to_string().contains("ns/a"));
     }
 }

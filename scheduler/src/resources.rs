@@ -78,7 +78,11 @@ pub struct Resources {
 
 impl Default for Resources {
     fn default() -> Self {
-        let mut r = Resources { names: Vec::new(), kinds: Vec::new(), index: HashMap::new() };
+        let mut r = Resources {
+            names: Vec::new(),
+            kinds: Vec::new(),
+            index: HashMap::new(),
+        };
         for n in ["cpu", "memory", "pods", "ephemeral-storage"] {
             r.intern(n);
         }
@@ -111,7 +115,10 @@ impl Resources {
 
     /// The kind of `id`.
     pub fn kind(&self, id: ResId) -> ResKind {
-        self.kinds.get(id.0 as usize).copied().unwrap_or(ResKind::Extended)
+        self.kinds
+            .get(id.0 as usize)
+            .copied()
+            .unwrap_or(ResKind::Extended)
     }
 
     /// Number of interned names.
@@ -126,8 +133,19 @@ impl Resources {
 
     /// Converts a quantity into an amount for `id` (millicores for cpu, units otherwise).
     pub fn amount(&self, id: ResId, q: &Quantity) -> Result<i64, AmountError> {
-        let v = if self.kind(id) == ResKind::Cpu { q.millis_ceil() } else { q.value_ceil() };
-        i64::try_from(v).map_err(|_| AmountError { resource: self.name(id).to_owned(), quantity: q.to_string() })
+        let v = if self.kind(id) == ResKind::Cpu {
+            q.millis_ceil()
+        } else {
+            q.value_ceil()
+        };
+        // The conversions saturate; a saturated amount cannot be accounted exactly.
+        if v == i64::MAX || v == i64::MIN {
+            return Err(AmountError {
+                resource: self.name(id).to_owned(),
+                quantity: q.to_string(),
+            });
+        }
+        Ok(v)
     }
 
     /// Renders an amount of `id` as a quantity string (`1500m`, `2Gi`, `4`).
@@ -172,7 +190,9 @@ pub struct ResList(pub Vec<(ResId, i64)>);
 impl ResList {
     /// Amount of `id` (0 when absent).
     pub fn get(&self, id: ResId) -> i64 {
-        self.0.binary_search_by_key(&id, |e| e.0).map_or(0, |i| self.0[i].1)
+        self.0
+            .binary_search_by_key(&id, |e| e.0)
+            .map_or(0, |i| self.0[i].1)
     }
 
     /// True if `id` has an entry (even zero).
@@ -229,7 +249,10 @@ impl ResList {
 
     /// `cpu=2, memory=4Gi` for messages.
     pub fn describe(&self, res: &Resources) -> String {
-        self.positive().map(|(id, v)| format!("{}={}", res.name(id), res.render(id, v))).collect::<Vec<_>>().join(", ")
+        self.positive()
+            .map(|(id, v)| format!("{}={}", res.name(id), res.render(id, v)))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -76,14 +76,24 @@ impl Scorer {
     }
 
     fn zone_score(&self, res: &Resources, req: &ResList, avail: impl Fn(ResId) -> i64) -> i64 {
-        let units = |id: ResId, v: i64| if res.kind(id) == ResKind::Cpu { (v + 999).div_euclid(1000) } else { v };
+        let units = |id: ResId, v: i64| {
+            if res.kind(id) == ResKind::Cpu {
+                (v + 999).div_euclid(1000)
+            } else {
+                v
+            }
+        };
         match self.strategy {
             Strategy::BalancedAllocation => {
                 let fractions: Vec<f64> = req
                     .iter()
                     .map(|(id, r)| {
                         let a = units(id, avail(id));
-                        if a == 0 { 1.0 } else { units(id, r) as f64 / a as f64 }
+                        if a == 0 {
+                            1.0
+                        } else {
+                            units(id, r) as f64 / a as f64
+                        }
                     })
                     .collect();
                 if fractions.iter().any(|f| *f > 1.0) {
@@ -107,7 +117,11 @@ impl Scorer {
                     total += s * w;
                     weights += w;
                 }
-                if weights == 0 { 0 } else { i64::try_from(total / weights).unwrap_or(0) }
+                if weights == 0 {
+                    0
+                } else {
+                    i64::try_from(total / weights).unwrap_or(0)
+                }
             }
         }
     }
@@ -127,7 +141,12 @@ fn sample_variance(v: &[f64]) -> f64 {
 fn request_maps(pod: &PodSpec, scope: Scope) -> Vec<ResList> {
     match scope {
         Scope::Pod => vec![pod.effective_request()],
-        Scope::Container => pod.init_containers.iter().chain(&pod.containers).map(|c| c.requests.clone()).collect(),
+        Scope::Container => pod
+            .init_containers
+            .iter()
+            .chain(&pod.containers)
+            .map(|c| c.requests.clone())
+            .collect(),
     }
 }
 
@@ -166,17 +185,30 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
 }
 
 /// The minimal NUMA set for `req` over zone list positions: (zone count, is-min-distance).
-pub fn minimal_numa_set(topo: &NumaTopology, avail: &[crate::resources::Dense], req: &ResList) -> Option<(usize, bool, Vec<usize>)> {
+pub fn minimal_numa_set(
+    topo: &NumaTopology,
+    avail: &[crate::resources::Dense],
+    req: &ResList,
+) -> Option<(usize, bool, Vec<usize>)> {
     let n = topo.zones.len();
     for k in 1..=n {
         // Subsets of list positions, mapped to sorted zone indexes.
-        let subsets: Vec<Vec<usize>> =
-            combinations(n, k).into_iter().map(|c| c.iter().map(|&p| topo.list_order[p]).collect()).collect();
-        let min_dist = subsets.iter().map(|s| avg_distance(topo, s)).fold(f32::INFINITY, f32::min);
+        let subsets: Vec<Vec<usize>> = combinations(n, k)
+            .into_iter()
+            .map(|c| c.iter().map(|&p| topo.list_order[p]).collect())
+            .collect();
+        let min_dist = subsets
+            .iter()
+            .map(|s| avg_distance(topo, s))
+            .fold(f32::INFINITY, f32::min);
         let mut best: Option<(f32, &Vec<usize>)> = None;
         for s in &subsets {
-            let lists_all = s.iter().all(|&z| req.iter().all(|(id, _)| avail[z].get(id).is_some()));
-            let covers = req.positive().all(|(id, need)| s.iter().map(|&z| avail[z].get_or_zero(id)).sum::<i64>() >= need);
+            let lists_all = s
+                .iter()
+                .all(|&z| req.iter().all(|(id, _)| avail[z].get(id).is_some()));
+            let covers = req
+                .positive()
+                .all(|(id, need)| s.iter().map(|&z| avail[z].get_or_zero(id)).sum::<i64>() >= need);
             if !(lists_all && covers) {
                 continue;
             }
@@ -208,7 +240,10 @@ pub fn normalize_least_numa(count: usize, is_min_distance: bool, max_numa_nodes:
 fn least_numa_nodes(res: &Resources, topo: &NumaTopology, pod: &PodSpec) -> i64 {
     let _ = res;
     let mut avail: Vec<crate::resources::Dense> = topo.zones.iter().map(|z| z.available.clone()).collect();
-    let named_in_zones = |req: &ResList| req.iter().any(|(id, _)| topo.zones.iter().any(|z| z.available.get(id).is_some()));
+    let named_in_zones = |req: &ResList| {
+        req.iter()
+            .any(|(id, _)| topo.zones.iter().any(|z| z.available.get(id).is_some()))
+    };
     match topo.scope {
         Scope::Pod => {
             let req = pod.effective_request();
@@ -224,7 +259,9 @@ fn least_numa_nodes(res: &Resources, topo: &NumaTopology, pod: &PodSpec) -> i64 
                 if !named_in_zones(&c.requests) {
                     continue;
                 }
-                let Some((k, min, set)) = minimal_numa_set(topo, &avail, &c.requests) else { return 0 };
+                let Some((k, min, set)) = minimal_numa_set(topo, &avail, &c.requests) else {
+                    return 0;
+                };
                 counted = true;
                 max_k = max_k.max(k);
                 all_min &= min;
@@ -240,7 +277,11 @@ fn least_numa_nodes(res: &Resources, topo: &NumaTopology, pod: &PodSpec) -> i64 
                     }
                 }
             }
-            if counted { normalize_least_numa(max_k, all_min, topo.max_numa_nodes) } else { MAX_SCORE }
+            if counted {
+                normalize_least_numa(max_k, all_min, topo.max_numa_nodes)
+            } else {
+                MAX_SCORE
+            }
         }
     }
 }

@@ -97,8 +97,15 @@ fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, Sim
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let mut out = Vec::new();
-        for (i, v) in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>().enumerate() {
-            let v = v.map_err(|e| SimulateError::ParseDocument { path: path.to_owned(), index: i + 1, message: e.to_string() })?;
+        for (i, v) in serde_json::Deserializer::from_str(text)
+            .into_iter::<serde_json::Value>()
+            .enumerate()
+        {
+            let v = v.map_err(|e| SimulateError::ParseDocument {
+                path: path.to_owned(),
+                index: i + 1,
+                message: e.to_string(),
+            })?;
             match v {
                 serde_json::Value::Array(items) => out.extend(items),
                 other => out.push(other),
@@ -106,8 +113,12 @@ fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, Sim
         }
         return Ok(out);
     }
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| SimulateError::ParseDocument { path: path.to_owned(), index: 0, message: e.to_string() })?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| SimulateError::ParseDocument {
+            path: path.to_owned(),
+            index: 0,
+            message: e.to_string(),
+        })?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -116,13 +127,24 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
     let mut inputs = Inputs::default();
     for p in paths {
         let path = p.as_ref().display().to_string();
-        let text = std::fs::read_to_string(p.as_ref()).map_err(|source| SimulateError::ReadFile { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(p.as_ref()).map_err(|source| SimulateError::ReadFile {
+            path: path.clone(),
+            source,
+        })?;
         let mut docs = split_documents(&text, &path)?;
         let mut index = 0;
         while let Some(doc) = (!docs.is_empty()).then(|| docs.remove(0)) {
             index += 1;
-            let kind = doc.get("kind").and_then(serde_json::Value::as_str).unwrap_or("").to_owned();
-            let bad = |e: serde_json::Error| SimulateError::ParseDocument { path: path.clone(), index, message: format!("{kind}: {e}") };
+            let kind = doc
+                .get("kind")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let bad = |e: serde_json::Error| SimulateError::ParseDocument {
+                path: path.clone(),
+                index,
+                message: format!("{kind}: {e}"),
+            };
             match kind.as_str() {
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
@@ -132,7 +154,9 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
                         docs.splice(0..0, items.iter().cloned());
                     }
                 }
-                other => inputs.skipped.push(format!("{path}: document {index}: kind {other:?} ignored")),
+                other => inputs
+                    .skipped
+                    .push(format!("{path}: document {index}: kind {other:?} ignored")),
             }
         }
     }
@@ -142,8 +166,14 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
 /// Reads and validates the config file.
 pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| SimulateError::ReadFile { path: p.clone(), source })?;
-    serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig { path: p, message: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|source| SimulateError::ReadFile {
+        path: p.clone(),
+        source,
+    })?;
+    serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig {
+        path: p,
+        message: e.to_string(),
+    })
 }
 
 /// One pod's simulation result.
@@ -202,7 +232,11 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -
         }
     }
     for p in &cluster_inputs.pods {
-        let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+        let bound = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
         if !bound {
             warnings.push(format!(
                 "cluster pod {} is not bound (no spec.nodeName); pass pods to schedule with --pods",
@@ -214,8 +248,12 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -
             warnings.push(format!("bound pod skipped: {}", numaplane::error_chain(&e)));
         }
     }
-    let weights: Vec<(String, i64)> =
-        cfg_file.scoring_strategy.resources.iter().map(|r| (r.name.clone(), r.weight)).collect();
+    let weights: Vec<(String, i64)> = cfg_file
+        .scoring_strategy
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.weight))
+        .collect();
     let config = Config {
         scorer: Scorer {
             strategy: cfg_file.scoring_strategy.strategy,
@@ -229,7 +267,10 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -
             Ok(spec) => {
                 let decision = cluster.schedule(&config, &spec, true);
                 cluster.assume(&spec, &decision);
-                results.push(PodResult { decision, error: None });
+                results.push(PodResult {
+                    decision,
+                    error: None,
+                });
             }
             Err(e) => {
                 let key = format!(
@@ -255,7 +296,11 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -
     let scheduled = results.iter().filter(|r| r.decision.node.is_some()).count();
     Report {
         schema: "numaplane.io/simulate/v1",
-        summary: Summary { pods: results.len(), scheduled, unschedulable: results.len() - scheduled },
+        summary: Summary {
+            pods: results.len(),
+            scheduled,
+            unschedulable: results.len() - scheduled,
+        },
         results,
         warnings,
     }
@@ -268,7 +313,12 @@ pub fn render_table(report: &Report) -> String {
         let d = &r.decision;
         match &d.node {
             Some(node) => {
-                let score = d.nodes.iter().find(|v| &v.node == node).and_then(|v| v.score).unwrap_or(0);
+                let score = d
+                    .nodes
+                    .iter()
+                    .find(|v| &v.node == node)
+                    .and_then(|v| v.score)
+                    .unwrap_or(0);
                 let _ = writeln!(out, "POD {:<32} -> {node} (score {score})", d.pod);
             }
             None => {
@@ -288,7 +338,11 @@ pub fn render_table(report: &Report) -> String {
                     .chain(c.device_counts.iter().map(|(res, n)| format!("{res}x{n}")))
                     .collect::<Vec<_>>()
                     .join(" ");
-                let devs = if devs.is_empty() { String::new() } else { format!("  devices {devs}") };
+                let devs = if devs.is_empty() {
+                    String::new()
+                } else {
+                    format!("  devices {devs}")
+                };
                 let _ = writeln!(out, "    {:?} {:<20} NUMA {numa}{devs}", c.kind, c.name);
             }
         }
@@ -300,12 +354,20 @@ pub fn render_table(report: &Report) -> String {
             let verdict = if v.feasible { "fits" } else { "rejected" };
             let score = v.score.map_or("-".to_owned(), |s| s.to_string());
             let reason = v.reasons.join("; ");
-            let _ = writeln!(out, "      {:<width$}  {verdict:<8}  {score:>5}  {reason}", v.node);
+            let _ = writeln!(
+                out,
+                "      {:<width$}  {verdict:<8}  {score:>5}  {reason}",
+                v.node
+            );
         }
         out.push('\n');
     }
     let s = &report.summary;
-    let _ = writeln!(out, "{} pods: {} scheduled, {} unschedulable", s.pods, s.scheduled, s.unschedulable);
+    let _ = writeln!(
+        out,
+        "{} pods: {} scheduled, {} unschedulable",
+        s.pods, s.scheduled, s.unschedulable
+    );
     for w in &report.warnings {
         let _ = writeln!(out, "warning: {w}");
     }

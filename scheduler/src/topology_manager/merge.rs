@@ -312,22 +312,27 @@ impl Filter {
     }
 }
 
-/// How the permutations are evaluated; both give the same result.
+/// How the permutations are evaluated; all give the same result.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Strategy {
-    /// Cartesian product for small inputs, set-based evaluation for large ones.
+    /// Cartesian product for small inputs, set-based evaluation for larger ones.
     Auto,
-    /// Always visit every permutation (the kubelet's way); tests compare the two.
+    /// Always visit every permutation (the kubelet's way); tests compare the strategies.
     #[cfg(test)]
     Cartesian,
-    /// Always evaluate on the sets of reachable masks.
+    /// Set-based on 256-bit sets when eligible, else on vectors.
     #[cfg(test)]
     Sets,
+    /// Set-based on vectors only.
+    #[cfg(test)]
+    VecSets,
 }
 
-/// Above this many permutations the set-based evaluation is cheaper: e.g. 8 NUMA nodes with
-/// 255 hints from each of three providers are 16.6 M permutations but ≤ 255 × 255 set steps.
-const CARTESIAN_LIMIT: u64 = 4096;
+/// Above this many permutations the set-based evaluation is cheaper (measured in release:
+/// 27 permutations take ~170 ns visited vs ~130 ns on 256-bit sets, 3375 take 22 µs vs 0.6 µs).
+/// On 8 NUMA nodes with 255 hints from each of three providers the kubelet visits 16.6 M
+/// permutations; the sets need at most 255 × 255 steps per provider (~115 µs).
+const CARTESIAN_LIMIT: u64 = 16;
 
 /// §2.4–§2.5: the best merged hint of the filtered lists.
 pub(super) fn merge_filtered(
@@ -343,28 +348,31 @@ pub(super) fn merge_filtered(
         acc.saturating_mul(list.iter().filter(|h| filter.keeps(h)).count() as u64)
     });
     // A list emptied by the filter leaves no permutation at all.
-    if permutations > 0 {
-        let cartesian = match strategy {
-            Strategy::Auto => permutations <= CARTESIAN_LIMIT,
-            #[cfg(test)]
-            Strategy::Cartesian => true,
-            #[cfg(test)]
-            Strategy::Sets => false,
-        };
-        if cartesian {
-            // The odometer lives on the stack for the common case.
-            let mut inline = [0usize; INLINE];
-            let mut spilled = Vec::new();
-            let idx: &mut [usize] = if lists.len() <= INLINE {
-                inline.get_mut(..lists.len()).unwrap_or_default()
-            } else {
-                spilled.resize(lists.len(), 0);
-                &mut spilled
-            };
-            visit_cartesian(default, lists, filter, &mut selector, idx);
+    if permutations == 0 {
+        return selector.finish(default);
+    }
+    let (cartesian, small_sets) = match strategy {
+        Strategy::Auto => (permutations <= CARTESIAN_LIMIT, true),
+        #[cfg(test)]
+        Strategy::Cartesian => (true, false),
+        #[cfg(test)]
+        Strategy::Sets => (false, true),
+        #[cfg(test)]
+        Strategy::VecSets => (false, false),
+    };
+    if cartesian {
+        // The odometer lives on the stack for the common case.
+        let mut inline = [0usize; INLINE];
+        let mut spilled = Vec::new();
+        let idx: &mut [usize] = if lists.len() <= INLINE {
+            inline.get_mut(..lists.len()).unwrap_or_default()
         } else {
-            visit_sets(default, lists, filter, &mut selector);
-        }
+            spilled.resize(lists.len(), 0);
+            &mut spilled
+        };
+        visit_cartesian(default, lists, filter, &mut selector, idx);
+    } else if !(small_sets && visit_small_sets(default, lists, filter, &mut selector)) {
+        visit_sets(default, lists, filter, &mut selector);
     }
     selector.finish(default)
 }
@@ -505,6 +513,156 @@ fn visit_cartesian(
             return;
         }
     }
+}
+
+/// 256-bit set of masks compressed to the default affinity's ≤ 8 nodes.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+struct Set256([u64; 4]);
+
+impl Set256 {
+    const ALL: Self = Self([u64::MAX; 4]);
+
+    fn insert(&mut self, v: u64) {
+        if let Some(word) = self.0.get_mut((v >> 6) as usize) {
+            *word |= 1 << (v & 63);
+        }
+    }
+
+    fn remove(&mut self, v: u64) {
+        if let Some(word) = self.0.get_mut((v >> 6) as usize) {
+            *word &= !(1 << (v & 63));
+        }
+    }
+
+    fn and(self, other: Self) -> Self {
+        let mut out = self;
+        for (a, b) in out.0.iter_mut().zip(other.0) {
+            *a &= b;
+        }
+        out
+    }
+
+    fn or(self, other: Self) -> Self {
+        let mut out = self;
+        for (a, b) in out.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+        out
+    }
+
+    fn is_empty(self) -> bool {
+        self.0 == [0; 4]
+    }
+
+    fn iter(self) -> Set256Iter {
+        Set256Iter {
+            words: self.0,
+            word: 0,
+        }
+    }
+}
+
+/// Members of a [`Set256`], ascending.
+struct Set256Iter {
+    words: [u64; 4],
+    word: usize,
+}
+
+impl Iterator for Set256Iter {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        while let Some(bits) = self.words.get_mut(self.word) {
+            if *bits != 0 {
+                let bit = u64::from(bits.trailing_zeros());
+                *bits &= *bits - 1;
+                return Some(self.word as u64 * 64 + bit);
+            }
+            self.word += 1;
+        }
+        None
+    }
+}
+
+/// [`visit_sets`] without allocation for machines with ≤ 8 NUMA nodes whose hints only name
+/// existing nodes (then raw mask equality equals compressed equality). Returns false, having
+/// offered nothing, if the input is not eligible.
+fn visit_small_sets(
+    default: NumaMask,
+    lists: &[&[TopologyHint]],
+    filter: Filter,
+    selector: &mut Selector<'_>,
+) -> bool {
+    let nodes = default.count();
+    if nodes > 8 {
+        return false;
+    }
+    let full = (1u64 << nodes) - 1;
+    // Node ids 0..n (the usual case) need no compression.
+    let identity = default.value() == full;
+    let pack = |m: NumaMask| {
+        if identity {
+            m.value()
+        } else {
+            compress(m.value(), default.value())
+        }
+    };
+    let unpack = |c: u64| NumaMask::from_bits(if identity { c } else { expand(c, default.value()) });
+
+    // Pass 1: preferred candidates = masks preferred (or wildcarded) in every list, named by one.
+    let (mut admissible, mut named, mut all_wildcard) = (Set256::ALL, Set256::default(), true);
+    for list in lists {
+        let (mut wildcard, mut masks) = (false, Set256::default());
+        for h in list.iter().filter(|h| filter.keeps(h)) {
+            match h.mask {
+                Some(m) if (m & default) != m => return false,
+                Some(m) if h.preferred => masks.insert(pack(m)),
+                None if h.preferred => wildcard = true,
+                _ => {}
+            }
+        }
+        all_wildcard &= wildcard;
+        named = named.or(masks);
+        if !wildcard {
+            admissible = admissible.and(masks);
+        }
+    }
+    let mut candidates = admissible.and(named);
+    if all_wildcard {
+        candidates.insert(full);
+    }
+    candidates.remove(0);
+    if !candidates.is_empty() {
+        for c in candidates.iter() {
+            selector.offer(unpack(c), true);
+        }
+        return true;
+    }
+
+    // Pass 2: no preferred merge exists → every reachable non-empty AND is a candidate.
+    let mut reach = Set256::default();
+    reach.insert(full);
+    for list in lists {
+        let mut options = Set256::default();
+        for h in list.iter().filter(|h| filter.keeps(h)) {
+            options.insert(h.mask.map_or(full, pack));
+        }
+        let mut next = Set256::default();
+        for r in reach.iter() {
+            for o in options.iter() {
+                next.insert(r & o);
+            }
+        }
+        next.remove(0);
+        if next.is_empty() {
+            return true;
+        }
+        reach = next;
+    }
+    for c in reach.iter() {
+        selector.offer(unpack(c), false);
+    }
+    true
 }
 
 /// Set-based evaluation, equal to visiting every permutation:

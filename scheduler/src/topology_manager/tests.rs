@@ -597,7 +597,9 @@ fn kubelet_fold(default: NumaMask, lists: &[Vec<TopologyHint>], tie: TieBreak<'_
     best.unwrap_or(TopologyHint::new(default, false))
 }
 
-fn random_lists(rng: &mut Rng, nodes: u32) -> Vec<Vec<TopologyHint>> {
+/// Up to 3 lists of up to 5 hints; masks mostly inside `default`, sometimes maskless, empty or
+/// naming nodes the machine does not have.
+fn random_lists(rng: &mut Rng, default: NumaMask) -> Vec<Vec<TopologyHint>> {
     let list_count = rng.below(4) as usize;
     (0..list_count)
         .map(|_| {
@@ -607,11 +609,13 @@ fn random_lists(rng: &mut Rng, nodes: u32) -> Vec<Vec<TopologyHint>> {
                     let preferred = rng.below(3) != 0;
                     match rng.below(10) {
                         0 => TopologyHint::any(preferred),
-                        // Occasionally a bit outside the machine or an empty mask.
-                        1 => TopologyHint::new(NumaMask::from_bits(rng.below(1 << (nodes + 1))), preferred),
-                        _ => {
-                            TopologyHint::new(NumaMask::from_bits(1 + rng.below((1 << nodes) - 1)), preferred)
-                        }
+                        1 => TopologyHint::new(NumaMask::from_bits(rng.below(1 << 7)), preferred),
+                        _ => loop {
+                            let m = NumaMask::from_bits(rng.next()) & default;
+                            if !m.is_empty() {
+                                break TopologyHint::new(m, preferred);
+                            }
+                        },
                     }
                 })
                 .collect()
@@ -623,9 +627,9 @@ fn random_lists(rng: &mut Rng, nodes: u32) -> Vec<Vec<TopologyHint>> {
 fn closed_form_and_both_strategies_equal_the_kubelet_fold() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let distances = NumaDistances::new(
-        (0..4u64)
+        (0..7u64)
             .map(|i| {
-                (0..4u64)
+                (0..7u64)
                     .map(|j| if i == j { 10 } else { 11 + (i + j) % 3 * 5 })
                     .collect()
             })
@@ -633,13 +637,22 @@ fn closed_form_and_both_strategies_equal_the_kubelet_fold() {
     )
     .unwrap();
     for round in 0..20_000 {
-        let nodes = 1 + rng.below(4) as u32;
-        let default = NumaMask::from_bits((1 << nodes) - 1);
-        let lists = random_lists(&mut rng, nodes);
+        // Half the machines have ids 0..n, the others arbitrary ids below 7.
+        let default = if rng.below(2) == 0 {
+            NumaMask::from_bits((1 << (1 + rng.below(4))) - 1)
+        } else {
+            NumaMask::from_bits(1 + rng.below((1 << 7) - 1))
+        };
+        let lists = random_lists(&mut rng, default);
         let slices: Vec<&[TopologyHint]> = lists.iter().map(Vec::as_slice).collect();
         for tie in [TieBreak::LowestValue, TieBreak::ClosestNodes(&distances)] {
             let expected = kubelet_fold(default, &lists, tie);
-            for strategy in [Strategy::Cartesian, Strategy::Sets, Strategy::Auto] {
+            for strategy in [
+                Strategy::Cartesian,
+                Strategy::Sets,
+                Strategy::VecSets,
+                Strategy::Auto,
+            ] {
                 let got = merge_filtered(default, &slices, Filter::All, tie, strategy);
                 assert_eq!(
                     got, expected,
@@ -658,7 +671,7 @@ fn closed_form_and_both_strategies_equal_the_kubelet_fold() {
             })
             .collect();
         let expected = kubelet_fold(default, &filtered, TieBreak::LowestValue);
-        for strategy in [Strategy::Cartesian, Strategy::Sets] {
+        for strategy in [Strategy::Cartesian, Strategy::Sets, Strategy::VecSets] {
             let got = merge_filtered(
                 default,
                 &slices,
@@ -696,17 +709,54 @@ fn merge_throughput() {
         let mem = all_masks(nodes, 1);
         // GPUs that need two nodes: no preferred merge exists, so best-effort walks every mask.
         let gpu = all_masks(nodes, 2);
-        let resources = [ResourceHints::Hints(&gpu), ResourceHints::Hints(&cpu), ResourceHints::Hints(&mem)];
+        let resources = [
+            ResourceHints::Hints(&gpu),
+            ResourceHints::Hints(&cpu),
+            ResourceHints::Hints(&mem),
+        ];
         let iterations = if nodes == 8 { 200 } else { 200_000 };
         let start = std::time::Instant::now();
         let mut admitted = 0usize;
         for _ in 0..iterations {
-            let out =
-                merge_resource_hints(policy, &PolicyOptions::default(), &numa, std::hint::black_box(&resources))
-                    .unwrap();
+            let out = merge_resource_hints(
+                policy,
+                &PolicyOptions::default(),
+                &numa,
+                std::hint::black_box(&resources),
+            )
+            .unwrap();
             admitted += usize::from(out.admit);
         }
         let per = start.elapsed() / iterations;
         println!("{nodes} nodes {policy}: {per:?} per merge (admitted {admitted})");
+    }
+}
+
+#[test]
+#[ignore = "timing, run manually in release mode"]
+fn strategy_timing() {
+    for nodes in [2u32, 3, 4] {
+        let all = |pc: u32| -> Vec<TopologyHint> {
+            (1u64..(1 << nodes))
+                .map(|v| TopologyHint::new(NumaMask::from_bits(v), v.count_ones() == pc))
+                .collect()
+        };
+        let (cpu, mem, gpu) = (all(1), all(1), all(2));
+        let lists: [&[TopologyHint]; 3] = [&gpu, &cpu, &mem];
+        let default = NumaMask::from_bits((1 << nodes) - 1);
+        for strategy in [Strategy::Cartesian, Strategy::Sets, Strategy::VecSets] {
+            let n = 100_000;
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(merge_filtered(
+                    default,
+                    std::hint::black_box(&lists),
+                    Filter::All,
+                    TieBreak::LowestValue,
+                    strategy,
+                ));
+            }
+            println!("{nodes} nodes {strategy:?}: {:?}", start.elapsed() / n);
+        }
     }
 }

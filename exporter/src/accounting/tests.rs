@@ -1,0 +1,1009 @@
+//! Unit tests: one per bad-input kind (typed error or counted anomaly, never a panic), plus the
+//! accounting rules the shared vectors do not exercise.
+
+use numaplane::proto::podresources::{ContainerResources, NumaNode};
+use numaplane_topology::{Distance, HugepagePool, NumaNode as MachineNode};
+
+use super::*;
+
+const GI: u64 = 1 << 30;
+
+fn topo(ids: &[i64]) -> Option<TopologyInfo> {
+    Some(TopologyInfo {
+        nodes: ids.iter().map(|&id| NumaNode { id }).collect(),
+    })
+}
+
+fn dev(resource: &str, id: &str, nodes: &[i64]) -> ContainerDevices {
+    ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: vec![id.into()],
+        topology: topo(nodes),
+    }
+}
+
+fn mem(memory_type: &str, size: u64, nodes: &[i64]) -> ContainerMemory {
+    ContainerMemory {
+        memory_type: memory_type.into(),
+        size,
+        topology: topo(nodes),
+    }
+}
+
+/// Two nodes, 4 CPUs each (0-3, 4-7), 8 GiB MemTotal and 2 GiB of 2 MiB pages each.
+fn machine() -> MachineView {
+    let node = |id: u32, cpus: std::ops::Range<u32>| NodeView {
+        id,
+        cpus: cpus.collect(),
+        memory_bytes: Some(8 * GI),
+        hugepages_bytes: BTreeMap::from([("hugepages-2Mi".to_owned(), 2 * GI)]),
+        distances: vec![
+            (0, if id == 0 { 10 } else { 20 }),
+            (1, if id == 1 { 10 } else { 20 }),
+        ],
+    };
+    MachineView {
+        nodes: vec![node(0, 0..4), node(1, 4..8)],
+    }
+}
+
+fn all_cpus() -> AllocatableResourcesResponse {
+    AllocatableResourcesResponse {
+        cpu_ids: (0..8).collect(),
+        ..Default::default()
+    }
+}
+
+fn pod(ns: &str, name: &str, containers: Vec<ContainerResources>) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers,
+        ..Default::default()
+    }
+}
+
+fn container(
+    cpus: &[i64],
+    memory: Vec<ContainerMemory>,
+    devices: Vec<ContainerDevices>,
+) -> ContainerResources {
+    ContainerResources {
+        name: "c".into(),
+        cpu_ids: cpus.to_vec(),
+        memory,
+        devices,
+        ..Default::default()
+    }
+}
+
+fn list(pods: Vec<PodResources>) -> ListPodResourcesResponse {
+    ListPodResourcesResponse { pod_resources: pods }
+}
+
+fn cfg() -> AccountingConfig {
+    AccountingConfig {
+        node_name: "n1".into(),
+        ..AccountingConfig::default()
+    }
+}
+
+fn run(alloc: &AllocatableResourcesResponse, l: &ListPodResourcesResponse) -> Accounting {
+    account(&machine(), alloc, l, &cfg()).expect("accounting succeeds")
+}
+
+/// (capacity, allocatable, available) of `resource` in `zone`, as plain strings.
+fn get(acc: &Accounting, zone: &str, resource: &str) -> Option<(String, String, String)> {
+    let z = acc.zones.iter().find(|z| z.name == zone)?;
+    let r = z.resources.as_ref()?.iter().find(|r| r.name == resource)?;
+    Some((
+        r.capacity.0.clone(),
+        r.allocatable.0.clone(),
+        r.available.0.clone(),
+    ))
+}
+
+fn triple(c: &str, a: &str, v: &str) -> Option<(String, String, String)> {
+    Some((c.into(), a.into(), v.into()))
+}
+
+fn count(acc: &Accounting, kind: AnomalyKind) -> usize {
+    acc.anomalies.iter().filter(|a| a.kind == kind).count()
+}
+
+fn free(acc: &Accounting, zone: &str, resource: &str) -> Option<String> {
+    let z = acc.zones.iter().find(|z| z.name == zone)?;
+    z.attribute(&format!("{}{resource}", attr::FREE_DEVICES_PREFIX))
+        .map(str::to_owned)
+}
+
+#[test]
+fn empty_responses_give_one_cpu_row_per_zone() {
+    let acc = run(
+        &AllocatableResourcesResponse::default(),
+        &ListPodResourcesResponse::default(),
+    );
+    assert_eq!(acc.zones.len(), 2);
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "0", "0"));
+    assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "0", "0"));
+    for z in &acc.zones {
+        assert_eq!(z.resources.as_ref().map(Vec::len), Some(1));
+        assert_eq!(z.zone_type, "Node");
+        assert_eq!(z.attributes, None);
+    }
+    assert!(acc.anomalies.is_empty());
+    assert_eq!(acc.fingerprint.as_deref(), Some(fingerprint::EMPTY_SIGNATURE));
+    assert_eq!((acc.pods_accounted, acc.pods_with_exclusive), (0, 0));
+}
+
+#[test]
+fn holey_numa_ids_and_memory_only_node() {
+    let mut m = machine();
+    m.nodes[1].id = 2;
+    m.nodes[1].distances = vec![(0, 20), (2, 10), (3, 31)];
+    m.nodes.push(NodeView {
+        id: 3,
+        distances: vec![(3, 10)],
+        ..NodeView::default()
+    });
+    let alloc = AllocatableResourcesResponse {
+        cpu_ids: (0..8).collect(),
+        memory: vec![mem("memory", GI, &[3]), mem("memory", GI, &[2])],
+        ..Default::default()
+    };
+    let acc = account(&m, &alloc, &ListPodResourcesResponse::default(), &cfg()).expect("ok");
+    let names: Vec<&str> = acc.zones.iter().map(|z| z.name.as_str()).collect();
+    assert_eq!(names, ["node-0", "node-2", "node-3"]);
+    assert_eq!(get(&acc, "node-2", "cpu"), triple("4", "4", "4"));
+    // Memory-only node: memory capacity unknown there, so it falls back to allocatable; no CPU row.
+    assert_eq!(
+        get(&acc, "node-3", "memory"),
+        triple("1073741824", "1073741824", "1073741824")
+    );
+    assert_eq!(get(&acc, "node-3", "cpu"), None);
+    let costs = acc.zones[1].costs.clone().expect("costs");
+    assert_eq!(
+        costs,
+        [("node-0", 20), ("node-2", 10), ("node-3", 31)]
+            .map(|(n, v)| CostInfo {
+                name: n.into(),
+                value: v
+            })
+            .to_vec()
+    );
+    assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
+}
+
+#[test]
+fn unknown_cpu_is_skipped_and_counted() {
+    let mut alloc = all_cpus();
+    alloc.cpu_ids.extend([99, -1, i64::MAX]);
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[1, 77, -5], vec![], vec![])],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(count(&acc, AnomalyKind::UnknownCpu), 5);
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "3"));
+    assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "4"));
+}
+
+#[test]
+fn duplicate_allocatable_cpu_counted_once() {
+    let mut alloc = all_cpus();
+    alloc.cpu_ids.push(3);
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(count(&acc, AnomalyKind::DuplicateCpu), 1);
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "4"));
+}
+
+#[test]
+fn unknown_numa_is_skipped_and_counted() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("x.io/nic", "a", &[7]),
+        dev("x.io/nic", "b", &[0]),
+        dev("x.io/nic", "c", &[1, 1 << 40]),
+    ];
+    alloc.memory = vec![mem("memory", GI, &[5]), mem("memory", GI, &[0])];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(
+            &[],
+            vec![mem("memory", 10, &[9])],
+            vec![dev("x.io/nic", "a", &[7])],
+        )],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(count(&acc, AnomalyKind::UnknownNuma), 5);
+    assert_eq!(
+        count(&acc, AnomalyKind::UnalignedDevice),
+        0,
+        "unknown ids are not 'no affinity'"
+    );
+    assert_eq!(count(&acc, AnomalyKind::UnalignedMemory), 0);
+    assert_eq!(get(&acc, "node-0", "x.io/nic"), triple("1", "1", "1"));
+    assert_eq!(get(&acc, "node-1", "x.io/nic"), triple("1", "1", "1"));
+    assert_eq!(
+        get(&acc, "node-0", "memory"),
+        triple("8589934592", "1073741824", "1073741824")
+    );
+    assert_eq!(get(&acc, "node-1", "memory"), None);
+}
+
+#[test]
+fn duplicate_allocatable_device_counted_once() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("x.io/gpu", "g0", &[0]),
+        dev("x.io/gpu", "g0", &[0]),
+        dev("x.io/gpu", "g1", &[0]),
+    ];
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(count(&acc, AnomalyKind::DuplicateDevice), 1);
+    assert_eq!(get(&acc, "node-0", "x.io/gpu"), triple("2", "2", "2"));
+    assert_eq!(free(&acc, "node-0", "x.io/gpu").as_deref(), Some("g0,g1"));
+    assert_eq!(free(&acc, "node-1", "x.io/gpu").as_deref(), Some(""));
+}
+
+#[test]
+fn multi_numa_device_counted_per_node() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("x.io/gpu", "g0", &[0]),
+        dev("x.io/gpu", "g0", &[1]),
+        dev("x.io/gpu", "g1", &[1]),
+    ];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(
+            &[],
+            vec![],
+            vec![dev("x.io/gpu", "g0", &[0]), dev("x.io/gpu", "g0", &[1])],
+        )],
+    )]);
+    let acc = run(&alloc, &l);
+    assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
+    assert_eq!(get(&acc, "node-0", "x.io/gpu"), triple("1", "1", "0"));
+    assert_eq!(get(&acc, "node-1", "x.io/gpu"), triple("2", "2", "1"));
+    assert_eq!(free(&acc, "node-0", "x.io/gpu").as_deref(), Some(""));
+    assert_eq!(free(&acc, "node-1", "x.io/gpu").as_deref(), Some("g1"));
+}
+
+#[test]
+fn unaligned_devices_stay_out_of_zones() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        ContainerDevices {
+            resource_name: "x.io/fpga".into(),
+            device_ids: vec!["f0".into()],
+            topology: None,
+        },
+        dev("x.io/fpga", "f1", &[-1]),
+        dev("x.io/fpga", "f2", &[]),
+    ];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[], vec![], vec![dev("x.io/fpga", "f1", &[-1])])],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(count(&acc, AnomalyKind::UnalignedDevice), 4);
+    for z in &acc.zones {
+        assert_eq!(
+            z.resources.as_ref().map(Vec::len),
+            Some(1),
+            "only cpu in {}",
+            z.name
+        );
+        assert_eq!(
+            z.attributes, None,
+            "no free-devices attribute for an unaligned-only resource"
+        );
+    }
+    // A device with no NUMA affinity does not make its pod exclusive.
+    assert_eq!(acc.pods_with_exclusive, 0);
+}
+
+#[test]
+fn zero_sizes_are_ignored() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![
+        mem("memory", 0, &[0]),
+        mem("hugepages-1Gi", 0, &[1]),
+        mem("memory", GI, &[1]),
+    ];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[], vec![mem("memory", 0, &[1])], vec![])],
+    )]);
+    let acc = run(&alloc, &l);
+    assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
+    assert_eq!(get(&acc, "node-0", "memory"), None);
+    assert_eq!(get(&acc, "node-1", "hugepages-1Gi"), None);
+    assert_eq!(
+        get(&acc, "node-1", "memory"),
+        triple("8589934592", "1073741824", "1073741824")
+    );
+}
+
+#[test]
+fn overflowing_allocatable_sum_is_a_typed_error() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", u64::MAX, &[0]), mem("memory", 1, &[0])];
+    let err =
+        account(&machine(), &alloc, &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
+    match err {
+        AccountingError::Overflow { zone, what, .. } => {
+            assert_eq!((zone.as_str(), what.as_str()), ("node-0", "memory"))
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
+
+#[test]
+fn overflowing_used_sum_is_a_typed_error() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", GI, &[0])];
+    let blocks = vec![mem("memory", u64::MAX, &[0]), mem("memory", u64::MAX, &[0])];
+    let l = list(vec![pod("ns", "p", vec![container(&[], blocks, vec![])])]);
+    let err = account(&machine(), &alloc, &l, &cfg()).expect_err("overflow");
+    assert!(
+        matches!(
+            err,
+            AccountingError::Overflow {
+                operation: "summing used",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn overflowing_spread_is_a_typed_error() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", GI, &[0]), mem("memory", GI, &[1])];
+    let blocks = vec![mem("memory", u64::MAX, &[1]), mem("memory", u64::MAX, &[0, 1])];
+    let l = list(vec![pod("ns", "p", vec![container(&[], blocks, vec![])])]);
+    let err = account(&machine(), &alloc, &l, &cfg()).expect_err("overflow");
+    assert!(
+        matches!(
+            err,
+            AccountingError::Overflow {
+                operation: "spreading multi-NUMA memory",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn values_beyond_i64_are_a_typed_error() {
+    // The sum fits u64 but not the signed 64-bit integers every NRT consumer parses into.
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", u64::MAX / 2 + 1, &[0])];
+    let err =
+        account(&machine(), &alloc, &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
+    // Capacity (raised to allocatable, since MemTotal is smaller) is the first value published.
+    assert!(
+        matches!(
+            err,
+            AccountingError::Overflow {
+                operation: "publishing capacity",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let mut m = machine();
+    m.nodes[0].distances.push((5, u64::MAX));
+    let err = account(&m, &all_cpus(), &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
+    assert!(
+        matches!(
+            err,
+            AccountingError::Overflow {
+                operation: "publishing distance",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("node-5"), "{err}");
+}
+
+#[test]
+fn used_beyond_allocatable_is_clamped_and_counted() {
+    let mut alloc = AllocatableResourcesResponse {
+        cpu_ids: vec![1, 2, 3],
+        ..Default::default()
+    };
+    alloc.memory = vec![mem("memory", 100, &[0])];
+    alloc.devices = vec![dev("x.io/nic", "n0", &[0])];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(
+            &[0, 1, 2, 3, 4],
+            vec![mem("memory", 150, &[0]), mem("hugepages-2Mi", 4, &[1])],
+            vec![
+                dev("x.io/nic", "n0", &[0]),
+                dev("x.io/nic", "n1", &[0]),
+                dev("x.io/nic", "n2", &[1]),
+            ],
+        )],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "3", "0"));
+    assert_eq!(get(&acc, "node-0", "memory"), triple("8589934592", "100", "0"));
+    assert_eq!(get(&acc, "node-0", "x.io/nic"), triple("1", "1", "0"));
+    // node-1: nothing allocatable at all → the single cpu row; CPU 4, 2Mi pages and n2 are
+    // used where none is allocatable.
+    assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "0", "0"));
+    assert_eq!(count(&acc, AnomalyKind::UsedExceedsAllocatable), 3 + 3);
+    for a in &acc.anomalies {
+        assert_eq!(a.kind, AnomalyKind::UsedExceedsAllocatable, "{a:?}");
+        assert!(!a.detail.is_empty());
+    }
+}
+
+#[test]
+fn capacity_falls_back_to_allocatable() {
+    let mut m = machine();
+    m.nodes[0].memory_bytes = None;
+    m.nodes[1].memory_bytes = Some(10);
+    m.nodes[0].hugepages_bytes.clear();
+    let mut alloc = all_cpus();
+    alloc.memory = vec![
+        mem("memory", 100, &[0]),
+        mem("memory", 100, &[1]),
+        mem("hugepages-2Mi", 4 << 20, &[0]),
+        mem("hugepages-2048Ki", 2 << 20, &[1]),
+    ];
+    let acc = account(&m, &alloc, &ListPodResourcesResponse::default(), &cfg()).expect("ok");
+    assert_eq!(get(&acc, "node-0", "memory"), triple("100", "100", "100"));
+    assert_eq!(get(&acc, "node-1", "memory"), triple("100", "100", "100"));
+    assert_eq!(
+        get(&acc, "node-0", "hugepages-2Mi"),
+        triple("4194304", "4194304", "4194304")
+    );
+    // Same page size spelled differently still finds the machine's pool.
+    assert_eq!(
+        get(&acc, "node-1", "hugepages-2048Ki"),
+        triple("2147483648", "2097152", "2097152")
+    );
+    assert_eq!(count(&acc, AnomalyKind::AllocatableExceedsCapacity), 1);
+    assert_eq!(acc.anomalies.len(), 1);
+}
+
+#[test]
+fn multi_numa_memory_is_filled_greedily_ascending() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", 1000, &[0]), mem("memory", 1000, &[1])];
+    let l = list(vec![
+        // Listed first but spread last: exact single-node blocks are known before the split.
+        pod(
+            "ns",
+            "big",
+            vec![container(&[], vec![mem("memory", 1500, &[1, 0])], vec![])],
+        ),
+        pod(
+            "ns",
+            "small",
+            vec![container(&[], vec![mem("memory", 300, &[0])], vec![])],
+        ),
+    ]);
+    let acc = run(&alloc, &l);
+    assert_eq!(get(&acc, "node-0", "memory").map(|t| t.2), Some("0".into()));
+    assert_eq!(get(&acc, "node-1", "memory").map(|t| t.2), Some("200".into()));
+    assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
+
+    // What does not fit anywhere stays on the last node of the group, visible as overcommit.
+    let l = list(vec![pod(
+        "ns",
+        "huge",
+        vec![container(&[], vec![mem("memory", 2500, &[0, 1])], vec![])],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(get(&acc, "node-0", "memory").map(|t| t.2), Some("0".into()));
+    assert_eq!(get(&acc, "node-1", "memory").map(|t| t.2), Some("0".into()));
+    assert_eq!(count(&acc, AnomalyKind::UsedExceedsAllocatable), 1);
+}
+
+#[test]
+fn multi_numa_allocatable_block_is_split_evenly() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", 1001, &[0, 1])];
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(count(&acc, AnomalyKind::MultiNumaAllocatable), 1);
+    assert_eq!(get(&acc, "node-0", "memory").map(|t| t.1), Some("501".into()));
+    assert_eq!(get(&acc, "node-1", "memory").map(|t| t.1), Some("500".into()));
+}
+
+#[test]
+fn unaligned_memory_is_skipped_and_counted() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![ContainerMemory {
+        memory_type: "memory".into(),
+        size: 5,
+        topology: None,
+    }];
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[], vec![mem("memory", 5, &[-1])], vec![])],
+    )]);
+    let acc = run(&alloc, &l);
+    assert_eq!(count(&acc, AnomalyKind::UnalignedMemory), 2);
+    assert_eq!(get(&acc, "node-0", "memory"), None);
+}
+
+#[test]
+fn pod_level_cpus_are_united_and_pod_memory_preferred() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", 1000, &[0])];
+    let mut p = pod(
+        "ns",
+        "p",
+        vec![
+            container(&[0, 1], vec![mem("memory", 100, &[0])], vec![]),
+            // Shares the pod's pool: empty container-level values.
+            container(&[], vec![], vec![]),
+        ],
+    );
+    p.cpu_ids = vec![0, 1, 2, 4];
+    p.memory = vec![mem("memory", 400, &[0])];
+    let acc = run(&alloc, &list(vec![p]));
+    assert_eq!(get(&acc, "node-0", "cpu").map(|t| t.2), Some("1".into()));
+    assert_eq!(get(&acc, "node-1", "cpu").map(|t| t.2), Some("3".into()));
+    assert_eq!(get(&acc, "node-0", "memory").map(|t| t.2), Some("600".into()));
+    assert!(
+        acc.anomalies.is_empty(),
+        "overlap is by design: {:?}",
+        acc.anomalies
+    );
+
+    // Pod-level resources alone make the pod exclusive.
+    let mut p = pod("ns", "q", vec![container(&[], vec![], vec![])]);
+    p.cpu_ids = vec![5];
+    let acc = run(&alloc, &list(vec![p]));
+    assert_eq!(acc.pods_with_exclusive, 1);
+    assert_eq!(acc.fingerprint, Some(fingerprint::compute([("ns", "q")])));
+}
+
+#[test]
+fn double_assignment_across_pods_counted_once() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![dev("x.io/gpu", "g0", &[1]), dev("x.io/gpu", "g1", &[1])];
+    let l = list(vec![
+        pod(
+            "ns",
+            "old",
+            vec![container(&[1, 2], vec![], vec![dev("x.io/gpu", "g0", &[1])])],
+        ),
+        pod(
+            "ns",
+            "new",
+            vec![container(&[2, 3], vec![], vec![dev("x.io/gpu", "g0", &[1])])],
+        ),
+    ]);
+    let acc = run(&alloc, &l);
+    assert_eq!(count(&acc, AnomalyKind::DoubleAssignment), 2);
+    assert_eq!(get(&acc, "node-0", "cpu").map(|t| t.2), Some("1".into()));
+    assert_eq!(get(&acc, "node-1", "x.io/gpu").map(|t| t.2), Some("1".into()));
+    assert_eq!(free(&acc, "node-1", "x.io/gpu").as_deref(), Some("g1"));
+}
+
+#[test]
+fn invalid_resource_names_are_skipped() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("cpu", "x", &[0]),
+        dev("", "y", &[0]),
+        dev("hugepages-2Mi", "z", &[0]),
+    ];
+    alloc.memory = vec![mem("cpu", 5, &[0]), mem("hugepages-", 5, &[0]), mem("", 5, &[0])];
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(count(&acc, AnomalyKind::InvalidResourceName), 6);
+    for z in &acc.zones {
+        let names: Vec<&str> = z.resources.iter().flatten().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["cpu"], "{}", z.name);
+    }
+}
+
+#[test]
+fn invalid_device_ids() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("x.io/nic", "", &[0]),
+        dev("x.io/nic", "a,b", &[0]),
+        dev("x.io/nic", " c", &[0]),
+        dev("x.io/nic", "d", &[0]),
+    ];
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(count(&acc, AnomalyKind::InvalidDeviceId), 3);
+    // Counted, but only readable ids are offered by name.
+    assert_eq!(get(&acc, "node-0", "x.io/nic").map(|t| t.1), Some("3".into()));
+    assert_eq!(free(&acc, "node-0", "x.io/nic").as_deref(), Some("d"));
+}
+
+#[test]
+fn machine_inconsistencies_are_typed_errors() {
+    let empty = (
+        AllocatableResourcesResponse::default(),
+        ListPodResourcesResponse::default(),
+    );
+    let mut m = machine();
+    m.nodes[1].id = 0;
+    let err = account(&m, &empty.0, &empty.1, &cfg()).expect_err("duplicate node");
+    assert!(matches!(err, AccountingError::IndexNumaNode { id: 0 }), "{err}");
+
+    let mut m = machine();
+    m.nodes[1].cpus.push(2);
+    let err = account(&m, &empty.0, &empty.1, &cfg()).expect_err("cpu on two nodes");
+    assert!(
+        matches!(
+            err,
+            AccountingError::IndexCpu {
+                cpu: 2,
+                first: 0,
+                second: 1
+            }
+        ),
+        "{err}"
+    );
+
+    // A CPU repeated within one node is harmless.
+    let mut m = machine();
+    m.nodes[0].cpus.push(0);
+    let acc = account(&m, &all_cpus(), &empty.1, &cfg()).expect("ok");
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "4"));
+}
+
+#[test]
+fn invalid_pod_exclude_glob_is_a_typed_error() {
+    let mut c = cfg();
+    c.pod_exclude.push(PodExclude {
+        namespace_pattern: "[".into(),
+        name_pattern: "*".into(),
+    });
+    let err = account(&machine(), &all_cpus(), &ListPodResourcesResponse::default(), &c).expect_err("glob");
+    assert!(
+        matches!(&err, AccountingError::CompilePodExclude { pattern, .. } if pattern == "["),
+        "{err}"
+    );
+    assert!(std::error::Error::source(&err).is_some());
+}
+
+#[test]
+fn pod_filters() {
+    let l = list(vec![
+        pod("keep", "a", vec![container(&[0], vec![], vec![])]),
+        pod("other", "b", vec![container(&[1], vec![], vec![])]),
+        pod("keep", "dead", vec![container(&[2], vec![], vec![])]),
+        pod("keep", "skip-me", vec![container(&[3], vec![], vec![])]),
+    ]);
+    let mut c = cfg();
+    c.watch_namespace = Some("keep".into());
+    c.terminal_pods.insert(("keep".into(), "dead".into()));
+    c.pod_exclude.push(PodExclude {
+        namespace_pattern: "k?ep".into(),
+        name_pattern: "skip-*".into(),
+    });
+    let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
+    assert_eq!(acc.pods_accounted, 1);
+    assert_eq!(get(&acc, "node-0", "cpu").map(|t| t.2), Some("3".into()));
+    assert_eq!(acc.fingerprint, Some(fingerprint::compute([("keep", "a")])));
+
+    for all in ["", "*"] {
+        c.watch_namespace = Some(all.into());
+        let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
+        assert_eq!(acc.pods_accounted, 2, "{all:?}");
+    }
+}
+
+#[test]
+fn excluded_resources_per_node_and_everywhere() {
+    let mut alloc = all_cpus();
+    alloc.devices = vec![
+        dev("x.io/a", "a0", &[0]),
+        dev("x.io/b", "b0", &[0]),
+        dev("x.io/c", "c0", &[1]),
+    ];
+    alloc.memory = vec![mem("hugepages-2Mi", 2 << 20, &[0])];
+    let mut c = cfg();
+    c.resource_exclude.insert("*".into(), vec!["x.io/a".into()]);
+    c.resource_exclude
+        .insert("n1".into(), vec!["x.io/b".into(), "hugepages-2Mi".into()]);
+    c.resource_exclude
+        .insert("other-node".into(), vec!["x.io/c".into()]);
+    let acc = account(&machine(), &alloc, &ListPodResourcesResponse::default(), &c).expect("ok");
+    let names = |z: usize| -> Vec<String> {
+        acc.zones[z]
+            .resources
+            .iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .collect()
+    };
+    assert_eq!(names(0), ["cpu"]);
+    assert_eq!(names(1), ["cpu", "x.io/c"]);
+    let attrs: Vec<&str> = acc.zones[0]
+        .attributes
+        .iter()
+        .flatten()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(attrs, ["numaplane.io/free-devices.x.io/c"]);
+
+    // Excluding cpu removes it everywhere, including the empty-zone row.
+    c.resource_exclude.insert("*".into(), vec!["cpu".into()]);
+    let acc = account(&machine(), &all_cpus(), &ListPodResourcesResponse::default(), &c).expect("ok");
+    assert!(
+        acc.zones
+            .iter()
+            .all(|z| z.resources.as_ref().is_some_and(Vec::is_empty))
+    );
+}
+
+#[test]
+fn rows_and_zones_sorted_by_name() {
+    let mut m = machine();
+    m.nodes.reverse();
+    m.nodes.push(NodeView {
+        id: 10,
+        distances: vec![(10, 10)],
+        ..NodeView::default()
+    });
+    let mut alloc = all_cpus();
+    alloc.devices = vec![dev("z.io/last", "z", &[0]), dev("a.io/first", "a", &[0])];
+    alloc.memory = vec![mem("memory", 1, &[0]), mem("hugepages-1Gi", GI, &[0])];
+    let acc = account(&m, &alloc, &ListPodResourcesResponse::default(), &cfg()).expect("ok");
+    let zones: Vec<&str> = acc.zones.iter().map(|z| z.name.as_str()).collect();
+    assert_eq!(zones, ["node-0", "node-1", "node-10"]);
+    let rows: Vec<&str> = acc.zones[0]
+        .resources
+        .iter()
+        .flatten()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        rows,
+        ["a.io/first", "cpu", "hugepages-1Gi", "memory", "z.io/last"]
+    );
+}
+
+#[test]
+fn quantities_are_canonical_decimal_si() {
+    let mut alloc = all_cpus();
+    alloc.memory = vec![mem("memory", 3000, &[0]), mem("memory", 1 << 20, &[1])];
+    let acc = run(&alloc, &ListPodResourcesResponse::default());
+    assert_eq!(get(&acc, "node-0", "memory").map(|t| t.1), Some("3k".into()));
+    assert_eq!(get(&acc, "node-1", "memory").map(|t| t.1), Some("1048576".into()));
+    assert_eq!(
+        get(&acc, "node-0", "memory").map(|t| t.0),
+        Some("8589934592".into())
+    );
+}
+
+#[test]
+fn nrt_attributes_and_annotations() {
+    let mut c = cfg();
+    c.topology_manager_policy = "single-numa-node".into();
+    c.topology_manager_scope = "pod".into();
+    c.max_numa_nodes = Some(16);
+    let l = list(vec![pod(
+        "default",
+        "test-pod-0",
+        vec![container(&[5, 7], vec![], vec![])],
+    )]);
+    let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
+    let nrt = acc.to_nrt("worker-0");
+    assert_eq!(nrt.metadata.name.as_deref(), Some("worker-0"));
+    let attrs: Vec<(&str, &str)> = nrt
+        .attributes
+        .iter()
+        .flatten()
+        .map(|a| (a.name.as_str(), a.value.as_str()))
+        .collect();
+    assert_eq!(
+        attrs,
+        [
+            ("nodeTopologyPodsFingerprint", "pfp0v001fe53c4dbd2c5f4a0"),
+            ("nodeTopologyPodsFingerprintMethod", "with-exclusive-resources"),
+            ("topologyManagerScope", "pod"),
+            ("topologyManagerPolicy", "single-numa-node"),
+            ("topologyManagerMaxNUMANodes", "16"),
+        ]
+    );
+    assert_eq!(
+        nrt.topology_policies,
+        Some(vec!["SingleNUMANodePodLevel".to_owned()])
+    );
+    let annotations = nrt.metadata.annotations.clone().expect("annotations");
+    assert_eq!(
+        annotations.get(nrt::ANNOTATION_FINGERPRINT).map(String::as_str),
+        Some("pfp0v001fe53c4dbd2c5f4a0")
+    );
+    assert_eq!(nrt.zones, acc.zones);
+
+    // Fingerprint disabled; empty TM settings publish the kubelet defaults.
+    c.fingerprint_method = None;
+    c.topology_manager_policy.clear();
+    c.topology_manager_scope.clear();
+    c.max_numa_nodes = None;
+    let nrt = account(&machine(), &all_cpus(), &l, &c)
+        .expect("ok")
+        .to_nrt("worker-0");
+    let attrs: Vec<(&str, &str)> = nrt
+        .attributes
+        .iter()
+        .flatten()
+        .map(|a| (a.name.as_str(), a.value.as_str()))
+        .collect();
+    assert_eq!(
+        attrs,
+        [
+            ("topologyManagerScope", "container"),
+            ("topologyManagerPolicy", "none")
+        ]
+    );
+    assert_eq!(nrt.topology_policies, Some(vec!["None".to_owned()]));
+    assert_eq!(nrt.metadata.annotations, None);
+}
+
+#[test]
+fn fingerprint_methods() {
+    let l = list(vec![
+        pod("prod", "dpdk-app", vec![container(&[2, 4], vec![], vec![])]),
+        pod("prod", "web", vec![container(&[], vec![], vec![])]),
+        pod(
+            "prod",
+            "fpga-user",
+            vec![container(
+                &[],
+                vec![],
+                vec![ContainerDevices {
+                    resource_name: "example.com/fpga".into(),
+                    device_ids: vec!["f0".into()],
+                    topology: None,
+                }],
+            )],
+        ),
+        pod(
+            "prod",
+            "pinned-mem",
+            vec![container(&[], vec![mem("memory", 1, &[1])], vec![])],
+        ),
+    ]);
+    let mut c = cfg();
+    let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
+    assert_eq!(
+        acc.fingerprint,
+        Some(fingerprint::compute([
+            ("prod", "dpdk-app"),
+            ("prod", "pinned-mem")
+        ]))
+    );
+    assert_eq!(acc.pods_with_exclusive, 2);
+    c.fingerprint_method = Some(Method::All);
+    let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
+    assert_eq!(
+        acc.fingerprint,
+        Some(fingerprint::compute([
+            ("prod", "dpdk-app"),
+            ("prod", "web"),
+            ("prod", "fpga-user"),
+            ("prod", "pinned-mem")
+        ]))
+    );
+    assert_eq!(acc.pods_with_exclusive, 2);
+}
+
+#[test]
+fn anomaly_kinds_are_distinct_bounded_labels() {
+    let labels: BTreeSet<&str> = AnomalyKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(labels.len(), AnomalyKind::ALL.len());
+    assert!(
+        labels
+            .iter()
+            .all(|l| l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    );
+    let acc = run(
+        &AllocatableResourcesResponse {
+            cpu_ids: vec![0, 0, 99],
+            ..Default::default()
+        },
+        &ListPodResourcesResponse::default(),
+    );
+    let counts = acc.anomaly_counts();
+    assert_eq!(counts.get(&AnomalyKind::DuplicateCpu), Some(&1));
+    assert_eq!(counts.get(&AnomalyKind::UnknownCpu), Some(&1));
+    assert_eq!(AnomalyKind::UnknownCpu.to_string(), "unknown_cpu");
+}
+
+#[test]
+fn machine_view_from_topology_machine() {
+    let machine = Machine {
+        numa_nodes: vec![
+            MachineNode {
+                id: 0,
+                cpus: vec![0, 1],
+                cores: vec![vec![0, 1]],
+                memory_bytes: 8 * GI,
+                hugepages: vec![
+                    HugepagePool {
+                        page_size_bytes: 2 << 20,
+                        count: 512,
+                    },
+                    HugepagePool {
+                        page_size_bytes: GI,
+                        count: 2,
+                    },
+                ],
+                distances: vec![Distance { node: 0, value: 10 }, Distance { node: 2, value: 21 }],
+            },
+            MachineNode {
+                id: 2,
+                cpus: vec![],
+                cores: vec![],
+                memory_bytes: 0,
+                hugepages: vec![],
+                distances: vec![],
+            },
+        ],
+        pci_devices: vec![],
+    };
+    let view = MachineView::from(&machine);
+    assert_eq!(
+        view.nodes[0],
+        NodeView {
+            id: 0,
+            cpus: vec![0, 1],
+            memory_bytes: Some(8 * GI),
+            hugepages_bytes: BTreeMap::from([("hugepages-1Gi".into(), 2 * GI), ("hugepages-2Mi".into(), GI)]),
+            distances: vec![(0, 10), (2, 21)],
+        }
+    );
+    assert_eq!(
+        view.nodes[1],
+        NodeView {
+            id: 2,
+            ..NodeView::default()
+        }
+    );
+}
+
+#[test]
+fn hostile_input_never_panics() {
+    // A grab bag of everything at once, including extreme values, must still produce zones.
+    let mut alloc = AllocatableResourcesResponse {
+        cpu_ids: vec![i64::MIN, -1, 0, i64::MAX, 0],
+        memory: vec![mem("memory", 1, &[i64::MIN, i64::MAX, -1, 0, 0])],
+        devices: vec![dev("x.io/d", "d", &[i64::MIN, i64::MAX, 0, 0])],
+    };
+    alloc.devices.push(ContainerDevices {
+        resource_name: "x.io/d".into(),
+        device_ids: vec![],
+        topology: topo(&[0]),
+    });
+    let mut p = pod(
+        "",
+        "",
+        vec![container(
+            &[i64::MIN, i64::MAX, 0],
+            vec![mem("memory", u64::MAX / 4, &[0, 1])],
+            vec![],
+        )],
+    );
+    p.cpu_ids = vec![0, 0, -3];
+    let acc = account(&machine(), &alloc, &list(vec![p.clone(), p]), &cfg()).expect("no overflow here");
+    assert_eq!(acc.zones.len(), 2);
+    assert!(!acc.anomalies.is_empty());
+}

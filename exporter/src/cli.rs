@@ -1,0 +1,131 @@
+//! Command-line interface of `numaplane-exporter`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+use numaplane_topology::Machine;
+
+use crate::output::{self, Format};
+
+/// Exit code for bad configuration or bad command-line input (`EX_USAGE`).
+pub const EXIT_CONFIG: u8 = 64;
+
+/// numaplane per-node agent.
+#[derive(Debug, Parser)]
+#[command(name = "numaplane-exporter", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Logging options shared by every subcommand.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter, in `tracing` EnvFilter syntax (e.g. `info,numaplane_exporter=debug`).
+    #[arg(long, env = "NUMAPLANE_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, env = "NUMAPLANE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the machine model numaplane sees (NUMA nodes, CPUs, memory, hugepages, distances, PCI).
+    Topology(TopologyArgs),
+}
+
+/// Arguments of `topology`.
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    /// Read the machine from this hwloc XML file instead of the live system.
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_XML")]
+    pub topology_xml: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, env = "NUMAPLANE_OUTPUT", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+/// Sets up logging to stderr. Invalid filters are a configuration error.
+fn init_logging(log: &LogArgs) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
+        .map_err(|e| format!("invalid --log-level {:?}: {e}", log.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match log.log_format {
+        LogFormat::Plain => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    // A second init (tests calling run twice) is harmless: keep the first subscriber.
+    let _ = result;
+    Ok(())
+}
+
+/// Loads the machine from `--topology-xml` or from the live system.
+pub fn load_machine(
+    topology_xml: Option<&std::path::Path>,
+) -> Result<Machine, numaplane_topology::TopologyError> {
+    match topology_xml {
+        Some(path) => Machine::from_xml_file(path),
+        None => Machine::from_system(),
+    }
+}
+
+/// Runs the parsed command line and maps failures to exit codes with one clear line.
+pub fn run(cli: Cli) -> ExitCode {
+    if let Err(msg) = init_logging(&cli.log) {
+        eprintln!("numaplane-exporter: {msg}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    match cli.command {
+        Command::Topology(args) => topology(&args),
+    }
+}
+
+fn topology(args: &TopologyArgs) -> ExitCode {
+    let machine = match load_machine(args.topology_xml.as_deref()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let rendered = match args.output {
+        Format::Table => Ok(output::machine_table(&machine)),
+        f => output::render_structured(&machine, f),
+    };
+    match rendered {
+        Ok(s) => {
+            print!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

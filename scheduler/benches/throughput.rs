@@ -1,0 +1,137 @@
+//! Scheduling throughput: N nodes × Z NUMA zones (cpu, memory, hugepages-1Gi, two device types)
+//! and a stream of mixed pods, every pod evaluated on every node (no sampling), each placement
+//! assumed before the next pod.
+//!
+//! `cargo bench -p numaplane-scheduler --bench throughput -- [NODES] [ZONES] [PODS]`
+//! (defaults 5000 8 10000). Prints pods/s, p50/p99 decision latency and peak RSS.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use numaplane::nrt::NodeResourceTopology;
+use numaplane_scheduler::{
+    cluster::{Cluster, Config},
+    pod::PodSpec,
+    score::{Scorer, Strategy},
+};
+use serde_json::json;
+
+fn node(name: &str, zones: usize) -> (Node, NodeResourceTopology) {
+    let cpus = 16 * zones;
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"allocatable": {
+            "cpu": cpus.to_string(), "memory": format!("{}Gi", 64 * zones),
+            "hugepages-1Gi": format!("{}Gi", 8 * zones), "pods": "250",
+            "nvidia.com/gpu": (zones).to_string(), "example.com/nic": (2 * zones).to_string()}}
+    }))
+    .unwrap();
+    let zone_list: Vec<_> = (0..zones)
+        .map(|z| {
+            let costs: Vec<_> = (0..zones)
+                .map(|t| json!({"name": format!("node-{t}"), "value": if t == z { 10 } else if t / 2 == z / 2 { 12 } else { 21 }}))
+                .collect();
+            json!({"name": format!("node-{z}"), "type": "Node", "costs": costs,
+                "attributes": [
+                    {"name": "numaplane.io/free-devices.nvidia.com/gpu", "value": format!("gpu-{z}")},
+                    {"name": "numaplane.io/free-devices.example.com/nic", "value": format!("nic-{z}a,nic-{z}b")}],
+                "resources": [
+                    {"name": "cpu", "capacity": "16", "allocatable": "16", "available": "16"},
+                    {"name": "memory", "capacity": "64Gi", "allocatable": "64Gi", "available": "64Gi"},
+                    {"name": "hugepages-1Gi", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"},
+                    {"name": "nvidia.com/gpu", "capacity": "1", "allocatable": "1", "available": "1"},
+                    {"name": "example.com/nic", "capacity": "2", "allocatable": "2", "available": "2"}]})
+        })
+        .collect();
+    let policy = [
+        "single-numa-node",
+        "restricted",
+        "best-effort",
+        "single-numa-node",
+    ][name.len() % 4];
+    let nrt: NodeResourceTopology = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "attributes": [{"name": "topologyManagerPolicy", "value": policy},
+                       {"name": "topologyManagerScope", "value": "container"}],
+        "zones": zone_list}))
+    .unwrap();
+    (node, nrt)
+}
+
+fn pod(i: usize) -> Pod {
+    let g = |cpu: &str, mem: &str, extra: serde_json::Value| {
+        let mut r = json!({"cpu": cpu, "memory": mem});
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        json!({"requests": r, "limits": r})
+    };
+    let containers = match i % 5 {
+        0 => json!([{"name": "a", "resources": g("2", "4Gi", json!({}))}]),
+        1 => {
+            json!([{"name": "a", "resources": g("4", "8Gi", json!({"hugepages-1Gi": "2Gi", "example.com/nic": "1"}))}])
+        }
+        2 => json!([{"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                     {"name": "b", "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]),
+        3 => json!([{"name": "a", "resources": g("8", "16Gi", json!({"nvidia.com/gpu": "1"}))},
+                     {"name": "b", "resources": g("1", "1Gi", json!({}))}]),
+        _ => json!([{"name": "a", "resources": g("1", "2Gi", json!({"example.com/nic": "1"}))}]),
+    };
+    serde_json::from_value(
+        json!({"metadata": {"namespace": "bench", "name": format!("p-{i}")},
+        "spec": {"containers": containers}}),
+    )
+    .unwrap()
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let nodes = args.first().copied().unwrap_or(5000);
+    let zones = args.get(1).copied().unwrap_or(8);
+    let pods = args.get(2).copied().unwrap_or(10000);
+    let mut cluster = Cluster::new();
+    for n in 0..nodes {
+        let (node, nrt) = node(&format!("node-{n:05}"), zones);
+        cluster.apply_node(&node).unwrap();
+        cluster.apply_nrt(&nrt).unwrap();
+    }
+    let cfg = Config {
+        scorer: Scorer {
+            strategy: Strategy::LeastAllocated,
+            ..Scorer::default()
+        },
+        ..Config::default()
+    };
+    let specs: Vec<PodSpec> = (0..pods)
+        .map(|i| PodSpec::from_pod(&mut cluster.res, &pod(i)).unwrap())
+        .collect();
+    let mut latencies = Vec::with_capacity(pods);
+    let mut scheduled = 0;
+    let start = Instant::now();
+    for spec in &specs {
+        let t = Instant::now();
+        let d = cluster.schedule(&cfg, spec, false);
+        cluster.assume(spec, &d);
+        latencies.push(t.elapsed());
+        scheduled += usize::from(d.node.is_some());
+    }
+    let total = start.elapsed();
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    println!(
+        "nodes={nodes} zones={zones} pods={pods} scheduled={scheduled} pods/s={:.0} p50={:?} p99={:?} peak_rss={:.0}MiB",
+        pods as f64 / total.as_secs_f64(),
+        pct(0.50),
+        pct(0.99),
+        peak_rss_mib()
+    );
+}

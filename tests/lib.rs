@@ -1,0 +1,1 @@
+//! Shared helpers for numaplane's end-to-end tests.

@@ -1,0 +1,360 @@
+//! Turning an hwloc topology into the [`Machine`] model.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use hwlocality::Topology;
+use hwlocality::object::TopologyObject;
+use hwlocality::object::attributes::ObjectAttributes;
+use hwlocality::object::distance::DistancesKind;
+use hwlocality::object::types::ObjectType;
+use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
+
+use crate::pci::{class_name, is_modelled_class};
+use crate::{Distance, HugepagePool, Machine, NumaNode, PciDevice, TopologyError, XmlOrigin};
+
+/// Largest page size still treated as a base page rather than a hugepage (arm64 64K kernels).
+const MAX_BASE_PAGE_BYTES: u64 = 64 << 10;
+
+/// Name hwloc's Linux backend gives the SLIT matrix.
+const SLIT_MATRIX_NAME: &str = "NUMALatency";
+
+pub(crate) fn from_system() -> Result<Machine, TopologyError> {
+    let topology = configured_builder()?
+        .build()
+        .map_err(|source| TopologyError::DiscoverSystem { source })?;
+    machine_from_topology(&topology, "this host")
+}
+
+pub(crate) fn from_xml(xml: &str, origin: XmlOrigin) -> Result<Machine, TopologyError> {
+    let builder = configured_builder()?
+        .from_xml(xml)
+        .map_err(|source| TopologyError::ParseXml {
+            origin: origin.clone(),
+            source,
+        })?;
+    let topology = builder.build().map_err(|source| TopologyError::LoadXml {
+        origin: origin.clone(),
+        source,
+    })?;
+    machine_from_topology(&topology, &origin.to_string())
+}
+
+/// Builder settings shared by every source, so a host and its XML export give the same model.
+fn configured_builder() -> Result<TopologyBuilder, TopologyError> {
+    // The exporter runs in a pod whose cgroup may exclude CPUs and nodes (e.g. CPUs pinned to
+    // Guaranteed pods by the static CPU manager); the model must describe the whole machine.
+    let builder = Topology::builder()
+        .with_flags(BuildFlags::INCLUDE_DISALLOWED)
+        .map_err(|source| TopologyError::ConfigureDiscovery {
+            setting: "include disallowed CPUs and nodes",
+            source: Box::new(source),
+        })?;
+    // hwloc drops every I/O object by default; "important" keeps GPUs, NICs, storage and
+    // accelerators with their locality but not the hundreds of chipset functions.
+    builder
+        .with_io_type_filter(TypeFilter::KeepImportant)
+        .map_err(|source| TopologyError::ConfigureDiscovery {
+            setting: "keep important I/O objects",
+            source: Box::new(source),
+        })
+}
+
+/// What the model needs to know about one hwloc NUMA node.
+struct NodeFacts {
+    id: u32,
+    cpuset: BTreeSet<u32>,
+    /// Number of ancestors: a deeper attachment means closer to its CPUs.
+    attach_depth: usize,
+    memory_bytes: u64,
+    hugepages: Vec<HugepagePool>,
+}
+
+fn machine_from_topology(topology: &Topology, source: &str) -> Result<Machine, TopologyError> {
+    let facts = topology
+        .objects_with_type(ObjectType::NUMANode)
+        .map(node_facts)
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let cpu_node = assign_cpus(topology, &facts)?;
+    let mut cores = group_cores(topology, &cpu_node)?;
+    let mut distances = read_distances(topology)?;
+
+    let mut numa_nodes: Vec<NumaNode> = facts
+        .into_iter()
+        .map(|node| {
+            let cpus: Vec<u32> = cpu_node
+                .iter()
+                .filter(|(_, owner)| **owner == node.id)
+                .map(|(cpu, _)| *cpu)
+                .collect();
+            NumaNode {
+                id: node.id,
+                cpus,
+                cores: cores.remove(&node.id).unwrap_or_default(),
+                memory_bytes: node.memory_bytes,
+                hugepages: node.hugepages,
+                distances: distances.remove(&node.id).unwrap_or_default(),
+            }
+        })
+        .collect();
+    numa_nodes.sort_by_key(|node| node.id);
+
+    let pci_devices = read_pci_devices(topology)?;
+
+    if numa_nodes.iter().all(|node| node.distances.is_empty()) {
+        tracing::info!(source, "no NUMA distances reported; node distances left empty");
+    }
+    if numa_nodes.iter().all(|node| node.hugepages.is_empty()) {
+        tracing::info!(
+            source,
+            "no hugepage pool with pages on any NUMA node; hugepages left empty"
+        );
+    }
+
+    Ok(Machine {
+        numa_nodes,
+        pci_devices,
+    })
+}
+
+fn node_facts(object: &TopologyObject) -> Result<NodeFacts, TopologyError> {
+    let id = os_index(object, "NUMA node")?;
+    let cpuset = match object.cpuset() {
+        Some(set) => set
+            .iter_set()
+            .map(|cpu| to_u32(usize::from(cpu), "CPU index"))
+            .collect::<Result<_, _>>()?,
+        None => BTreeSet::new(),
+    };
+    let (memory_bytes, hugepages) = match object.attributes() {
+        Some(ObjectAttributes::NUMANode(attributes)) => {
+            let page_types: Vec<(u64, u64)> = attributes
+                .page_types()
+                .iter()
+                .map(|page| (page.size().get(), page.count()))
+                .collect();
+            (
+                attributes.local_memory().map_or(0, |bytes| bytes.get()),
+                hugepage_pools(&page_types),
+            )
+        }
+        _ => (0, Vec::new()),
+    };
+    Ok(NodeFacts {
+        id,
+        cpuset,
+        attach_depth: object.ancestors().count(),
+        memory_bytes,
+        hugepages,
+    })
+}
+
+/// Hugepage pools among a node's page types: sizes above the base page, with pages.
+///
+/// The base page is the smallest listed size when it is a plausible base page (hwloc lists it
+/// first on Linux); hand-written XML that lists only hugepages has no base to skip.
+fn hugepage_pools(page_types: &[(u64, u64)]) -> Vec<HugepagePool> {
+    let base = page_types
+        .iter()
+        .map(|(size, _)| *size)
+        .min()
+        .filter(|size| *size <= MAX_BASE_PAGE_BYTES)
+        .unwrap_or(0);
+    let mut pools: Vec<HugepagePool> = page_types
+        .iter()
+        .filter(|(size, count)| *size > base && *count > 0)
+        .map(|(size, count)| HugepagePool {
+            page_size_bytes: *size,
+            count: *count,
+        })
+        .collect();
+    pools.sort();
+    pools
+}
+
+/// Give each PU to exactly one NUMA node: among the nodes whose cpuset covers it, the one
+/// with the smallest cpuset, then the deepest attachment, then the lowest id. Looking at
+/// cpusets rather than tree parents handles SNC and memory-only nodes (HBM, CXL) that share
+/// a parent with DRAM nodes.
+fn assign_cpus(topology: &Topology, nodes: &[NodeFacts]) -> Result<BTreeMap<u32, u32>, TopologyError> {
+    let mut cpu_node = BTreeMap::new();
+    for pu in topology.objects_with_type(ObjectType::PU) {
+        let cpu = os_index(pu, "PU")?;
+        let owner = nodes
+            .iter()
+            .filter(|node| node.cpuset.contains(&cpu))
+            .min_by_key(|node| (node.cpuset.len(), Reverse(node.attach_depth), node.id))
+            .ok_or_else(|| TopologyError::BuildModel {
+                reason: format!("CPU {cpu} is not covered by any NUMA node"),
+            })?;
+        cpu_node.insert(cpu, owner.id);
+    }
+    Ok(cpu_node)
+}
+
+/// Group each node's CPUs by physical core. PUs without a Core ancestor (XML without core
+/// information) are cores of their own.
+fn group_cores(
+    topology: &Topology,
+    cpu_node: &BTreeMap<u32, u32>,
+) -> Result<BTreeMap<u32, Vec<Vec<u32>>>, TopologyError> {
+    /// A core is identified by its hwloc object, or by its only PU when hwloc has no Core.
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    enum CoreKey {
+        Core(u64),
+        LonePu(u32),
+    }
+
+    let mut groups: BTreeMap<(u32, CoreKey), Vec<u32>> = BTreeMap::new();
+    for pu in topology.objects_with_type(ObjectType::PU) {
+        let cpu = os_index(pu, "PU")?;
+        let Some(node) = cpu_node.get(&cpu) else {
+            continue;
+        };
+        let key = match pu.first_ancestor_with_type(ObjectType::Core) {
+            Some(core) => CoreKey::Core(core.global_persistent_index()),
+            None => CoreKey::LonePu(cpu),
+        };
+        groups.entry((*node, key)).or_default().push(cpu);
+    }
+
+    let mut cores: BTreeMap<u32, Vec<Vec<u32>>> = BTreeMap::new();
+    for ((node, _), mut cpus) in groups {
+        cpus.sort_unstable();
+        cores.entry(node).or_default().push(cpus);
+    }
+    for node_cores in cores.values_mut() {
+        node_cores.sort();
+    }
+    Ok(cores)
+}
+
+/// SLIT rows keyed by source node. Prefers the matrix Linux reports (`NUMALatency`), then any
+/// latency matrix, then whatever NUMA matrix exists.
+fn read_distances(topology: &Topology) -> Result<BTreeMap<u32, Vec<Distance>>, TopologyError> {
+    let matrices = topology
+        .distances_with_type(None, ObjectType::NUMANode)
+        .map_err(|source| TopologyError::ReadDistances { source })?;
+    let is_slit = |matrix: &&hwlocality::object::distance::Distances<'_>| {
+        matrix
+            .name()
+            .is_some_and(|name| name.to_bytes() == SLIT_MATRIX_NAME.as_bytes())
+    };
+    let chosen = matrices
+        .iter()
+        .find(is_slit)
+        .or_else(|| {
+            matrices
+                .iter()
+                .find(|matrix| matrix.kind().contains(DistancesKind::MEANS_LATENCY))
+        })
+        .or_else(|| matrices.first());
+
+    let mut rows: BTreeMap<u32, Vec<Distance>> = BTreeMap::new();
+    let Some(matrix) = chosen else {
+        return Ok(rows);
+    };
+    for ((from, to), value) in matrix.object_distances() {
+        let (Some(from), Some(to)) = (from, to) else {
+            continue;
+        };
+        let from = os_index(from, "NUMA node")?;
+        let node = os_index(to, "NUMA node")?;
+        rows.entry(from).or_default().push(Distance { node, value });
+    }
+    for row in rows.values_mut() {
+        row.sort();
+    }
+    Ok(rows)
+}
+
+fn read_pci_devices(topology: &Topology) -> Result<Vec<PciDevice>, TopologyError> {
+    let multi_node = topology.objects_with_type(ObjectType::NUMANode).len() > 1;
+    let mut devices = Vec::new();
+    for object in topology.objects_with_type(ObjectType::PCIDevice) {
+        let Some(ObjectAttributes::PCIDevice(pci)) = object.attributes() else {
+            continue;
+        };
+        if !is_modelled_class(pci.class_id()) {
+            continue;
+        }
+        devices.push(PciDevice {
+            bus_id: format!(
+                "{:04x}:{:02x}:{:02x}.{:x}",
+                pci.domain(),
+                pci.bus_id(),
+                pci.bus_device(),
+                pci.function()
+            ),
+            vendor_id: pci.vendor_id(),
+            device_id: pci.device_id(),
+            class_id: pci.class_id(),
+            class_name: class_name(pci.class_id()).to_owned(),
+            numa_nodes: device_locality(object, multi_node)?,
+        });
+    }
+    devices.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+    Ok(devices)
+}
+
+/// NUMA nodes of the first CPU-side ancestor. hwloc hangs devices without locality (Linux
+/// `numa_node` = -1) off the machine root; on a multi-node machine that means "no locality",
+/// on a single-node machine the only node is trivially local.
+fn device_locality(device: &TopologyObject, multi_node: bool) -> Result<Vec<u32>, TopologyError> {
+    let Some(ancestor) = device.first_non_io_ancestor() else {
+        return Ok(Vec::new());
+    };
+    if multi_node && ancestor.parent().is_none() {
+        return Ok(Vec::new());
+    }
+    match ancestor.nodeset() {
+        Some(nodeset) => nodeset
+            .iter_set()
+            .map(|node| to_u32(usize::from(node), "NUMA node index"))
+            .collect(),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn os_index(object: &TopologyObject, what: &str) -> Result<u32, TopologyError> {
+    let index = object.os_index().ok_or_else(|| TopologyError::BuildModel {
+        reason: format!("a {what} has no OS index"),
+    })?;
+    to_u32(index, what)
+}
+
+fn to_u32(value: usize, what: &str) -> Result<u32, TopologyError> {
+    u32::try_from(value).map_err(|_| TopologyError::BuildModel {
+        reason: format!("{what} {value} does not fit in 32 bits"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_page_is_skipped_and_empty_pools_dropped() {
+        let pools = hugepage_pools(&[(4096, 1000), (1 << 30, 2), (2 << 20, 0)]);
+        assert_eq!(
+            pools,
+            vec![HugepagePool {
+                page_size_bytes: 1 << 30,
+                count: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn hugepages_without_base_page_are_kept() {
+        let pools = hugepage_pools(&[(2 << 20, 4)]);
+        assert_eq!(
+            pools,
+            vec![HugepagePool {
+                page_size_bytes: 2 << 20,
+                count: 4
+            }]
+        );
+    }
+}
