@@ -17,7 +17,8 @@ use numaplane_scheduler::{
 };
 use serde_json::json;
 
-fn node(name: &str, zones: usize) -> (Node, NodeResourceTopology) {
+fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
+    let name = &format!("node-{index:05}");
     let cpus = 16 * zones;
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -100,7 +101,7 @@ fn main() {
     let pods = args.get(2).copied().unwrap_or(10000);
     let mut cluster = Cluster::new();
     for n in 0..nodes {
-        let (node, nrt) = node(&format!("node-{n:05}"), zones);
+        let (node, nrt) = node(n, zones);
         cluster.apply_node(&node).unwrap();
         cluster.apply_nrt(&nrt).unwrap();
     }
