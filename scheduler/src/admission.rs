@@ -252,6 +252,21 @@ struct Scratch {
     b: Vec<i64>,
 }
 
+/// The memory manager finds no NUMA node set with enough free memory: the kubelet fails the
+/// pod in Allocate (`UnexpectedAdmissionError`).
+fn memory_rejection(res: &Resources, wants: &[(ResId, i64)]) -> Rejection {
+    let names = wants
+        .iter()
+        .map(|(id, _)| res.name(*id))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Rejection {
+        category: format!("insufficient {names} in NUMA zones"),
+        message: format!("memory manager cannot place {names}: no NUMA node set has enough free"),
+        kubelet_reason: "UnexpectedAdmissionError",
+    }
+}
+
 /// What the CPU manager grants exclusively: Guaranteed pods with a whole, positive CPU request.
 fn exclusive_cpus(qos: Qos, req: &ResList, topo: &NumaTopology) -> Option<i64> {
     let cpu = req.get(CPU);
@@ -289,18 +304,7 @@ fn collect_hints(
                     }
                 }
                 None => {
-                    let names = wants
-                        .iter()
-                        .map(|(id, _)| res.name(*id))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    return Err(Rejection {
-                        category: format!("insufficient {names} in NUMA zones"),
-                        message: format!(
-                            "memory manager cannot place {names}: no NUMA node set has enough free"
-                        ),
-                        kubelet_reason: "UnexpectedAdmissionError",
-                    });
+                    return Err(memory_rejection(res, &wants));
                 }
             }
         }
@@ -403,16 +407,7 @@ fn fast_merge(
                 .map(|b| i64::from(qualifies[b] && free_ok[b]))
                 .collect();
             if !qualifies.iter().skip(1).any(|q| *q) {
-                let names = wants
-                    .iter()
-                    .map(|(id, _)| res.name(*id))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(Rejection {
-                    category: format!("insufficient {names} in NUMA zones"),
-                    message: format!("memory manager cannot place {names}: no NUMA node set has enough free"),
-                    kubelet_reason: "UnexpectedAdmissionError",
-                });
+                return Err(memory_rejection(res, &wants));
             }
             if !consider(&qualified, &free, 1, &mut feasible) {
                 return Ok(Some(MergeOutcome {
