@@ -36,9 +36,9 @@ pub mod attr {
     /// Kubelet `max-allowable-numa-nodes` policy option (integer > 1).
     pub const TOPOLOGY_MANAGER_MAX_NUMA_NODES: &str = "topologyManagerMaxNUMANodes";
     /// Pod-set fingerprint, `pfp0v001…`.
-    pub const PODS_FINGERPRINT: &str = "nodeTopologyPodsFingerprint";
+    pub const PODS_FINGERPRINT: &str = crate::fingerprint::ATTRIBUTE_FINGERPRINT;
     /// Which pods enter the fingerprint: `all` or `with-exclusive-resources`.
-    pub const PODS_FINGERPRINT_METHOD: &str = "nodeTopologyPodsFingerprintMethod";
+    pub const PODS_FINGERPRINT_METHOD: &str = crate::fingerprint::ATTRIBUTE_METHOD;
     /// Zone attribute prefix (numaplane extension) carrying the free device IDs of one
     /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
     /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.
@@ -46,7 +46,7 @@ pub mod attr {
 }
 
 /// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
-pub const ANNOTATION_FINGERPRINT: &str = "topology.node.k8s.io/fingerprint";
+pub use crate::fingerprint::ANNOTATION_FINGERPRINT;
 
 /// NodeResourceTopology describes node resources and their topology (v1alpha2).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -52,10 +52,6 @@ impl WorkingZones {
         w.free_devices = Some(topo.zones.iter().map(|z| z.free_devices.clone()).collect());
         w
     }
-
-    fn zone_index(&self, id: u32) -> Option<usize> {
-        self.ids.iter().position(|z| *z == id)
-    }
 }
 
 /// Where one container landed.
@@ -212,18 +208,28 @@ fn cpu_hints(
     Some(hints_from_sums(topo, &scratch.a, &scratch.b, need_cpus))
 }
 
-/// Memory-manager hints (§3.2) for every memory-like request: the same masks for all types.
-/// Returns `None` when no mask qualifies (the kubelet then fails in Allocate).
-fn memory_hints(
+/// Memory-manager requests (memory and hugepages) the Static policy aligns: Guaranteed pods
+/// only, and only when the node publishes memory rows.
+fn memory_requests(res: &Resources, topo: &NumaTopology, qos: Qos, req: &ResList) -> Vec<(ResId, i64)> {
+    if !(topo.memory_managed && qos == Qos::Guaranteed) {
+        return Vec::new();
+    }
+    req.positive()
+        .filter(|(id, _)| res.kind(*id).is_memory_like())
+        .collect()
+}
+
+/// Per mask (index = subset bits), for all memory types together (§3.2): whether the mask
+/// qualifies (every type's allocatable covers the request) and whether it is feasible (every
+/// type's free amount does too).
+fn memory_masks(
     topo: &NumaTopology,
     w: &WorkingZones,
     wants: &[(ResId, i64)],
     scratch: &mut Scratch,
-) -> Option<Vec<TopologyHint>> {
+) -> (Vec<bool>, Vec<bool>) {
     let n = w.ids.len();
     let masks = 1usize << n;
-    // A mask qualifies when every type's allocatable covers the request; it is feasible when
-    // every type's free amount does too.
     let mut qualifies = vec![true; masks];
     let mut feasible = vec![true; masks];
     for &(id, need) in wants {
@@ -231,15 +237,29 @@ fn memory_hints(
         subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
         for bits in 1..masks {
             qualifies[bits] &= scratch.a[bits] >= need;
-            feasible[bits] &= scratch.b[bits] >= need;
+            feasible[bits] &= qualifies[bits] && scratch.b[bits] >= need;
         }
     }
-    let min_affinity = (1..masks)
+    qualifies[0] = false;
+    feasible[0] = false;
+    (qualifies, feasible)
+}
+
+/// Memory-manager hints: the same masks for all types. `None` when no mask qualifies (the
+/// kubelet then fails in Allocate).
+fn memory_hints(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    wants: &[(ResId, i64)],
+    scratch: &mut Scratch,
+) -> Option<Vec<TopologyHint>> {
+    let (qualifies, feasible) = memory_masks(topo, w, wants, scratch);
+    let min_affinity = (1..qualifies.len())
         .filter(|&b| qualifies[b])
         .map(|b| b.count_ones())
         .min()?;
-    let hints: Vec<TopologyHint> = (1..masks)
-        .filter(|&b| qualifies[b] && feasible[b])
+    let hints: Vec<TopologyHint> = (1..feasible.len())
+        .filter(|&b| feasible[b])
         .map(|b| TopologyHint::new(topo.masks[b], b.count_ones() == min_affinity))
         .collect();
     (!hints.is_empty()).then_some(hints)
@@ -291,22 +311,11 @@ fn collect_hints(
     if let Some(n) = exclusive_cpus(qos, req, topo) {
         lists.push((CPU, cpu_hints(topo, w, n, &mut scratch)));
     }
-    if topo.memory_managed && qos == Qos::Guaranteed {
-        let wants: Vec<(ResId, i64)> = req
-            .positive()
-            .filter(|(id, _)| res.kind(*id).is_memory_like())
-            .collect();
-        if !wants.is_empty() {
-            match memory_hints(topo, w, &wants, &mut scratch) {
-                Some(h) => {
-                    for &(id, _) in &wants {
-                        lists.push((id, Some(h.clone())));
-                    }
-                }
-                None => {
-                    return Err(memory_rejection(res, &wants));
-                }
-            }
+    let wants = memory_requests(res, topo, qos, req);
+    if !wants.is_empty() {
+        let h = memory_hints(topo, w, &wants, &mut scratch).ok_or_else(|| memory_rejection(res, &wants))?;
+        for &(id, _) in &wants {
+            lists.push((id, Some(h.clone())));
         }
     }
     Ok(Hints { lists })
@@ -383,38 +392,21 @@ fn fast_merge(
             }));
         }
     }
-    if topo.memory_managed && qos == Qos::Guaranteed {
-        let wants: Vec<(ResId, i64)> = req
-            .positive()
-            .filter(|(id, _)| res.kind(*id).is_memory_like())
-            .collect();
-        if !wants.is_empty() {
-            constrained = true;
-            // One group of masks for all memory types: qualifies when every type's allocatable
-            // covers it; the kubelet fails in Allocate when none qualifies.
-            let mut qualifies = vec![true; masks];
-            let mut free_ok = vec![true; masks];
-            for &(id, need) in &wants {
-                subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
-                subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
-                for b in 1..masks {
-                    qualifies[b] &= scratch.a[b] >= need;
-                    free_ok[b] &= scratch.b[b] >= need;
-                }
-            }
-            let qualified: Vec<i64> = qualifies.iter().map(|q| i64::from(*q)).collect();
-            let free: Vec<i64> = (0..masks)
-                .map(|b| i64::from(qualifies[b] && free_ok[b]))
-                .collect();
-            if !qualifies.iter().skip(1).any(|q| *q) {
-                return Err(memory_rejection(res, &wants));
-            }
-            if !consider(&qualified, &free, 1, &mut feasible) {
-                return Ok(Some(MergeOutcome {
-                    hint: TopologyHint::any(false),
-                    admit: false,
-                }));
-            }
+    let wants = memory_requests(res, topo, qos, req);
+    if !wants.is_empty() {
+        constrained = true;
+        let (qualifies, feasible_mem) = memory_masks(topo, w, &wants, &mut scratch);
+        if !qualifies.iter().any(|q| *q) {
+            return Err(memory_rejection(res, &wants));
+        }
+        // As 0/1 "amounts" with a need of 1, the memory group fits the per-resource rule.
+        let qualified: Vec<i64> = qualifies.iter().map(|q| i64::from(*q)).collect();
+        let free: Vec<i64> = feasible_mem.iter().map(|f| i64::from(*f)).collect();
+        if !consider(&qualified, &free, 1, &mut feasible) {
+            return Ok(Some(MergeOutcome {
+                hint: TopologyHint::any(false),
+                admit: false,
+            }));
         }
     }
     let default = topo.info.default_affinity();
@@ -626,10 +618,8 @@ fn allocate(
     if let Some(n) = exclusive_cpus(qos, req, topo) {
         take_fill(w, &order, CPU, n * 1000).map_err(|_| exhausted("exclusive cpu".to_owned()))?;
     }
-    if topo.memory_managed && qos == Qos::Guaranteed {
-        for (id, need) in req.positive().filter(|(id, _)| res.kind(*id).is_memory_like()) {
-            take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
-        }
+    for (id, need) in memory_requests(res, topo, qos, req) {
+        take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
     }
     for (id, need) in req
         .positive()
@@ -812,11 +802,6 @@ pub fn predict(
         out.containers.push(placement);
     }
     Ok(out)
-}
-
-/// Index of zone `id` in `w` (for callers that map placements back to zones).
-pub fn zone_position(w: &WorkingZones, id: u32) -> Option<usize> {
-    w.zone_index(id)
 }
 
 #[cfg(test)]

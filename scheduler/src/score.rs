@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     node::NumaTopology,
     pod::{PodSpec, Qos},
-    resources::{CPU, ResId, ResKind, ResList, Resources},
+    resources::{ResId, ResKind, ResList, Resources},
     topology_manager::{Policy, Scope},
 };
 
@@ -52,7 +52,7 @@ impl Scorer {
         }
         let Some(topo) = topo else { return 0 };
         match self.strategy {
-            Strategy::LeastNumaNodes => least_numa_nodes(res, topo, pod),
+            Strategy::LeastNumaNodes => least_numa_nodes(topo, pod),
             _ if topo.policy != Policy::SingleNumaNode => 0,
             _ => {
                 let maps = request_maps(pod, topo.scope);
@@ -237,8 +237,7 @@ pub fn normalize_least_numa(count: usize, is_min_distance: bool, max_numa_nodes:
     score
 }
 
-fn least_numa_nodes(res: &Resources, topo: &NumaTopology, pod: &PodSpec) -> i64 {
-    let _ = res;
+fn least_numa_nodes(topo: &NumaTopology, pod: &PodSpec) -> i64 {
     let mut avail: Vec<crate::resources::Dense> = topo.zones.iter().map(|z| z.available.clone()).collect();
     let named_in_zones = |req: &ResList| {
         req.iter()
@@ -289,11 +288,6 @@ fn least_numa_nodes(res: &Resources, topo: &NumaTopology, pod: &PodSpec) -> i64 
 /// Resolves configured resource names to weights.
 pub fn weights_from_names(res: &mut Resources, names: &[(String, i64)]) -> HashMap<ResId, i64> {
     names.iter().map(|(n, w)| (res.intern(n), *w)).collect()
-}
-
-/// Whether `id` is cpu (used by callers that display scores).
-pub fn is_cpu(id: ResId) -> bool {
-    id == CPU
 }
 
 #[cfg(test)]
