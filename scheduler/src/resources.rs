@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use numaplane::quantity::Quantity;
+use numaplane::quantity::{Format, Quantity};
 
 /// Interned resource id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -150,27 +150,15 @@ impl Resources {
 
     /// Renders an amount of `id` as a quantity string (`1500m`, `2Gi`, `4`).
     pub fn render(&self, id: ResId, amount: i64) -> String {
-        match self.kind(id) {
-            ResKind::Cpu if amount % 1000 == 0 => (amount / 1000).to_string(),
-            ResKind::Cpu => format!("{amount}m"),
-            ResKind::Memory | ResKind::Hugepages | ResKind::HostNative if amount != 0 => binary(amount),
-            _ => amount.to_string(),
-        }
+        let q = match self.kind(id) {
+            ResKind::Cpu => Quantity::from_milli(amount, Format::DecimalSI),
+            ResKind::Memory | ResKind::Hugepages | ResKind::HostNative => {
+                Quantity::from_int(amount, Format::BinarySI)
+            }
+            ResKind::Extended => Quantity::from_int(amount, Format::DecimalSI),
+        };
+        q.to_string()
     }
-}
-
-fn binary(amount: i64) -> String {
-    const UNITS: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    let mut v = amount;
-    let mut unit = "";
-    for u in UNITS {
-        if v % 1024 != 0 {
-            break;
-        }
-        v /= 1024;
-        unit = u;
-    }
-    format!("{v}{unit}")
 }
 
 /// A quantity too large for the scheduler's integer accounting.
