@@ -1,1 +1,7 @@
-//! Shared helpers for numaplane's end-to-end tests.
+//! Shared helpers for numaplane's end-to-end tests: a fake kubelet (a real tonic server on a
+//! Unix socket), an HTTP-level fake API server, and the conversion of the shared conformance
+//! vectors into kubelet responses and machines.
+
+pub mod exporter_vectors;
+pub mod fake_api;
+pub mod fake_kubelet;
