@@ -19,6 +19,40 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Exit code for bad configuration or bad command-line input (`EX_USAGE`).
+pub const EXIT_CONFIG: u8 = 64;
+
+/// Parses the command line of binary `bin`. Help and version print and exit 0; any usage error
+/// is one line on stderr and exit code 64 (clap's own multi-line output and exit code 2 would
+/// break the one-clear-line rule for bad configuration).
+pub fn parse_args<T: clap::Parser>(bin: &str) -> Result<T, std::process::ExitCode> {
+    match T::try_parse() {
+        Ok(args) => Ok(args),
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp
+            | clap::error::ErrorKind::DisplayVersion
+            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                Err(if e.use_stderr() {
+                    std::process::ExitCode::from(EXIT_CONFIG)
+                } else {
+                    std::process::ExitCode::SUCCESS
+                })
+            }
+            _ => {
+                let rendered = e.render().to_string();
+                let line = rendered
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("invalid arguments")
+                    .trim_start_matches("error: ");
+                eprintln!("{bin}: {line} (see --help)");
+                Err(std::process::ExitCode::from(EXIT_CONFIG))
+            }
+        },
+    }
+}
+
 /// Generated kubelet gRPC APIs.
 pub mod proto {
     /// Pod-resources API v1.

@@ -7,8 +7,7 @@ use numaplane_topology::Machine;
 
 use crate::output::{self, Format};
 
-/// Exit code for bad configuration or bad command-line input (`EX_USAGE`).
-pub const EXIT_CONFIG: u8 = 64;
+pub use numaplane::EXIT_CONFIG;
 
 /// numaplane per-node agent.
 #[derive(Debug, Parser)]
@@ -45,6 +44,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Print the machine model numaplane sees (NUMA nodes, CPUs, memory, hugepages, distances, PCI).
     Topology(TopologyArgs),
+    /// Run the agent: read the kubelet, publish the NodeResourceTopology, serve metrics.
+    /// With `--once --dry-run`, print the object it would publish and exit.
+    Run(Box<crate::run::RunArgs>),
 }
 
 /// Arguments of `topology`.
@@ -92,6 +94,37 @@ pub fn run(cli: Cli) -> ExitCode {
     }
     match cli.command {
         Command::Topology(args) => topology(&args),
+        Command::Run(args) => run_agent(*args),
+    }
+}
+
+fn run_agent(args: crate::run::RunArgs) -> ExitCode {
+    let machine = match load_machine(args.topology_xml.as_deref()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    // One thread: the agent is I/O-bound and small RSS matters on every node.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("numaplane-exporter: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let view = crate::accounting::MachineView::from(&machine);
+    match runtime.block_on(crate::run::run(args, view)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));
+            if e.is_config() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
     }
 }
 

@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = numaplane_exporter::cli::Cli::parse();
-    numaplane_exporter::cli::run(cli)
+    match numaplane::parse_args::<numaplane_exporter::cli::Cli>("numaplane-exporter") {
+        Ok(cli) => numaplane_exporter::cli::run(cli),
+        Err(code) => code,
+    }
 }

@@ -2,8 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    numaplane_scheduler::cli::run(numaplane_scheduler::cli::Cli::parse())
+    match numaplane::parse_args::<numaplane_scheduler::cli::Cli>("numaplane-scheduler") {
+        Ok(cli) => numaplane_scheduler::cli::run(cli),
+        Err(code) => code,
+    }
 }

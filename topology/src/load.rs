@@ -106,7 +106,7 @@ fn machine_from_topology(topology: &Topology, source: &str) -> Result<Machine, T
         tracing::info!(source, "no NUMA distances reported; node distances left empty");
     }
     if numa_nodes.iter().all(|node| node.hugepages.is_empty()) {
-        tracing::info!(
+        tracing::debug!(
             source,
             "no hugepage pool with pages on any NUMA node; hugepages left empty"
         );

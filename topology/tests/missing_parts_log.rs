@@ -29,6 +29,7 @@ fn load_capturing_logs(xml: &str) -> (Machine, String) {
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
         .with_writer(move || writer.clone())
         .finish();
     let machine = tracing::subscriber::with_default(subscriber, || Machine::from_xml_str(xml).unwrap());

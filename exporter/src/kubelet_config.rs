@@ -1,0 +1,200 @@
+//! The part of the kubelet's `KubeletConfiguration` file that the published object carries: the
+//! Topology Manager policy, scope and `max-allowable-numa-nodes` option.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Topology Manager policies the kubelet accepts.
+pub const POLICIES: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
+/// Topology Manager scopes the kubelet accepts.
+pub const SCOPES: [&str; 2] = ["container", "pod"];
+/// The kubelet's Topology Manager option that caps the NUMA nodes it considers.
+pub const MAX_ALLOWABLE_NUMA_NODES_OPTION: &str = "max-allowable-numa-nodes";
+
+/// What the exporter publishes about the kubelet's Topology Manager.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopologyManagerSettings {
+    /// Policy; `None` means the kubelet default (`none`).
+    pub policy: Option<String>,
+    /// Scope; `None` means the kubelet default (`container`).
+    pub scope: Option<String>,
+    /// The `max-allowable-numa-nodes` option, when set.
+    pub max_numa_nodes: Option<u32>,
+}
+
+/// Errors reading the kubelet configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletConfigError {
+    /// The file cannot be read.
+    #[error("cannot read kubelet config {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a KubeletConfiguration document.
+    #[error("cannot parse kubelet config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Parser message (serde-saphyr errors carry the location).
+        message: String,
+    },
+    /// A field holds a value the kubelet itself would refuse.
+    #[error("invalid {field} {value:?} in {origin}: expected {expected}")]
+    InvalidValue {
+        /// The offending field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// Where it came from (a file path or a flag).
+        origin: String,
+        /// The accepted values.
+        expected: String,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KubeletConfiguration {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    topology_manager_policy: Option<String>,
+    #[serde(default)]
+    topology_manager_scope: Option<String>,
+    #[serde(default)]
+    topology_manager_policy_options: BTreeMap<String, String>,
+}
+
+/// Reads the Topology Manager settings from a kubelet config file.
+pub fn read(path: &Path) -> Result<TopologyManagerSettings, KubeletConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KubeletConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses a kubelet config document; `origin` names it in errors.
+pub fn parse(text: &str, origin: &str) -> Result<TopologyManagerSettings, KubeletConfigError> {
+    let cfg: KubeletConfiguration = if text.trim().is_empty() {
+        KubeletConfiguration::default()
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| KubeletConfigError::Parse {
+            path: PathBuf::from(origin),
+            message: e.to_string(),
+        })?
+    };
+    if let Some(kind) = cfg.kind.as_deref().filter(|k| *k != "KubeletConfiguration") {
+        return Err(KubeletConfigError::Parse {
+            path: PathBuf::from(origin),
+            message: format!("kind is {kind:?}, expected KubeletConfiguration"),
+        });
+    }
+    let max_numa_nodes = cfg
+        .topology_manager_policy_options
+        .get(MAX_ALLOWABLE_NUMA_NODES_OPTION)
+        .map(|v| parse_max_numa_nodes(v, origin))
+        .transpose()?;
+    let settings = TopologyManagerSettings {
+        policy: cfg.topology_manager_policy.filter(|p| !p.is_empty()),
+        scope: cfg.topology_manager_scope.filter(|s| !s.is_empty()),
+        max_numa_nodes,
+    };
+    validate(&settings, origin)?;
+    Ok(settings)
+}
+
+/// Parses the option value as the kubelet does (a positive integer).
+pub fn parse_max_numa_nodes(value: &str, origin: &str) -> Result<u32, KubeletConfigError> {
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| KubeletConfigError::InvalidValue {
+            field: "topologyManagerPolicyOptions.max-allowable-numa-nodes",
+            value: value.to_owned(),
+            origin: origin.to_owned(),
+            expected: "a positive integer".to_owned(),
+        })
+}
+
+/// Checks policy and scope against the values the kubelet accepts.
+pub fn validate(s: &TopologyManagerSettings, origin: &str) -> Result<(), KubeletConfigError> {
+    if let Some(p) = s.policy.as_deref().filter(|p| !POLICIES.contains(p)) {
+        return Err(KubeletConfigError::InvalidValue {
+            field: "topologyManagerPolicy",
+            value: p.to_owned(),
+            origin: origin.to_owned(),
+            expected: POLICIES.join(", "),
+        });
+    }
+    if let Some(sc) = s.scope.as_deref().filter(|sc| !SCOPES.contains(sc)) {
+        return Err(KubeletConfigError::InvalidValue {
+            field: "topologyManagerScope",
+            value: sc.to_owned(),
+            origin: origin.to_owned(),
+            expected: SCOPES.join(", "),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_policy_scope_and_max_numa_nodes() {
+        let s = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             cpuManagerPolicy: static\ntopologyManagerPolicy: single-numa-node\n\
+             topologyManagerScope: pod\ntopologyManagerPolicyOptions:\n  \
+             max-allowable-numa-nodes: \"10\"\n  prefer-closest-numa-nodes: \"true\"\n",
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(s.policy.as_deref(), Some("single-numa-node"));
+        assert_eq!(s.scope.as_deref(), Some("pod"));
+        assert_eq!(s.max_numa_nodes, Some(10));
+    }
+
+    #[test]
+    fn absent_fields_mean_kubelet_defaults() {
+        let s = parse("kind: KubeletConfiguration\n", "cfg").unwrap();
+        assert_eq!(s, TopologyManagerSettings::default());
+        assert_eq!(parse("", "cfg").unwrap(), TopologyManagerSettings::default());
+    }
+
+    #[test]
+    fn rejects_values_the_kubelet_refuses() {
+        for (doc, field) in [
+            ("topologyManagerPolicy: strict\n", "topologyManagerPolicy"),
+            ("topologyManagerScope: node\n", "topologyManagerScope"),
+            (
+                "topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"0\"}\n",
+                "max-allowable-numa-nodes",
+            ),
+        ] {
+            let err = parse(doc, "cfg").unwrap_err().to_string();
+            assert!(err.contains(field), "{doc}: {err}");
+        }
+        let err = parse("kind: Pod\n", "cfg").unwrap_err().to_string();
+        assert!(err.contains("KubeletConfiguration"), "{err}");
+        let err = parse("topologyManagerPolicy: [a\n", "cfg").unwrap_err();
+        assert!(matches!(err, KubeletConfigError::Parse { .. }), "{err}");
+    }
+
+    #[test]
+    fn unreadable_file_is_a_read_error_naming_the_path() {
+        let err = read(Path::new("/nonexistent/kubelet/config.yaml")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/kubelet/config.yaml"));
+        assert!(matches!(err, KubeletConfigError::Read { .. }));
+    }
+}

@@ -1,0 +1,412 @@
+//! Prometheus metrics of the agent (prometheus-client), named per the Prometheus conventions and
+//! labelled `numa_node` for NUMA ids as the kubelet does. No pod names ever become labels.
+
+use std::sync::atomic::AtomicU64;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use numaplane::quantity::Quantity;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::accounting::{Accounting, AnomalyKind};
+
+/// Labels of the per-zone resource gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabels {
+    /// Node name.
+    pub node: String,
+    /// Zone name (`node-<id>`).
+    pub zone: String,
+    /// NUMA node id, as the kubelet labels it.
+    pub numa_node: String,
+    /// Resource name (`cpu`, `memory`, `hugepages-1Gi`, device resources).
+    pub resource: String,
+}
+
+/// Labels of the zone distance gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CostLabels {
+    /// Node name.
+    pub node: String,
+    /// Source NUMA node id.
+    pub numa_node: String,
+    /// Destination zone name.
+    pub to_zone: String,
+}
+
+/// Pod-resources gRPC method, as a label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PodResourcesMethod {
+    /// `List`.
+    List,
+    /// `GetAllocatableResources`.
+    GetAllocatableResources,
+    /// `Get`.
+    Get,
+    /// `Watch`.
+    Watch,
+}
+
+/// Labels of the pod-resources request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// The gRPC method.
+    pub method: PodResourcesMethod,
+    /// gRPC status code name (`OK`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, …).
+    pub code: String,
+}
+
+/// Labels carrying one bounded string value.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The bounded kind.
+    pub kind: String,
+}
+
+/// Labels of scans.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScanLabels {
+    /// What woke the agent up (`startup`, `resync`, `kubelet_watch`, `pod_watch`, …).
+    pub trigger: String,
+    /// `success` or the failure kind.
+    pub result: String,
+}
+
+/// Labels of NRT writes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `apply`.
+    pub operation: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Labels of the info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfoLabels {
+    /// Agent version.
+    pub version: String,
+    /// Node name.
+    pub node: String,
+    /// Published Topology Manager policy.
+    pub topology_manager_policy: String,
+    /// Published Topology Manager scope.
+    pub topology_manager_scope: String,
+}
+
+type GaugeF = Gauge<f64, AtomicU64>;
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Per-zone capacity.
+    pub zone_capacity: Family<ZoneLabels, GaugeF>,
+    /// Per-zone allocatable.
+    pub zone_allocatable: Family<ZoneLabels, GaugeF>,
+    /// Per-zone available.
+    pub zone_available: Family<ZoneLabels, GaugeF>,
+    /// Zone distances.
+    pub zone_cost: Family<CostLabels, Gauge>,
+    /// Duration of successful and failed scans.
+    pub scan_duration: Histogram,
+    /// Scans by trigger and result.
+    pub scans: Family<ScanLabels, Counter>,
+    /// Pod-resources calls by method and code.
+    pub podresources_requests: Family<CallLabels, Counter>,
+    /// Reconnections to the kubelet socket.
+    pub kubelet_reconnects: Counter,
+    /// 1 while the kubelet offers the Watch fast path.
+    pub kubelet_watch_active: Gauge,
+    /// NRT writes by result.
+    pub nrt_writes: Family<WriteLabels, Counter>,
+    /// NRT writes skipped because nothing changed.
+    pub nrt_write_skips: Counter,
+    /// Unix time of the last successful scan.
+    pub last_successful_scan: GaugeF,
+    /// Unix time of the last successful NRT write (or verified skip).
+    pub last_successful_publish: GaugeF,
+    /// 1 while the published object may be stale (last scan or publish failed).
+    pub stale: Gauge,
+    /// Accounting anomalies by kind.
+    pub anomalies: Family<KindLabels, Counter>,
+    /// Accounted pods holding exclusive resources.
+    pub pods_with_exclusive: Gauge,
+    /// Accounted pods.
+    pub pods_accounted: Gauge,
+    /// Errors outside scans (API, CRD, configuration reload), by kind.
+    pub errors: Family<KindLabels, Counter>,
+    /// Constant 1 with the agent's configuration as labels.
+    pub info: Family<InfoLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family under the `numaplane_exporter` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("numaplane_exporter");
+        let m = Self {
+            zone_capacity: Family::default(),
+            zone_allocatable: Family::default(),
+            zone_available: Family::default(),
+            zone_cost: Family::default(),
+            scan_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            scans: Family::default(),
+            podresources_requests: Family::default(),
+            kubelet_reconnects: Counter::default(),
+            kubelet_watch_active: Gauge::default(),
+            nrt_writes: Family::default(),
+            nrt_write_skips: Counter::default(),
+            last_successful_scan: GaugeF::default(),
+            last_successful_publish: GaugeF::default(),
+            stale: Gauge::default(),
+            anomalies: Family::default(),
+            pods_with_exclusive: Gauge::default(),
+            pods_accounted: Gauge::default(),
+            errors: Family::default(),
+            info: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "zone_resource_capacity",
+            "Capacity of a resource in a NUMA zone (cores, bytes or devices)",
+            m.zone_capacity.clone(),
+        );
+        registry.register(
+            "zone_resource_allocatable",
+            "Allocatable amount of a resource in a NUMA zone",
+            m.zone_allocatable.clone(),
+        );
+        registry.register(
+            "zone_resource_available",
+            "Amount of a resource in a NUMA zone not held exclusively by pods",
+            m.zone_available.clone(),
+        );
+        registry.register(
+            "zone_cost",
+            "NUMA distance from a zone to another zone (SLIT)",
+            m.zone_cost.clone(),
+        );
+        registry.register_with_unit(
+            "scan_duration",
+            "Duration of one scan: kubelet calls, accounting and object build",
+            Unit::Seconds,
+            m.scan_duration.clone(),
+        );
+        registry.register("scans", "Scans by trigger and result", m.scans.clone());
+        registry.register(
+            "podresources_requests",
+            "Calls to the kubelet pod-resources API by method and gRPC code",
+            m.podresources_requests.clone(),
+        );
+        registry.register(
+            "kubelet_reconnects",
+            "Reconnections to the kubelet pod-resources socket",
+            m.kubelet_reconnects.clone(),
+        );
+        registry.register(
+            "kubelet_watch_active",
+            "1 while the kubelet Watch stream is open",
+            m.kubelet_watch_active.clone(),
+        );
+        registry.register(
+            "nrt_writes",
+            "NodeResourceTopology writes by result",
+            m.nrt_writes.clone(),
+        );
+        registry.register(
+            "nrt_write_skips",
+            "NodeResourceTopology writes skipped because nothing changed",
+            m.nrt_write_skips.clone(),
+        );
+        registry.register_with_unit(
+            "last_successful_scan_timestamp",
+            "Unix time of the last successful scan",
+            Unit::Seconds,
+            m.last_successful_scan.clone(),
+        );
+        registry.register_with_unit(
+            "last_successful_publish_timestamp",
+            "Unix time the API server last held the current object",
+            Unit::Seconds,
+            m.last_successful_publish.clone(),
+        );
+        registry.register(
+            "stale",
+            "1 while the published object may be stale because the last scan or write failed",
+            m.stale.clone(),
+        );
+        registry.register(
+            "accounting_anomalies",
+            "Suspicious kubelet data worked around by the accounting, by kind",
+            m.anomalies.clone(),
+        );
+        registry.register(
+            "pods_with_exclusive_resources",
+            "Accounted pods holding exclusive CPUs, NUMA-pinned memory or NUMA-affine devices",
+            m.pods_with_exclusive.clone(),
+        );
+        registry.register(
+            "pods_accounted",
+            "Pods left after the namespace, exclusion and terminal-pod filters",
+            m.pods_accounted.clone(),
+        );
+        registry.register("errors", "Errors outside scans by kind", m.errors.clone());
+        registry.register("info", "Agent configuration", m.info.clone());
+        for kind in AnomalyKind::ALL {
+            // Zero series up front, so rate() works from the first anomaly on.
+            let _ = m.anomalies.get_or_create(&KindLabels {
+                kind: kind.as_str().to_owned(),
+            });
+        }
+        Self { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// Counts one error of a bounded kind.
+    pub fn error(&self, kind: &str) {
+        self.errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one scan.
+    pub fn scan(&self, trigger: &str, result: &str) {
+        self.scans
+            .get_or_create(&ScanLabels {
+                trigger: trigger.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one pod-resources call.
+    pub fn call(&self, method: PodResourcesMethod, code: tonic::Code) {
+        self.podresources_requests
+            .get_or_create(&CallLabels {
+                method,
+                code: grpc_code_name(code).to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the configuration info series.
+    pub fn set_info(&self, node: &str, policy: &str, scope: &str) {
+        self.info.clear();
+        self.info
+            .get_or_create(&InfoLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                node: node.to_owned(),
+                topology_manager_policy: policy.to_owned(),
+                topology_manager_scope: scope.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// Records a successful scan: zone gauges (replacing the previous set so vanished zones or
+    /// resources disappear), anomalies and pod counts.
+    pub fn record_accounting(&self, node: &str, acc: &Accounting) {
+        for family in [&self.zone_capacity, &self.zone_allocatable, &self.zone_available] {
+            family.clear();
+        }
+        self.zone_cost.clear();
+        for zone in &acc.zones {
+            let numa_node = numaplane::nrt::parse_zone_name(&zone.name)
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            for res in zone.resources.iter().flatten() {
+                let labels = ZoneLabels {
+                    node: node.to_owned(),
+                    zone: zone.name.clone(),
+                    numa_node: numa_node.clone(),
+                    resource: res.name.clone(),
+                };
+                for (family, value) in [
+                    (&self.zone_capacity, &res.capacity),
+                    (&self.zone_allocatable, &res.allocatable),
+                    (&self.zone_available, &res.available),
+                ] {
+                    if let Some(v) = quantity_value(value) {
+                        family.get_or_create(&labels).set(v);
+                    }
+                }
+            }
+            for cost in zone.costs.iter().flatten() {
+                self.zone_cost
+                    .get_or_create(&CostLabels {
+                        node: node.to_owned(),
+                        numa_node: numa_node.clone(),
+                        to_zone: cost.name.clone(),
+                    })
+                    .set(cost.value);
+            }
+        }
+        for (kind, count) in acc.anomaly_counts() {
+            self.anomalies
+                .get_or_create(&KindLabels {
+                    kind: kind.as_str().to_owned(),
+                })
+                .inc_by(count as u64);
+        }
+        self.pods_accounted
+            .set(i64::try_from(acc.pods_accounted).unwrap_or(i64::MAX));
+        self.pods_with_exclusive
+            .set(i64::try_from(acc.pods_with_exclusive).unwrap_or(i64::MAX));
+        self.last_successful_scan.set(unix_now());
+    }
+}
+
+/// A quantity as a float for a gauge (cores, bytes, devices).
+fn quantity_value(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<f64> {
+    let q = Quantity::try_from(q).ok()?;
+    Some(q.millis_ceil() as f64 / 1000.0)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The canonical upper-case gRPC code name, as grpc-go prints it.
+pub fn grpc_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}

@@ -1,0 +1,194 @@
+//! The node-scoped pod watch: a scan trigger on every add, change or delete of a pod bound to
+//! this node, and the set of terminal pods that kubelets before 1.34 still list with their
+//! stale assignments.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, ResourceExt as _};
+
+use crate::metrics::Metrics;
+use crate::triggers::{Trigger, Triggers};
+
+/// (namespace, name).
+pub type PodKey = (String, String);
+
+/// What the pod watch knows, shared with the scan loop.
+#[derive(Debug, Default)]
+pub struct PodView {
+    /// Pods in phase Succeeded or Failed.
+    pub terminal: BTreeSet<PodKey>,
+    /// Pods bound to the node and not terminal, with the time they were first seen.
+    pub active: BTreeMap<PodKey, tokio::time::Instant>,
+    /// Whether the initial list has completed (before that, the terminal set is incomplete).
+    pub synced: bool,
+}
+
+/// Shared handle.
+pub type SharedPodView = Arc<Mutex<PodView>>;
+
+/// Locks the view, recovering from a poisoned lock (the data stays consistent per update).
+pub fn lock(view: &SharedPodView) -> std::sync::MutexGuard<'_, PodView> {
+    view.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn key(pod: &Pod) -> PodKey {
+    (pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Field selector of this node's pods.
+pub fn node_selector(node_name: &str) -> String {
+    format!("spec.nodeName={node_name}")
+}
+
+/// Lists the terminal pods of the node once (for `--once`).
+pub async fn list_terminal(client: Client, node_name: &str) -> Result<BTreeSet<PodKey>, kube::Error> {
+    let pods: Api<Pod> = Api::all(client);
+    let list = pods
+        .list(&ListParams::default().fields(&node_selector(node_name)))
+        .await?;
+    Ok(list.items.iter().filter(|p| is_terminal(p)).map(key).collect())
+}
+
+fn apply(view: &SharedPodView, pod: &Pod) {
+    let k = key(pod);
+    let mut v = lock(view);
+    if is_terminal(pod) {
+        v.active.remove(&k);
+        v.terminal.insert(k);
+    } else {
+        v.terminal.remove(&k);
+        v.active.entry(k).or_insert_with(tokio::time::Instant::now);
+    }
+}
+
+/// Runs the watch forever, reconnecting with the watcher's default backoff.
+pub async fn run(
+    client: Client,
+    node_name: String,
+    view: SharedPodView,
+    triggers: Triggers,
+    metrics: Arc<Metrics>,
+) {
+    let pods: Api<Pod> = Api::all(client);
+    let config = watcher::Config::default().fields(&node_selector(&node_name));
+    let stream = watcher::watcher(pods, config).default_backoff();
+    futures::pin_mut!(stream);
+    let mut init: Option<(BTreeSet<PodKey>, BTreeMap<PodKey, tokio::time::Instant>)> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => init = Some(Default::default()),
+            Ok(watcher::Event::InitApply(pod)) => {
+                if let Some((terminal, active)) = init.as_mut() {
+                    if is_terminal(&pod) {
+                        terminal.insert(key(&pod));
+                    } else {
+                        active.insert(key(&pod), tokio::time::Instant::now());
+                    }
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some((terminal, active)) = init.take() {
+                    let mut v = lock(&view);
+                    v.terminal = terminal;
+                    v.active = active;
+                    v.synced = true;
+                }
+                triggers.send(Trigger::PodWatch);
+            }
+            Ok(watcher::Event::Apply(pod)) => {
+                apply(&view, &pod);
+                triggers.send(Trigger::PodWatch);
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                let k = key(&pod);
+                {
+                    let mut v = lock(&view);
+                    v.terminal.remove(&k);
+                    v.active.remove(&k);
+                }
+                triggers.send(Trigger::PodWatch);
+            }
+            Err(e) => {
+                metrics.error("pod_watch");
+                tracing::warn!(node = %node_name, error = %numaplane::error_chain(&e), "pod watch failed; retrying");
+            }
+        }
+    }
+}
+
+/// Polls `Get` for pods the API server says are bound here but the last List did not show,
+/// and triggers a scan the moment the kubelet has admitted one (its resources are then
+/// assigned). Bounded to one call per `interval`, well under the kubelet's 100 requests/s limit
+/// shared by every client on the node; stops for good when the kubelet does not offer `Get`.
+pub async fn poll_admissions(
+    client: crate::podresources::KubeletClient,
+    view: SharedPodView,
+    listed: Arc<Mutex<BTreeSet<PodKey>>>,
+    triggers: Triggers,
+    interval: Duration,
+    give_up_after: Duration,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut cursor: Option<PodKey> = None;
+    loop {
+        ticker.tick().await;
+        let candidate = {
+            let v = lock(&view);
+            let listed = listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let waiting = v
+                .active
+                .iter()
+                .filter(|(k, since)| !listed.contains(*k) && since.elapsed() < give_up_after);
+            // Round-robin over the waiting pods.
+            let mut after = waiting
+                .clone()
+                .filter(|(k, _)| cursor.as_ref().is_none_or(|c| *k > c));
+            after
+                .next()
+                .or_else(|| waiting.clone().next())
+                .map(|(k, _)| k.clone())
+        };
+        let Some(pod) = candidate else {
+            cursor = None;
+            continue;
+        };
+        cursor = Some(pod.clone());
+        match client.get(&pod.0, &pod.1).await {
+            Ok(Some(_)) => {
+                listed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(pod);
+                triggers.send(Trigger::KubeletGet);
+            }
+            Ok(None) => {}
+            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
+                tracing::info!(
+                    "kubelet does not offer pod-resources Get; admissions are caught by the pod \
+                     watch and the resync instead"
+                );
+                return;
+            }
+            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
+                tokio::time::sleep(crate::backoff::jittered(Duration::from_millis(500))).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "Get failed");
+            }
+        }
+    }
+}

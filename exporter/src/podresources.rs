@@ -1,0 +1,209 @@
+//! Client of the kubelet pod-resources API (v1) over its Unix socket.
+//!
+//! One lazily connected channel is kept for the agent's lifetime: tonic re-dials the socket path
+//! on the next call after the kubelet restarts and recreates it, which is why the directory, not
+//! the socket file, is mounted into the pod. Every call is counted by method and gRPC code.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use numaplane::proto::podresources::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
+    ListPodResourcesRequest, ListPodResourcesResponse, PodResources, WatchPodResourcesRequest,
+    WatchPodResourcesResponse, pod_resources_lister_client::PodResourcesListerClient,
+};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::metrics::{Metrics, PodResourcesMethod, grpc_code_name};
+
+/// The kubelet's default socket.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// Both upstream exporters allow List responses of up to 16 MiB.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Errors talking to the kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    /// The socket path cannot form an endpoint.
+    #[error("invalid pod-resources socket path {socket}: {message}")]
+    Endpoint {
+        /// The path.
+        socket: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A call failed (including connection failures, which tonic reports as UNAVAILABLE).
+    #[error("pod-resources {method:?} on {socket} failed with {code_name}: {message}")]
+    Call {
+        /// The method.
+        method: PodResourcesMethod,
+        /// The socket.
+        socket: PathBuf,
+        /// gRPC code.
+        code: tonic::Code,
+        /// Its canonical name, for the message.
+        code_name: &'static str,
+        /// The status message.
+        message: String,
+    },
+}
+
+impl PodResourcesError {
+    /// The gRPC code, when the error came from a call.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            Self::Call { code, .. } => Some(*code),
+            Self::Endpoint { .. } => None,
+        }
+    }
+
+    /// A bounded label for metrics and scan results.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Endpoint { .. } => "endpoint",
+            Self::Call { code, .. } => match code {
+                tonic::Code::ResourceExhausted => "rate_limited",
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => "kubelet_unavailable",
+                tonic::Code::Unimplemented => "unimplemented",
+                _ => "kubelet_error",
+            },
+        }
+    }
+}
+
+/// The pod-resources client.
+#[derive(Clone)]
+pub struct KubeletClient {
+    client: PodResourcesListerClient<Channel>,
+    socket: PathBuf,
+    metrics: Arc<Metrics>,
+}
+
+impl KubeletClient {
+    /// A client for the socket at `socket` (an optional `unix://` prefix is accepted). Nothing
+    /// is dialled until the first call; each call is bounded by `call_timeout`.
+    pub fn new(
+        socket: &Path,
+        call_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, PodResourcesError> {
+        let raw = socket.to_string_lossy();
+        let path = raw.strip_prefix("unix://").unwrap_or(&raw).to_owned();
+        if path.is_empty() {
+            return Err(PodResourcesError::Endpoint {
+                socket: socket.to_owned(),
+                message: "empty path".to_owned(),
+            });
+        }
+        let endpoint = Endpoint::try_from(format!("unix://{path}"))
+            .map_err(|e| PodResourcesError::Endpoint {
+                socket: socket.to_owned(),
+                message: e.to_string(),
+            })?
+            .connect_timeout(call_timeout)
+            .timeout(call_timeout);
+        let client = PodResourcesListerClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        Ok(Self {
+            client,
+            socket: PathBuf::from(path),
+            metrics,
+        })
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn record<T>(
+        &self,
+        method: PodResourcesMethod,
+        result: Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, PodResourcesError> {
+        match result {
+            Ok(resp) => {
+                self.metrics.call(method, tonic::Code::Ok);
+                Ok(resp.into_inner())
+            }
+            Err(status) => {
+                self.metrics.call(method, status.code());
+                Err(PodResourcesError::Call {
+                    method,
+                    socket: self.socket.clone(),
+                    code: status.code(),
+                    code_name: grpc_code_name(status.code()),
+                    message: status_message(&status),
+                })
+            }
+        }
+    }
+
+    /// `List`: every pod the kubelet holds resources for.
+    pub async fn list(&self) -> Result<ListPodResourcesResponse, PodResourcesError> {
+        let result = self.client.clone().list(ListPodResourcesRequest {}).await;
+        self.record(PodResourcesMethod::List, result)
+    }
+
+    /// `GetAllocatableResources`.
+    pub async fn allocatable(&self) -> Result<AllocatableResourcesResponse, PodResourcesError> {
+        let result = self
+            .client
+            .clone()
+            .get_allocatable_resources(AllocatableResourcesRequest {})
+            .await;
+        self.record(PodResourcesMethod::GetAllocatableResources, result)
+    }
+
+    /// `Get` for one pod: `Ok(None)` when the kubelet does not know the pod (yet), or no longer
+    /// runs it.
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodResources>, PodResourcesError> {
+        let result = self
+            .client
+            .clone()
+            .get(GetPodResourcesRequest {
+                pod_name: name.to_owned(),
+                pod_namespace: namespace.to_owned(),
+            })
+            .await;
+        match self.record(PodResourcesMethod::Get, result) {
+            Ok(resp) => Ok(resp.pod_resources),
+            // The kubelet answers an unknown or terminated pod with a plain error (no NotFound
+            // code before KEP-3695's GA), so anything but a transport or method failure means
+            // "not there".
+            Err(PodResourcesError::Call {
+                code: tonic::Code::NotFound | tonic::Code::Unknown | tonic::Code::Internal,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the `Watch` stream (KEP-2043). Kubelets that do not offer it answer UNIMPLEMENTED.
+    pub async fn watch(&self) -> Result<tonic::Streaming<WatchPodResourcesResponse>, PodResourcesError> {
+        let result = self.client.clone().watch(WatchPodResourcesRequest {}).await;
+        self.record(PodResourcesMethod::Watch, result)
+    }
+}
+
+/// The status message, or a hint when the server sent none (transport failures).
+fn status_message(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut msg = status.message().to_owned();
+    let mut source = status.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !msg.contains(&text) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&text);
+        }
+        source = e.source();
+    }
+    if msg.is_empty() {
+        msg = "no message".to_owned();
+    }
+    msg
+}

@@ -1,0 +1,854 @@
+//! `numaplane-exporter run`: the agent loop, and its `--once`/`--dry-run` offline view.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use futures::StreamExt as _;
+use kube::Client;
+use numaplane::fingerprint::Method;
+use numaplane::nrt::NodeResourceTopology;
+use tokio::time::Instant;
+
+use crate::accounting::{AccountingConfig, AnomalyKind, EXCLUDE_ALL_NODES, MachineView, PodExclude};
+use crate::backoff::{Backoff, jittered};
+use crate::kubelet_config::{self, KubeletConfigError, TopologyManagerSettings};
+use crate::metrics::Metrics;
+use crate::output::{self, Format};
+use crate::pod_watch::{self, PodKey, SharedPodView};
+use crate::podresources::{DEFAULT_SOCKET, KubeletClient, PodResourcesError};
+use crate::publish::{self, NodeEvents, Outcome, PublishError, Publisher};
+use crate::scan::{Scan, ScanError, Scanner};
+use crate::server::{self, Health, ServerError};
+use crate::triggers::{self, NotifyFileError, Trigger, Triggers};
+
+/// Arguments of `run`. Every flag also reads an environment variable, for DaemonSet manifests.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This node's name (the object's name and the pod watch's field selector).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The kubelet pod-resources socket. Mount its directory, not the file, so that kubelet
+    /// restarts (which recreate the socket) are survived.
+    #[arg(long, env = "NUMAPLANE_PODRESOURCES_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub podresources_socket: PathBuf,
+    /// Read the machine from this hwloc XML file instead of the live system.
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_XML")]
+    pub topology_xml: Option<PathBuf>,
+    /// The kubelet's KubeletConfiguration file, source of the Topology Manager policy, scope and
+    /// max-allowable-numa-nodes. Flags below override it.
+    #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG")]
+    pub kubelet_config: Option<PathBuf>,
+    /// Topology Manager policy (default: the kubelet config's, else `none`).
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_POLICY", value_parser = kubelet_config::POLICIES)]
+    pub topology_manager_policy: Option<String>,
+    /// Topology Manager scope (default: the kubelet config's, else `container`).
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_SCOPE", value_parser = kubelet_config::SCOPES)]
+    pub topology_manager_scope: Option<String>,
+    /// The kubelet's max-allowable-numa-nodes option, published as topologyManagerMaxNUMANodes.
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_MAX_NUMA_NODES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub topology_manager_max_numa_nodes: Option<u32>,
+    /// Leave a resource out of the zones: `NODE=RESOURCE`, or `*=RESOURCE` for every node.
+    /// Repeatable (comma-separated in the environment variable).
+    #[arg(long = "exclude-resource", env = "NUMAPLANE_EXCLUDE_RESOURCES", value_delimiter = ',', value_parser = parse_exclude_resource)]
+    pub exclude_resources: Vec<(String, String)>,
+    /// Account only pods of this namespace (`*` or empty: all).
+    #[arg(long, env = "NUMAPLANE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Ignore pods matching `NAMESPACE_GLOB/NAME_GLOB`. Repeatable (comma-separated in the
+    /// environment variable).
+    #[arg(long = "exclude-pods", env = "NUMAPLANE_EXCLUDE_PODS", value_delimiter = ',', value_parser = parse_exclude_pods)]
+    pub exclude_pods: Vec<PodExclude>,
+    /// Which pods enter the pod-set fingerprint (`none` disables it).
+    #[arg(long, env = "NUMAPLANE_PODS_FINGERPRINT_METHOD", value_enum, default_value_t = FingerprintArg::WithExclusiveResources)]
+    pub pods_fingerprint_method: FingerprintArg,
+    /// Scan once and exit.
+    #[arg(long, env = "NUMAPLANE_ONCE")]
+    pub once: bool,
+    /// Print the object instead of publishing it (with --once: print and exit, no API server
+    /// needed).
+    #[arg(long, env = "NUMAPLANE_DRY_RUN")]
+    pub dry_run: bool,
+    /// Format of the printed object.
+    #[arg(short = 'o', long, env = "NUMAPLANE_OUTPUT", value_enum, default_value_t = ObjectFormat::Yaml)]
+    pub output: ObjectFormat,
+    /// Kubeconfig file; default: in-cluster configuration. With --dry-run it is used only to
+    /// drop terminal pods.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Period of the resync scan, which also re-reads allocatable resources (0: off).
+    #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+    /// An unchanged object is still written at least this often.
+    #[arg(long, env = "NUMAPLANE_FORCE_WRITE_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub force_write_interval: Duration,
+    /// A file whose writes trigger a scan (for OCI/runtime hooks). Created if missing.
+    #[arg(long, env = "NUMAPLANE_NOTIFY_FILE")]
+    pub notify_file: Option<PathBuf>,
+    /// Quiet period that ends a burst of events.
+    #[arg(long, env = "NUMAPLANE_DEBOUNCE", default_value = "5ms", value_parser = parse_duration)]
+    pub debounce: Duration,
+    /// Longest wait after the first event of a burst.
+    #[arg(long, env = "NUMAPLANE_MAX_DEBOUNCE", default_value = "50ms", value_parser = parse_duration)]
+    pub max_debounce: Duration,
+    /// Minimum time between two scans, to stay far below the kubelet's shared 100 requests/s.
+    #[arg(long, env = "NUMAPLANE_MIN_SCAN_INTERVAL", default_value = "20ms", value_parser = parse_duration)]
+    pub min_scan_interval: Duration,
+    /// Timeout of each pod-resources call (with --once: also how long to wait for the socket).
+    #[arg(long, env = "NUMAPLANE_CALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub call_timeout: Duration,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2112")]
+    pub metrics_address: SocketAddr,
+    /// First retry delay for the API server (CRD wait, failed writes).
+    #[arg(long, env = "NUMAPLANE_API_BACKOFF_MIN", default_value = "5s", value_parser = parse_duration)]
+    pub api_backoff_min: Duration,
+    /// Longest retry delay for the API server.
+    #[arg(long, env = "NUMAPLANE_API_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    pub api_backoff_max: Duration,
+    /// First retry delay for the kubelet (restarts, rate limiting).
+    #[arg(long, env = "NUMAPLANE_KUBELET_BACKOFF_MIN", default_value = "200ms", value_parser = parse_duration)]
+    pub kubelet_backoff_min: Duration,
+    /// Longest retry delay for the kubelet.
+    #[arg(long, env = "NUMAPLANE_KUBELET_BACKOFF_MAX", default_value = "10s", value_parser = parse_duration)]
+    pub kubelet_backoff_max: Duration,
+    /// This agent's pod name, reported in Events.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+}
+
+/// Fingerprint method flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FingerprintArg {
+    /// Every listed pod.
+    All,
+    /// Pods holding exclusive resources (RTE's default).
+    WithExclusiveResources,
+    /// No fingerprint attribute.
+    None,
+}
+
+/// Printed object format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObjectFormat {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+fn parse_exclude_resource(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((node, res)) if !node.is_empty() && !res.is_empty() => Ok((node.to_owned(), res.to_owned())),
+        _ => Err(format!(
+            "expected NODE=RESOURCE or {EXCLUDE_ALL_NODES}=RESOURCE, got {s:?}"
+        )),
+    }
+}
+
+fn parse_exclude_pods(s: &str) -> Result<PodExclude, String> {
+    let (ns, name) = s
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .ok_or_else(|| format!("expected NAMESPACE_GLOB/NAME_GLOB, got {s:?}"))?;
+    for pattern in [ns, name] {
+        glob::Pattern::new(pattern).map_err(|e| format!("invalid glob {pattern:?}: {e}"))?;
+    }
+    Ok(PodExclude {
+        namespace_pattern: ns.to_owned(),
+        name_pattern: name.to_owned(),
+    })
+}
+
+/// Errors of `run`, split into bad configuration (exit 64) and runtime failures (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The machine cannot be read.
+    #[error("cannot load the machine topology")]
+    LoadMachine(#[source] numaplane_topology::TopologyError),
+    /// The kubelet config file is unreadable or invalid.
+    #[error("bad kubelet configuration")]
+    KubeletConfig(#[source] KubeletConfigError),
+    /// The kubeconfig cannot be loaded.
+    #[error("cannot load the API server configuration{}", .path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
+    KubeConfig {
+        /// The kubeconfig, if given.
+        path: Option<PathBuf>,
+        /// Why.
+        message: String,
+    },
+    /// The socket path is unusable.
+    #[error("bad --podresources-socket")]
+    Socket(#[source] PodResourcesError),
+    /// The metrics server cannot start.
+    #[error("cannot start the metrics server")]
+    Server(#[source] ServerError),
+    /// The notify file cannot be used.
+    #[error("bad --notify-file")]
+    NotifyFile(#[source] NotifyFileError),
+    /// A scan failed in `--once` mode.
+    #[error("scan failed")]
+    Scan(#[source] ScanError),
+    /// Listing the node's pods failed in `--once` mode.
+    #[error("cannot list the pods of node {node}")]
+    ListPods {
+        /// Node name.
+        node: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Publishing failed in `--once` mode.
+    #[error("publish failed")]
+    Publish(#[source] PublishError),
+    /// Printing failed.
+    #[error("cannot print the object")]
+    Render(#[source] output::OutputError),
+}
+
+impl RunError {
+    /// Whether the error is bad configuration (exit 64) rather than a runtime failure.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            Self::LoadMachine(_)
+                | Self::KubeletConfig(_)
+                | Self::KubeConfig { .. }
+                | Self::Socket(_)
+                | Self::Server(_)
+                | Self::NotifyFile(_)
+        )
+    }
+}
+
+/// The effective Topology Manager settings: flags over the kubelet config over defaults.
+pub fn topology_manager_settings(args: &RunArgs) -> Result<TopologyManagerSettings, RunError> {
+    let mut s = match &args.kubelet_config {
+        Some(path) => kubelet_config::read(path).map_err(RunError::KubeletConfig)?,
+        None => TopologyManagerSettings::default(),
+    };
+    if let Some(p) = &args.topology_manager_policy {
+        s.policy = Some(p.clone());
+    }
+    if let Some(sc) = &args.topology_manager_scope {
+        s.scope = Some(sc.clone());
+    }
+    if let Some(n) = args.topology_manager_max_numa_nodes {
+        s.max_numa_nodes = Some(n);
+    }
+    Ok(s)
+}
+
+/// The accounting configuration from the flags.
+pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> AccountingConfig {
+    let mut resource_exclude: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (node, res) in &args.exclude_resources {
+        resource_exclude
+            .entry(node.clone())
+            .or_default()
+            .push(res.clone());
+    }
+    AccountingConfig {
+        node_name: args.node_name.clone(),
+        resource_exclude,
+        watch_namespace: args.watch_namespace.clone(),
+        pod_exclude: args.exclude_pods.clone(),
+        terminal_pods: BTreeSet::new(),
+        fingerprint_method: match args.pods_fingerprint_method {
+            FingerprintArg::All => Some(Method::All),
+            FingerprintArg::WithExclusiveResources => Some(Method::WithExclusiveResources),
+            FingerprintArg::None => None,
+        },
+        topology_manager_policy: tm.policy.clone().unwrap_or_default(),
+        topology_manager_scope: tm.scope.clone().unwrap_or_default(),
+        max_numa_nodes: tm.max_numa_nodes,
+    }
+}
+
+async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunError> {
+    let config_error = |message: String| RunError::KubeConfig {
+        path: path.cloned(),
+        message,
+    };
+    let config = match path {
+        Some(p) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(p)
+                .map_err(|e| config_error(numaplane::error_chain(&e)))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| config_error(numaplane::error_chain(&e)))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| config_error(numaplane::error_chain(&e)))?,
+    };
+    Client::try_from(config).map_err(|e| config_error(numaplane::error_chain(&e)))
+}
+
+fn render(nrt: &NodeResourceTopology, format: ObjectFormat) -> Result<String, RunError> {
+    let f = match format {
+        ObjectFormat::Json => Format::Json,
+        ObjectFormat::Yaml => Format::Yaml,
+    };
+    output::render_structured(nrt, f).map_err(RunError::Render)
+}
+
+/// Logs each anomaly once per distinct detail and scan streak, with context.
+fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
+    let mut now = BTreeSet::new();
+    for a in &scan.accounting.anomalies {
+        if seen.contains(&a.detail) {
+            tracing::debug!(node, kind = %a.kind, detail = %a.detail, "accounting anomaly (repeated)");
+        } else if a.kind == AnomalyKind::UnalignedDevice {
+            tracing::info!(node, kind = %a.kind, detail = %a.detail, "accounting anomaly");
+        } else {
+            tracing::warn!(node, kind = %a.kind, detail = %a.detail, "accounting anomaly");
+        }
+        now.insert(a.detail.clone());
+    }
+    *seen = now;
+}
+
+/// Runs `run`. Returns after `--once`, on SIGTERM/SIGINT, or on a configuration error.
+pub async fn run(args: RunArgs, machine_view: MachineView) -> Result<(), RunError> {
+    let tm = topology_manager_settings(&args)?;
+    let mut cfg = accounting_config(&args, &tm);
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_info(
+        &args.node_name,
+        tm.policy
+            .as_deref()
+            .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_POLICY),
+        tm.scope
+            .as_deref()
+            .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE),
+    );
+    let client = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
+        .map_err(RunError::Socket)?;
+    let scanner = Scanner::new(client, machine_view);
+    if args.once {
+        return once(&args, cfg, scanner).await;
+    }
+    cfg.terminal_pods.clear();
+    Agent::start(args, cfg, scanner, metrics).await?.run().await
+}
+
+/// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
+async fn once(args: &RunArgs, mut cfg: AccountingConfig, mut scanner: Scanner) -> Result<(), RunError> {
+    let kube = if args.dry_run && args.kubeconfig.is_none() {
+        None
+    } else {
+        Some(kube_client(args.kubeconfig.as_ref()).await?)
+    };
+    if let Some(client) = &kube {
+        cfg.terminal_pods = pod_watch::list_terminal(client.clone(), &args.node_name)
+            .await
+            .map_err(|source| RunError::ListPods {
+                node: args.node_name.clone(),
+                source,
+            })?;
+    }
+    let deadline = Instant::now() + args.call_timeout;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+    let scan = loop {
+        match scanner.scan(&cfg).await {
+            Ok(scan) => break scan,
+            Err(ScanError::ReadKubelet(e))
+                if matches!(
+                    e.code(),
+                    Some(tonic::Code::Unavailable | tonic::Code::ResourceExhausted)
+                ) && Instant::now() < deadline =>
+            {
+                tracing::debug!(error = %e, "kubelet not ready; retrying");
+                scanner.refresh_allocatable();
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(RunError::Scan(e)),
+        }
+    };
+    let mut seen = BTreeSet::new();
+    log_anomalies(&args.node_name, &scan, &mut seen);
+    match kube {
+        Some(client) if !args.dry_run => {
+            let metrics = Arc::new(Metrics::new());
+            publish::crd_served(&client).await.map_err(RunError::Publish)?;
+            let mut publisher = Publisher::new(client, &args.node_name, args.force_write_interval, metrics);
+            publisher
+                .publish(scan.nrt, true)
+                .await
+                .map_err(RunError::Publish)?;
+            Ok(())
+        }
+        _ => {
+            print!("{}", render(&scan.nrt, args.output)?);
+            Ok(())
+        }
+    }
+}
+
+/// The long-running agent.
+struct Agent {
+    args: RunArgs,
+    cfg: AccountingConfig,
+    scanner: Scanner,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    triggers: Triggers,
+    coalescer: triggers::Coalescer,
+    kube: Option<Client>,
+    publisher: Option<Publisher>,
+    events: Option<NodeEvents>,
+    pod_view: SharedPodView,
+    listed: Arc<Mutex<BTreeSet<PodKey>>>,
+    last_applied: Arc<Mutex<Option<NodeResourceTopology>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _notify: Option<notify::RecommendedWatcher>,
+}
+
+impl Agent {
+    async fn start(
+        args: RunArgs,
+        cfg: AccountingConfig,
+        scanner: Scanner,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, RunError> {
+        let health = Arc::new(Health::default());
+        // Probes must tolerate the longest silent wait of the main loop: a resync period plus
+        // the slowest retry.
+        let max_silence =
+            args.resync_interval.max(Duration::from_secs(10)) * 3 + args.api_backoff_max + args.call_timeout;
+        let (addr, server_task) =
+            server::serve(args.metrics_address, metrics.clone(), health.clone(), max_silence)
+                .await
+                .map_err(RunError::Server)?;
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        let (triggers, coalescer) = triggers::channel(args.debounce, args.max_debounce);
+        let notify = match &args.notify_file {
+            Some(path) => {
+                Some(triggers::watch_notify_file(path, triggers.clone()).map_err(RunError::NotifyFile)?)
+            }
+            None => None,
+        };
+        let kube = if args.dry_run && args.kubeconfig.is_none() {
+            None
+        } else {
+            Some(kube_client(args.kubeconfig.as_ref()).await?)
+        };
+        let mut tasks = vec![server_task];
+        tasks.extend(triggers::spawn_resync_timer(
+            triggers.clone(),
+            args.resync_interval,
+        ));
+        tasks.push(tokio::spawn(kubelet_watch(
+            scanner.client().clone(),
+            triggers.clone(),
+            metrics.clone(),
+        )));
+        let pod_view = SharedPodView::default();
+        let listed = Arc::new(Mutex::new(BTreeSet::new()));
+        let last_applied = Arc::new(Mutex::new(None));
+        let (mut publisher, mut events) = (None, None);
+        if let Some(client) = &kube {
+            tasks.push(tokio::spawn(pod_watch::run(
+                client.clone(),
+                args.node_name.clone(),
+                pod_view.clone(),
+                triggers.clone(),
+                metrics.clone(),
+            )));
+            tasks.push(tokio::spawn(pod_watch::poll_admissions(
+                scanner.client().clone(),
+                pod_view.clone(),
+                listed.clone(),
+                triggers.clone(),
+                Duration::from_millis(25),
+                Duration::from_secs(5),
+            )));
+            if !args.dry_run {
+                publisher = Some(Publisher::new(
+                    client.clone(),
+                    &args.node_name,
+                    args.force_write_interval,
+                    metrics.clone(),
+                ));
+                events = Some(NodeEvents::new(
+                    client.clone(),
+                    &args.node_name,
+                    args.pod_name.clone(),
+                ));
+                tasks.push(tokio::spawn(watch_own_object(
+                    client.clone(),
+                    args.node_name.clone(),
+                    last_applied.clone(),
+                    triggers.clone(),
+                    metrics.clone(),
+                )));
+            }
+        }
+        Ok(Self {
+            args,
+            cfg,
+            scanner,
+            metrics,
+            health,
+            triggers,
+            coalescer,
+            kube,
+            publisher,
+            events,
+            pod_view,
+            listed,
+            last_applied,
+            tasks,
+            _notify: notify,
+        })
+    }
+
+    async fn run(mut self) -> Result<(), RunError> {
+        self.triggers.send(Trigger::Startup);
+        let mut kubelet_backoff = Backoff::new(self.args.kubelet_backoff_min, self.args.kubelet_backoff_max);
+        let mut api_backoff = Backoff::new(self.args.api_backoff_min, self.args.api_backoff_max);
+        let mut retry: Option<tokio::task::JoinHandle<()>> = None;
+        let mut crd_ready = false;
+        let mut kubelet_down = false;
+        let mut seen_anomalies = BTreeSet::new();
+        let mut anomaly_kinds: BTreeSet<AnomalyKind> = BTreeSet::new();
+        let mut last_scan_at: Option<Instant> = None;
+        let mut last_printed: Option<NodeResourceTopology> = None;
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            let batch = tokio::select! {
+                b = self.coalescer.next() => match b { Some(b) => b, None => break },
+                () = &mut shutdown => {
+                    tracing::info!("shutting down");
+                    break;
+                }
+            };
+            self.health.beat();
+            if let Some(at) = last_scan_at {
+                let next = at + self.args.min_scan_interval;
+                if next > Instant::now() {
+                    tokio::time::sleep_until(next).await;
+                }
+            }
+            let label = batch.label();
+            let periodic = batch
+                .triggers
+                .iter()
+                .any(|t| matches!(t, Trigger::Startup | Trigger::Resync));
+            if periodic || kubelet_down {
+                self.scanner.refresh_allocatable();
+            }
+            let force = batch.triggers.contains(&Trigger::ObjectChanged);
+            if force && let Some(p) = self.publisher.as_mut() {
+                p.invalidate();
+            }
+            let synced = pod_watch::lock(&self.pod_view).synced;
+            self.cfg.terminal_pods = pod_watch::lock(&self.pod_view).terminal.clone();
+
+            let started = Instant::now();
+            last_scan_at = Some(started);
+            let result = self.scanner.scan(&self.cfg).await;
+            self.metrics
+                .scan_duration
+                .observe(started.elapsed().as_secs_f64());
+            let scan = match result {
+                Ok(scan) => scan,
+                Err(e) => {
+                    self.metrics.scan(label, e.kind());
+                    self.metrics.stale.set(1);
+                    let delay = match &e {
+                        ScanError::ReadKubelet(pe) if pe.code() == Some(tonic::Code::ResourceExhausted) => {
+                            jittered(kubelet_backoff.next_delay())
+                        }
+                        _ => kubelet_backoff.next_delay(),
+                    };
+                    if !kubelet_down {
+                        kubelet_down = true;
+                        self.metrics.kubelet_reconnects.inc();
+                        tracing::warn!(
+                            node = %self.args.node_name,
+                            error = %numaplane::error_chain(&e),
+                            retry_in = ?delay,
+                            "scan failed; keeping the last published object"
+                        );
+                        if let Some(ev) = &self.events {
+                            ev.warn(
+                                &self.metrics,
+                                "ScanFailed",
+                                "Scan",
+                                format!(
+                                    "numaplane-exporter cannot read the kubelet; the published \
+                                     topology may be stale: {}",
+                                    numaplane::error_chain(&e)
+                                ),
+                            )
+                            .await;
+                        }
+                    } else {
+                        tracing::debug!(error = %numaplane::error_chain(&e), retry_in = ?delay, "scan failed again");
+                    }
+                    self.health
+                        .set_not_ready(format!("scan failed: {}", numaplane::error_chain(&e)));
+                    schedule_retry(&mut retry, &self.triggers, delay);
+                    continue;
+                }
+            };
+            if kubelet_down {
+                tracing::info!(node = %self.args.node_name, "kubelet readable again");
+                kubelet_down = false;
+            }
+            kubelet_backoff.reset();
+            self.metrics.scan(label, "success");
+            self.metrics
+                .record_accounting(&self.args.node_name, &scan.accounting);
+            log_anomalies(&self.args.node_name, &scan, &mut seen_anomalies);
+            let kinds: BTreeSet<_> = scan
+                .accounting
+                .anomalies
+                .iter()
+                .map(|a| a.kind)
+                .filter(|k| *k != AnomalyKind::UnalignedDevice)
+                .collect();
+            if !kinds.is_subset(&anomaly_kinds)
+                && let Some(ev) = &self.events
+            {
+                let details: Vec<_> = scan
+                    .accounting
+                    .anomalies
+                    .iter()
+                    .filter(|a| kinds.contains(&a.kind) && !anomaly_kinds.contains(&a.kind))
+                    .map(|a| format!("{}: {}", a.kind, a.detail))
+                    .take(5)
+                    .collect();
+                ev.warn(
+                    &self.metrics,
+                    "AccountingAnomaly",
+                    "Scan",
+                    format!("suspicious kubelet data worked around: {}", details.join("; ")),
+                )
+                .await;
+            }
+            anomaly_kinds = kinds;
+            *self
+                .listed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = scan.listed_pods.clone();
+
+            let Some(publisher) = self.publisher.as_mut() else {
+                // Dry run: print each new object.
+                if last_printed.as_ref() != Some(&scan.nrt) {
+                    match render(&scan.nrt, self.args.output) {
+                        Ok(text) => println!("---\n{}", text.trim_end()),
+                        Err(e) => tracing::error!(error = %numaplane::error_chain(&e), "cannot print"),
+                    }
+                    last_printed = Some(scan.nrt.clone());
+                }
+                self.metrics.stale.set(0);
+                self.health.set_ready();
+                continue;
+            };
+            if self.kube.is_some() && !synced {
+                // Terminal pods would be counted as using their old resources.
+                self.health
+                    .set_not_ready("waiting for the pod watch to list this node's pods".to_owned());
+                continue;
+            }
+            if !crd_ready {
+                let Some(client) = &self.kube else { continue };
+                match publish::crd_served(client).await {
+                    Ok(()) => {
+                        tracing::info!("NodeResourceTopology API is served");
+                        crd_ready = true;
+                        api_backoff.reset();
+                    }
+                    Err(e) => {
+                        self.metrics.error(e.kind());
+                        let delay = api_backoff.next_delay();
+                        tracing::warn!(error = %numaplane::error_chain(&e), retry_in = ?delay, "waiting for the CRD");
+                        self.health.set_not_ready(numaplane::error_chain(&e));
+                        schedule_retry(&mut retry, &self.triggers, delay);
+                        continue;
+                    }
+                }
+            }
+            // Set before the write: the watch event of our own write must not look foreign.
+            *self
+                .last_applied
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(scan.nrt.clone());
+            match publisher.publish(scan.nrt, force).await {
+                Ok(outcome) => {
+                    api_backoff.reset();
+                    self.metrics.stale.set(0);
+                    self.health.set_ready();
+                    if outcome == Outcome::Written {
+                        tracing::debug!(trigger = label, latency = ?batch.first_at.elapsed(), "object written");
+                    }
+                }
+                Err(e) => {
+                    *self
+                        .last_applied
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                    self.metrics.error(e.kind());
+                    self.metrics.stale.set(1);
+                    if matches!(&e, PublishError::Apply { source: kube::Error::Api(s), .. } if s.code == 404)
+                    {
+                        crd_ready = false;
+                    }
+                    let delay = api_backoff.next_delay();
+                    tracing::warn!(error = %numaplane::error_chain(&e), retry_in = ?delay, "publish failed");
+                    self.health
+                        .set_not_ready(format!("publish failed: {}", numaplane::error_chain(&e)));
+                    schedule_retry(&mut retry, &self.triggers, delay);
+                }
+            }
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(r) = retry {
+            r.abort();
+        }
+        Ok(())
+    }
+}
+
+/// Sends [`Trigger::Retry`] after `delay`, unless a retry is already pending.
+fn schedule_retry(pending: &mut Option<tokio::task::JoinHandle<()>>, triggers: &Triggers, delay: Duration) {
+    if pending.as_ref().is_some_and(|h| !h.is_finished()) {
+        return;
+    }
+    let triggers = triggers.clone();
+    *pending = Some(tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        triggers.send(Trigger::Retry);
+    }));
+}
+
+/// Resolves on SIGTERM (kubelet stopping the pod) or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// The kubelet `Watch` fast path: every event triggers a scan. UNIMPLEMENTED (every released
+/// kubelet) is logged once at info and re-probed rarely and silently, in case the kubelet is
+/// upgraded.
+async fn kubelet_watch(client: KubeletClient, triggers: Triggers, metrics: Arc<Metrics>) {
+    const REPROBE: Duration = Duration::from_secs(600);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+    let mut said_unimplemented = false;
+    loop {
+        match client.watch().await {
+            Ok(mut stream) => {
+                backoff.reset();
+                metrics.kubelet_watch_active.set(1);
+                tracing::info!(socket = %client.socket().display(), "kubelet Watch stream open");
+                // Anything may have changed while the stream was down.
+                triggers.send(Trigger::KubeletWatch);
+                while let Some(msg) = stream.next().await {
+                    match msg {
+                        Ok(_) => {
+                            if !triggers.send(Trigger::KubeletWatch) {
+                                return;
+                            }
+                        }
+                        Err(status) => {
+                            tracing::debug!(code = ?status.code(), message = status.message(), "kubelet Watch stream broke");
+                            break;
+                        }
+                    }
+                }
+                metrics.kubelet_watch_active.set(0);
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
+                if !said_unimplemented {
+                    tracing::info!(
+                        socket = %client.socket().display(),
+                        "kubelet does not offer pod-resources Watch; relying on the pod watch, \
+                         the notify file and the periodic resync"
+                    );
+                    said_unimplemented = true;
+                }
+                tokio::time::sleep(REPROBE).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot open kubelet Watch; retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+}
+
+/// Watches our own object: a delete or a foreign edit of the fields we own triggers a forced
+/// write, so the object is recreated or repaired at once rather than at the next forced resync.
+async fn watch_own_object(
+    client: Client,
+    node_name: String,
+    last_applied: Arc<Mutex<Option<NodeResourceTopology>>>,
+    triggers: Triggers,
+    metrics: Arc<Metrics>,
+) {
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let api: kube::Api<NodeResourceTopology> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+    let stream = watcher::watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Delete(_)) => {
+                tracing::warn!(node = %node_name, "NodeResourceTopology deleted by someone else; recreating");
+                triggers.send(Trigger::ObjectChanged);
+            }
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                let differs = last_applied
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_ref()
+                    .is_some_and(|mine| {
+                        mine.zones != obj.zones
+                            || mine.attributes != obj.attributes
+                            || mine.topology_policies != obj.topology_policies
+                    });
+                if differs {
+                    tracing::warn!(node = %node_name, "NodeResourceTopology changed by someone else; rewriting");
+                    triggers.send(Trigger::ObjectChanged);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // Before the CRD exists this fails continuously; the main loop reports that.
+                metrics.error("object_watch");
+                tracing::debug!(error = %numaplane::error_chain(&e), "watch of own object failed");
+            }
+        }
+    }
+}

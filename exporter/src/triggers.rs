@@ -1,0 +1,318 @@
+//! What wakes the agent up, and how bursts become one scan.
+//!
+//! Every source sends into one unbounded channel, so no event is ever dropped (RTE's rate
+//! limiter drops overflow). The coalescer waits for a short quiet period after the first event,
+//! bounded by a maximum delay, and hands the whole batch to one scan. Events that arrive while a
+//! scan runs stay queued and cause the next one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::Watcher as _;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Why a scan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Trigger {
+    /// First scan after start.
+    Startup,
+    /// The periodic resync timer.
+    Resync,
+    /// An event on the kubelet's Watch stream.
+    KubeletWatch,
+    /// `Get` showed the kubelet admitted a pod the last List did not have.
+    KubeletGet,
+    /// A pod of this node was added, changed or deleted in the API server.
+    PodWatch,
+    /// The notify file was written (runtime hook).
+    NotifyFile,
+    /// Our object was deleted or changed by someone else.
+    ObjectChanged,
+    /// A retry after a failed scan or publish.
+    Retry,
+}
+
+impl Trigger {
+    /// Metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Startup => "startup",
+            Trigger::Resync => "resync",
+            Trigger::KubeletWatch => "kubelet_watch",
+            Trigger::KubeletGet => "kubelet_get",
+            Trigger::PodWatch => "pod_watch",
+            Trigger::NotifyFile => "notify_file",
+            Trigger::ObjectChanged => "object_changed",
+            Trigger::Retry => "retry",
+        }
+    }
+
+    /// Whether the trigger is an event (as opposed to the timer), for the RTE-style
+    /// `reactive`/`periodic` distinction.
+    pub const fn is_reactive(self) -> bool {
+        !matches!(self, Trigger::Resync | Trigger::Startup | Trigger::Retry)
+    }
+}
+
+/// Sending side, cloned into every source.
+#[derive(Clone, Debug)]
+pub struct Triggers(mpsc::UnboundedSender<Trigger>);
+
+impl Triggers {
+    /// Signals one event. Returns false once the agent is shutting down.
+    pub fn send(&self, t: Trigger) -> bool {
+        self.0.send(t).is_ok()
+    }
+}
+
+/// A coalesced set of triggers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The distinct triggers.
+    pub triggers: BTreeSet<Trigger>,
+    /// When the first one arrived.
+    pub first_at: Instant,
+}
+
+impl Batch {
+    /// The label of the batch: the most specific trigger (reactive ones first).
+    pub fn label(&self) -> &'static str {
+        self.triggers
+            .iter()
+            .find(|t| t.is_reactive())
+            .or_else(|| self.triggers.iter().next())
+            .map_or("none", |t| t.as_str())
+    }
+}
+
+/// Receiving side: turns bursts into batches.
+pub struct Coalescer {
+    rx: mpsc::UnboundedReceiver<Trigger>,
+    quiet: Duration,
+    max_delay: Duration,
+}
+
+/// A connected sender and coalescer.
+pub fn channel(quiet: Duration, max_delay: Duration) -> (Triggers, Coalescer) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Triggers(tx), Coalescer { rx, quiet, max_delay })
+}
+
+impl Coalescer {
+    /// Waits for the next batch: the first event, then every event until `quiet` passes without
+    /// one or `max_delay` after the first. `None` when every sender is gone.
+    pub async fn next(&mut self) -> Option<Batch> {
+        let first = self.rx.recv().await?;
+        let first_at = Instant::now();
+        let deadline = first_at + self.max_delay;
+        let mut triggers = BTreeSet::from([first]);
+        loop {
+            let quiet_end = (Instant::now() + self.quiet).min(deadline);
+            match tokio::time::timeout_at(quiet_end, self.rx.recv()).await {
+                Ok(Some(t)) => {
+                    triggers.insert(t);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        // Whatever is already queued belongs to this batch too: it happened before the scan.
+        while let Ok(t) = self.rx.try_recv() {
+            triggers.insert(t);
+        }
+        Some(Batch { triggers, first_at })
+    }
+}
+
+/// Sends [`Trigger::Resync`] every `period` (0 disables it).
+pub fn spawn_resync_timer(triggers: Triggers, period: Duration) -> Option<tokio::task::JoinHandle<()>> {
+    if period.is_zero() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let mut timer = tokio::time::interval_at(Instant::now() + period, period);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            timer.tick().await;
+            if !triggers.send(Trigger::Resync) {
+                return;
+            }
+        }
+    }))
+}
+
+/// Errors setting up the notify file.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyFileError {
+    /// The file exists but is not an empty regular file (RTE's rule: never reuse something that
+    /// may belong to someone else).
+    #[error("notify file {path} exists and is not an empty regular file")]
+    Occupied {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file cannot be created.
+    #[error("cannot create notify file {path}")]
+    Create {
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory cannot be watched.
+    #[error("cannot watch notify file {path}")]
+    Watch {
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: notify::Error,
+    },
+}
+
+/// Creates the notify file and sends [`Trigger::NotifyFile`] whenever it is written, touched or
+/// recreated. The returned watcher must be kept alive.
+pub fn watch_notify_file(
+    path: &Path,
+    triggers: Triggers,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !(m.is_file() && m.len() == 0) => {
+            return Err(NotifyFileError::Occupied {
+                path: path.to_owned(),
+            });
+        }
+        Ok(_) => {}
+        Err(_) => {
+            std::fs::File::create(path).map_err(|source| NotifyFileError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+    }
+    let target = path.to_owned();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+        Ok(event) => {
+            let relevant = !matches!(event.kind, notify::EventKind::Access(_))
+                && event.paths.iter().any(|p| p == &target);
+            if relevant {
+                triggers.send(Trigger::NotifyFile);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "notify file watch error"),
+    })
+    .map_err(|source| NotifyFileError::Watch {
+        path: path.to_owned(),
+        source,
+    })?;
+    // Watch the directory: hooks may replace the file instead of writing it.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    watcher
+        .watch(dir, notify::RecursiveMode::NonRecursive)
+        .map_err(|source| NotifyFileError::Watch {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_becomes_one_batch_after_the_quiet_period() {
+        let (tx, mut rx) = channel(Duration::from_millis(10), Duration::from_millis(100));
+        let start = Instant::now();
+        tx.send(Trigger::PodWatch);
+        let tx2 = tx.clone();
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                tx2.send(Trigger::KubeletWatch);
+            }
+        });
+        let batch = rx.next().await.unwrap();
+        assert_eq!(
+            batch.triggers,
+            BTreeSet::from([Trigger::KubeletWatch, Trigger::PodWatch])
+        );
+        // Last event at 25 ms, quiet 10 ms.
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(35) && waited < Duration::from_millis(40),
+            "{waited:?}"
+        );
+        assert_eq!(batch.label(), "kubelet_watch");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endless_stream_is_cut_at_the_maximum_delay_and_nothing_is_lost() {
+        let (tx, mut rx) = channel(Duration::from_millis(10), Duration::from_millis(50));
+        let tx2 = tx.clone();
+        tokio::spawn(async move {
+            for i in 0..40u32 {
+                tx2.send(if i == 39 {
+                    Trigger::NotifyFile
+                } else {
+                    Trigger::PodWatch
+                });
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let start = Instant::now();
+        let first = rx.next().await.unwrap();
+        assert!(start.elapsed() <= Duration::from_millis(51));
+        assert_eq!(first.triggers, BTreeSet::from([Trigger::PodWatch]));
+        // The last event (sent at 195 ms) must come out in a later batch.
+        let mut seen_last = false;
+        while !seen_last {
+            let b = rx.next().await.unwrap();
+            seen_last = b.triggers.contains(&Trigger::NotifyFile);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resync_timer_fires_periodically_and_zero_disables_it() {
+        let (tx, mut rx) = channel(Duration::from_millis(1), Duration::from_millis(5));
+        assert!(spawn_resync_timer(tx.clone(), Duration::ZERO).is_none());
+        let handle = spawn_resync_timer(tx, Duration::from_secs(10)).unwrap();
+        let start = Instant::now();
+        let b = rx.next().await.unwrap();
+        assert_eq!(b.triggers, BTreeSet::from([Trigger::Resync]));
+        assert!(start.elapsed() >= Duration::from_secs(10));
+        handle.abort();
+    }
+
+    #[test]
+    fn notify_file_is_created_and_an_occupied_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let (tx, _rx) = channel(Duration::from_millis(1), Duration::from_millis(5));
+        let _w = watch_notify_file(&path, tx.clone()).unwrap();
+        assert!(path.is_file());
+        let busy = dir.path().join("busy");
+        std::fs::write(&busy, "someone else's").unwrap();
+        let err = watch_notify_file(&busy, tx).unwrap_err();
+        assert!(matches!(err, NotifyFileError::Occupied { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn writing_the_notify_file_triggers_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let (tx, mut rx) = channel(Duration::from_millis(1), Duration::from_millis(5));
+        let _w = watch_notify_file(&path, tx).unwrap();
+        std::fs::write(&path, "").unwrap();
+        let b = tokio::time::timeout(Duration::from_secs(5), rx.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(b.triggers.contains(&Trigger::NotifyFile));
+    }
+}
