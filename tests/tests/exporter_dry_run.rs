@@ -1,0 +1,757 @@
+//! Every exporter conformance case through the real `numaplane-exporter` binary:
+//! `run --once --dry-run -o json` against a fake kubelet on a Unix socket and a synth hwloc
+//! XML machine, judged by the same rules and DIFFERENCES as the pure accounting test; plus the
+//! binary's behaviour on kubelets without Watch/Get, bad configuration, unreachable kubelets,
+//! suspicious kubelet data and kubelet Topology Manager configuration.
+//!
+//! The binary: Cargo only builds binaries for the integration tests of their own package
+//! (`CARGO_BIN_EXE_*`), and this crate is another package. So the first test that needs the
+//! binary runs `cargo build -p numaplane-e2e -p numaplane-exporter --bin numaplane-exporter`
+//! once per test process, into the target directory and profile this test binary lives in;
+//! selecting numaplane-e2e too keeps the feature resolution of `cargo test -p numaplane-e2e`,
+//! so the dependencies already built are reused and only the binary is linked. Set
+//! `NUMAPLANE_EXPORTER_BIN` to use a prebuilt binary instead (cross builds, CI caches).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use numaplane::nrt::{self, NodeResourceTopology, attr};
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
+};
+use numaplane_e2e::exporter_vectors::{self as vectors, RoundedHugepages, Verdict, case_name};
+use numaplane_e2e::fake_api::FakeApiServer;
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method, start_not_grpc};
+use numaplane_exporter::accounting::{AccountingConfig, MachineView, account};
+use numaplane_topology::Machine;
+use serde_json::{Value, json};
+
+/// Node name every run publishes for (the vectors' `node_name`).
+const NODE: &str = "TEST";
+
+/// Exit code for bad configuration (`EX_USAGE`).
+const EXIT_CONFIG: i32 = 64;
+
+/// Exit code when the kubelet cannot be read.
+const EXIT_KUBELET: i32 = 1;
+
+/// Kill a run that takes longer than this: a hang is a failure, not a stuck CI job.
+const RUN_DEADLINE: Duration = Duration::from_secs(120);
+
+/// `--call-timeout` of the runs that are expected to succeed: generous for a loaded machine.
+const CALL_TIMEOUT_OK: &str = "10s";
+
+// ---------------------------------------------------------------------------------------------
+// The binary
+// ---------------------------------------------------------------------------------------------
+
+fn exporter_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(build_exporter) {
+        Ok(path) => path,
+        Err(e) => panic!("cannot provide the numaplane-exporter binary: {e}"),
+    }
+}
+
+/// Builds the binary next to this test binary (see the module comment) and returns its path.
+fn build_exporter() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("NUMAPLANE_EXPORTER_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    // <target>[/<triple>]/<profile dir>/deps/<test binary>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("unexpected test binary location {}", exe.display()))?;
+    let profile_name = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
+    let profile = match profile_name {
+        "debug" => "dev",
+        other => other,
+    };
+    let above = profile_dir
+        .parent()
+        .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "numaplane-e2e",
+        "-p",
+        "numaplane-exporter",
+    ])
+    .args(["--bin", "numaplane-exporter", "--profile", profile]);
+    let target_dir = if above.join("CACHEDIR.TAG").exists() {
+        above.to_owned()
+    } else {
+        // A --target build: <target>/<triple>/<profile dir>.
+        let triple = above
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("unexpected target layout at {}", above.display()))?;
+        cmd.args(["--target", triple]);
+        above
+            .parent()
+            .ok_or_else(|| format!("no target dir above {}", above.display()))?
+            .to_owned()
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = cmd
+        .current_dir(&workspace)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build of numaplane-exporter failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let bin = profile_dir.join(format!("numaplane-exporter{}", std::env::consts::EXE_SUFFIX));
+    if bin.exists() {
+        Ok(bin)
+    } else {
+        Err(format!("cargo built, but {} does not exist", bin.display()))
+    }
+}
+
+/// Outcome of one run of the binary.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    /// Non-empty stderr lines.
+    fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+    }
+
+    /// The printed object; panics with the run's output when there is none.
+    fn nrt(&self, what: &str) -> NodeResourceTopology {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "{what}: exit status; stderr:\n{}",
+            self.stderr
+        );
+        assert!(
+            !self.stderr.contains("panicked"),
+            "{what}: the binary panicked:\n{}",
+            self.stderr
+        );
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{what}: stdout is not a NodeResourceTopology: {e}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// Asserts a failed run with `code` and exactly one stderr line, and returns the line.
+    fn one_line_failure(&self, code: i32, what: &str) -> String {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "{what}: exit status; stderr:\n{}",
+            self.stderr
+        );
+        let lines = self.stderr_lines();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{what}: want one stderr line, got:\n{}",
+            self.stderr
+        );
+        assert!(self.stdout.trim().is_empty(), "{what}: printed {}", self.stdout);
+        lines.first().map(|l| (*l).to_owned()).unwrap_or_default()
+    }
+}
+
+/// Runs the binary with `args` off the async runtime, so the fake kubelet keeps serving.
+async fn run_exporter(args: Vec<OsString>, scratch: &Path) -> Run {
+    let bin = exporter_bin().to_owned();
+    let scratch = scratch.to_owned();
+    tokio::task::spawn_blocking(move || run_blocking(&bin, &args, &scratch))
+        .await
+        .unwrap()
+}
+
+fn run_blocking(bin: &Path, args: &[OsString], scratch: &Path) -> Run {
+    // Files rather than pipes: nothing to drain while polling for the deadline.
+    let (out_path, err_path) = (scratch.join("stdout"), scratch.join("stderr"));
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap());
+    // The run must depend on its flags only, not on the developer's environment.
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("NUMAPLANE_") || key_str == "KUBECONFIG" {
+            cmd.env_remove(&key);
+        }
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > RUN_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "numaplane-exporter {args:?} still running after {RUN_DEADLINE:?}; stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code(),
+        stdout: std::fs::read_to_string(&out_path).unwrap(),
+        stderr: std::fs::read_to_string(&err_path).unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// `run --once --dry-run -o json` for [`NODE`] on `socket` and `xml`.
+fn base_args(socket: &Path, xml: &Path, call_timeout: &str) -> Vec<OsString> {
+    let mut args = os(&["run", "--once", "--dry-run", "-o", "json", "--node-name", NODE]);
+    args.push("--podresources-socket".into());
+    args.push(socket.into());
+    args.push("--topology-xml".into());
+    args.push(xml.into());
+    args.push("--call-timeout".into());
+    args.push(call_timeout.into());
+    args
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------------------------
+
+/// What one case needs on disk and on the socket.
+struct Setup {
+    dir: tempfile::TempDir,
+    xml: PathBuf,
+    socket: PathBuf,
+    rounded: Vec<RoundedHugepages>,
+}
+
+fn setup(machine: &Value) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (xml_text, rounded) = vectors::machine_xml(machine).unwrap();
+    let xml = dir.path().join("machine.xml");
+    std::fs::write(&xml, xml_text).unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    Setup {
+        dir,
+        xml,
+        socket,
+        rounded,
+    }
+}
+
+/// The case's `config` as flags; the fake API server when it names terminal pods (kept alive
+/// by the caller for the run).
+async fn config_flags(case: &Value, dir: &Path) -> Result<(Vec<OsString>, Option<FakeApiServer>), String> {
+    let config = &case["config"];
+    vectors::check_config_keys(config)?;
+    let mut flags = Vec::new();
+    for (node, names) in vectors::resource_exclude(config)? {
+        for name in names {
+            flags.push("--exclude-resource".into());
+            flags.push(format!("{node}={name}").into());
+        }
+    }
+    if let Some(ns) = config.get("watch_namespace").and_then(Value::as_str) {
+        flags.push("--watch-namespace".into());
+        flags.push(ns.into());
+    }
+    for e in vectors::pod_exclude(config) {
+        flags.push("--exclude-pods".into());
+        flags.push(format!("{}/{}", e.namespace_pattern, e.name_pattern).into());
+    }
+    flags.push("--pods-fingerprint-method".into());
+    flags.push(
+        vectors::fingerprint_method(config)?
+            .map_or("none", |m| m.as_str())
+            .into(),
+    );
+    let terminal = vectors::terminal_pods(config);
+    let api = if terminal.is_empty() {
+        None
+    } else {
+        // The API server knows every listed pod; the terminal ones have finished.
+        let api = FakeApiServer::start()
+            .await
+            .map_err(|e| format!("fake API: {e}"))?;
+        for p in vectors::pods(&case["list"])? {
+            let key = (p.namespace.clone(), p.name.clone());
+            let phase = if terminal.contains(&key) {
+                "Succeeded"
+            } else {
+                "Running"
+            };
+            api.put(pod_object(&p.namespace, &p.name, phase));
+        }
+        let kubeconfig = api
+            .write_kubeconfig(dir)
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+        flags.push("--kubeconfig".into());
+        flags.push(kubeconfig.into());
+        Some(api)
+    };
+    Ok((flags, api))
+}
+
+fn pod_object(namespace: &str, name: &str, phase: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": numaplane_e2e::fake_kubelet::pod_uid(namespace, name),
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+        "status": {"phase": phase},
+    })
+}
+
+/// What the accounting computes in-process for the same XML machine and inputs: the binary
+/// must publish exactly this (the vectors pin only part of the object).
+fn in_process(xml: &Path, case: &Value) -> NodeResourceTopology {
+    let machine = Machine::from_xml_file(xml).unwrap();
+    let mut cfg = vectors::config(&case["config"]).unwrap();
+    cfg.node_name = NODE.to_owned();
+    let acc = account(
+        &MachineView::from(&machine),
+        &vectors::allocatable(&case["allocatable"]).unwrap(),
+        &vectors::list(&case["list"]).unwrap(),
+        &cfg,
+    )
+    .unwrap();
+    acc.to_nrt(NODE)
+}
+
+/// Runs one vector case through the binary and judges it.
+async fn dry_run_case(case: &Value, opts: FakeKubeletOptions) -> Result<(Verdict, Run), String> {
+    let name = case_name(case);
+    let s = setup(&case["machine"]);
+    let kubelet = FakeKubelet::start(
+        &s.socket,
+        vectors::allocatable(&case["allocatable"])?,
+        vectors::pods(&case["list"])?,
+        opts,
+    )
+    .await
+    .map_err(|e| format!("fake kubelet: {e}"))?;
+    let (flags, api) = config_flags(case, s.dir.path()).await?;
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.extend(flags);
+    let run = run_exporter(args, s.dir.path()).await;
+    kubelet.stop().await;
+
+    if run.code != Some(0) {
+        return Err(format!("{name}: exit {:?}; stderr:\n{}", run.code, run.stderr));
+    }
+    let printed: NodeResourceTopology = serde_json::from_str(&run.stdout)
+        .map_err(|e| format!("{name}: stdout is not an NRT: {e}\n{}", run.stdout))?;
+    if printed.kind != nrt::KIND || printed.api_version != nrt::API_VERSION {
+        return Err(format!("{name}: {} {}", printed.api_version, printed.kind));
+    }
+    if printed.metadata.name.as_deref() != Some(NODE) {
+        return Err(format!("{name}: metadata.name {:?}", printed.metadata.name));
+    }
+    if kubelet.calls(Method::List) == 0 || kubelet.calls(Method::GetAllocatableResources) == 0 {
+        return Err(format!("{name}: the kubelet was not read"));
+    }
+    if let Some(api) = &api {
+        // Terminal pods come from this node's pods only.
+        let listed = api.requests().iter().any(|r| {
+            r.method == "GET"
+                && r.path.ends_with("/pods")
+                && r.query_param("fieldSelector").as_deref() == Some(format!("spec.nodeName={NODE}").as_str())
+        });
+        if !listed {
+            return Err(format!(
+                "{name}: no pod list with fieldSelector spec.nodeName={NODE}: {:?}",
+                api.requests()
+                    .iter()
+                    .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+                    .collect::<Vec<_>>()
+            ));
+        }
+    }
+    let rounded = s.rounded.clone();
+    let verdict = vectors::check_case_zones(case, &printed.zones, &|want| {
+        vectors::apply_rounding(want, &rounded)
+    })?;
+    vectors::check_attributes(&printed, &case["expect"]).map_err(|e| format!("{name}: {e}"))?;
+    vectors::check_free_devices(&printed.zones).map_err(|e| format!("{name}: {e}"))?;
+    let want = in_process(&s.xml, case);
+    if printed.zones != want.zones || printed.attributes != want.attributes {
+        return Err(format!(
+            "{name}: the binary publishes something else than the accounting computes:\n\
+             binary:     {}\nin-process: {}",
+            serde_json::to_string(&printed).unwrap_or_default(),
+            serde_json::to_string(&want).unwrap_or_default()
+        ));
+    }
+    if printed.topology_policies != want.topology_policies {
+        return Err(format!(
+            "{name}: topologyPolicies {:?}, want {:?}",
+            printed.topology_policies, want.topology_policies
+        ));
+    }
+    Ok((verdict, run))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_case_through_the_binary() {
+    let root = vectors::embedded().unwrap();
+    let cases = vectors::cases(&root);
+    assert_eq!(cases.len(), vectors::CASE_COUNT, "the vectors changed");
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for case in cases {
+        let name = case_name(case);
+        match dry_run_case(case, FakeKubeletOptions::default()).await {
+            Ok((verdict, run)) => {
+                let rounded = vectors::representable_spec(&case["machine"])
+                    .map(|(_, r)| r.len())
+                    .unwrap_or_default();
+                report.push(format!(
+                    "{name}: {verdict:?} in {:?}{}",
+                    run.elapsed,
+                    if rounded > 0 {
+                        format!(" ({rounded} hugepage pools rounded to whole pages)")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Neither Get nor Watch is needed: a kubelet answering UNIMPLEMENTED for both (every
+/// kubelet before 1.27) gives the same object as one serving both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_without_watch_and_get_makes_no_difference() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-pod-fingerprint").unwrap();
+    let without = FakeKubeletOptions {
+        watch: false,
+        get: false,
+    };
+    let with = FakeKubeletOptions {
+        watch: true,
+        get: true,
+    };
+    let (_, bare) = dry_run_case(case, without)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (_, full) = dry_run_case(case, with).await.unwrap_or_else(|e| panic!("{e}"));
+    let bare: Value = serde_json::from_str(&bare.stdout).unwrap();
+    let full: Value = serde_json::from_str(&full.stdout).unwrap();
+    assert_eq!(bare, full);
+}
+
+/// A fake kubelet for `case` in `s`, for the tests that are about something else.
+async fn kubelet_for(case: &Value, s: &Setup) -> FakeKubelet {
+    FakeKubelet::start(
+        &s.socket,
+        vectors::allocatable(&case["allocatable"]).unwrap(),
+        vectors::pods(&case["list"]).unwrap(),
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_kubelet_config_exits_64_with_one_line() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let kubelet = kubelet_for(case, &s).await;
+
+    let missing = s.dir.path().join("no-such-kubelet-config.yaml");
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.push("--kubelet-config".into());
+    args.push(missing.clone().into());
+    let run = run_exporter(args, s.dir.path()).await;
+    let line = run.one_line_failure(EXIT_CONFIG, "missing --kubelet-config");
+    assert!(
+        line.contains(&missing.display().to_string()),
+        "the line should name the file: {line}"
+    );
+
+    // A directory is not readable as a file either.
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.push("--kubelet-config".into());
+    args.push(s.dir.path().into());
+    let run = run_exporter(args, s.dir.path()).await;
+    run.one_line_failure(EXIT_CONFIG, "directory as --kubelet-config");
+    kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_topology_xml_exits_64_with_one_line() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let kubelet = kubelet_for(case, &s).await;
+    std::fs::write(&s.xml, "<topology version=\"2.0\"><object").unwrap();
+    let run = run_exporter(base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK), s.dir.path()).await;
+    run.one_line_failure(EXIT_CONFIG, "truncated --topology-xml");
+    kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flag_values_exit_64_with_one_line() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let kubelet = kubelet_for(case, &s).await;
+    for bad in [
+        ["--pods-fingerprint-method", "sometimes"],
+        ["--exclude-resource", "no-equals-sign"],
+    ] {
+        let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+        args.extend(os(&bad));
+        let run = run_exporter(args, s.dir.path()).await;
+        run.one_line_failure(EXIT_CONFIG, &bad.join(" "));
+    }
+    let run = run_exporter(base_args(&s.socket, &s.xml, "soon"), s.dir.path()).await;
+    run.one_line_failure(EXIT_CONFIG, "--call-timeout soon");
+    kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_that_is_not_grpc_exits_1_naming_the_socket() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let server = start_not_grpc(&s.socket).await.unwrap();
+    let run = run_exporter(base_args(&s.socket, &s.xml, "2s"), s.dir.path()).await;
+    server.abort();
+    let line = run.one_line_failure(EXIT_KUBELET, "not a gRPC server");
+    assert!(
+        line.contains(&s.socket.display().to_string()),
+        "the line should name the socket: {line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_socket_exits_1_within_the_timeout() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let run = run_exporter(base_args(&s.socket, &s.xml, "2s"), s.dir.path()).await;
+    run.one_line_failure(EXIT_KUBELET, "no socket");
+    // 2s of waiting plus process start-up on a loaded machine; a retry loop that ignores the
+    // timeout would take far longer.
+    assert!(
+        run.elapsed < Duration::from_secs(12),
+        "took {:?} for a 2s timeout",
+        run.elapsed
+    );
+}
+
+/// CPU ids the machine does not have and the same device id twice are worked around with a
+/// log line, never a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspicious_kubelet_data_gives_output_and_a_log_line() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let on = |node: i64| {
+        Some(TopologyInfo {
+            nodes: vec![NumaNode { id: node }],
+        })
+    };
+    let gpu = ContainerDevices {
+        resource_name: "fake.io/gpu".into(),
+        device_ids: vec!["gpu0".into()],
+        topology: on(0),
+    };
+    let allocatable = AllocatableResourcesResponse {
+        // 97 is not a CPU of the machine (0..=23).
+        cpu_ids: vec![0, 1, 2, 3, 97],
+        devices: vec![gpu.clone(), gpu.clone()],
+        memory: vec![],
+    };
+    let pods = vec![PodResources {
+        name: "p".into(),
+        namespace: "default".into(),
+        containers: vec![ContainerResources {
+            name: "c".into(),
+            cpu_ids: vec![2, 98],
+            devices: vec![gpu],
+            ..ContainerResources::default()
+        }],
+        ..PodResources::default()
+    }];
+    let kubelet = FakeKubelet::start(
+        &s.socket,
+        allocatable.clone(),
+        pods.clone(),
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.extend(os(&["--pods-fingerprint-method", "none"]));
+    let run = run_exporter(args, s.dir.path()).await;
+    kubelet.stop().await;
+    let printed = run.nrt("suspicious data");
+    let stderr = run.stderr.to_lowercase();
+    assert!(
+        stderr.contains("anomal") || stderr.contains("97") || stderr.contains("98"),
+        "no log line about the bad data:\n{}",
+        run.stderr
+    );
+
+    let machine = Machine::from_xml_file(&s.xml).unwrap();
+    let acc = account(
+        &MachineView::from(&machine),
+        &allocatable,
+        &numaplane::proto::podresources::ListPodResourcesResponse { pod_resources: pods },
+        &AccountingConfig {
+            node_name: NODE.into(),
+            fingerprint_method: None,
+            ..AccountingConfig::default()
+        },
+    )
+    .unwrap();
+    assert!(!acc.anomalies.is_empty());
+    assert_eq!(printed.zones, acc.zones);
+    // The duplicate is one GPU, and it is held.
+    let node0 = printed
+        .zones
+        .iter()
+        .find(|z| z.name == nrt::zone_name(0))
+        .unwrap();
+    let gpu_row = node0
+        .resources
+        .iter()
+        .flatten()
+        .find(|r| r.name == "fake.io/gpu")
+        .unwrap();
+    assert_eq!(
+        (gpu_row.allocatable.0.as_str(), gpu_row.available.0.as_str()),
+        ("1", "0")
+    );
+}
+
+fn node_attributes(nrt: &NodeResourceTopology) -> BTreeMap<String, String> {
+    nrt.attributes
+        .iter()
+        .flatten()
+        .map(|a| (a.name.clone(), a.value.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_config_file_sets_topology_manager_attributes() {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
+    let s = setup(&case["machine"]);
+    let kubelet = kubelet_for(case, &s).await;
+    let config = s.dir.path().join("kubelet-config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         topologyManagerPolicy: single-numa-node\n\
+         topologyManagerScope: pod\n\
+         topologyManagerPolicyOptions:\n  max-allowable-numa-nodes: \"10\"\n",
+    )
+    .unwrap();
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.extend(os(&["--pods-fingerprint-method", "none", "--kubelet-config"]));
+    args.push(config.into());
+    let printed = run_exporter(args, s.dir.path()).await.nrt("kubelet config");
+    let attrs = node_attributes(&printed);
+    assert_eq!(
+        attrs.get(attr::TOPOLOGY_MANAGER_POLICY).map(String::as_str),
+        Some("single-numa-node")
+    );
+    assert_eq!(
+        attrs.get(attr::TOPOLOGY_MANAGER_SCOPE).map(String::as_str),
+        Some("pod")
+    );
+    assert_eq!(
+        attrs
+            .get(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES)
+            .map(String::as_str),
+        Some("10")
+    );
+    assert_eq!(
+        printed.topology_policies,
+        Some(vec![
+            nrt::legacy_topology_policy("single-numa-node", "pod").to_owned()
+        ])
+    );
+    vectors::check_attributes(&printed, &json!({})).unwrap();
+
+    // The same through flags, without a file; no max-NUMA attribute when nothing sets it.
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.extend(os(&[
+        "--pods-fingerprint-method",
+        "none",
+        "--topology-manager-policy",
+        "restricted",
+        "--topology-manager-scope",
+        "container",
+    ]));
+    let printed = run_exporter(args, s.dir.path()).await.nrt("flags");
+    let attrs = node_attributes(&printed);
+    assert_eq!(
+        attrs.get(attr::TOPOLOGY_MANAGER_POLICY).map(String::as_str),
+        Some("restricted")
+    );
+    assert_eq!(
+        attrs.get(attr::TOPOLOGY_MANAGER_SCOPE).map(String::as_str),
+        Some("container")
+    );
+    assert!(!attrs.contains_key(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES));
+    assert_eq!(
+        printed.topology_policies,
+        Some(vec!["RestrictedContainerLevel".to_owned()])
+    );
+    kubelet.stop().await;
+}
