@@ -2,6 +2,8 @@
 //! Unix socket), an HTTP-level fake API server, and the conversion of the shared conformance
 //! vectors into kubelet responses and machines.
 
+pub mod binaries;
 pub mod exporter_vectors;
 pub mod fake_api;
 pub mod fake_kubelet;
+pub mod harness;

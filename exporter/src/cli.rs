@@ -66,6 +66,7 @@ fn init_logging(log: &LogArgs) -> Result<(), String> {
         .map_err(|e| format!("invalid --log-level {:?}: {e}", log.log_level))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = match log.log_format {
         LogFormat::Plain => builder.try_init(),

@@ -4,13 +4,7 @@
 //! binary's behaviour on kubelets without Watch/Get, bad configuration, unreachable kubelets,
 //! suspicious kubelet data and kubelet Topology Manager configuration.
 //!
-//! The binary: Cargo only builds binaries for the integration tests of their own package
-//! (`CARGO_BIN_EXE_*`), and this crate is another package. So the first test that needs the
-//! binary runs `cargo build -p numaplane-e2e -p numaplane-exporter --bin numaplane-exporter`
-//! once per test process, into the target directory and profile this test binary lives in;
-//! selecting numaplane-e2e too keeps the feature resolution of `cargo test -p numaplane-e2e`,
-//! so the dependencies already built are reused and only the binary is linked. Set
-//! `NUMAPLANE_EXPORTER_BIN` to use a prebuilt binary instead (cross builds, CI caches).
+//! The binary comes from [`numaplane_e2e::binaries::exporter`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -18,7 +12,6 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use numaplane::nrt::{self, NodeResourceTopology, attr};
@@ -52,78 +45,7 @@ const CALL_TIMEOUT_OK: &str = "10s";
 // ---------------------------------------------------------------------------------------------
 
 fn exporter_bin() -> &'static Path {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BIN.get_or_init(build_exporter) {
-        Ok(path) => path,
-        Err(e) => panic!("cannot provide the numaplane-exporter binary: {e}"),
-    }
-}
-
-/// Builds the binary next to this test binary (see the module comment) and returns its path.
-fn build_exporter() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("NUMAPLANE_EXPORTER_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    // <target>[/<triple>]/<profile dir>/deps/<test binary>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| format!("unexpected test binary location {}", exe.display()))?;
-    let profile_name = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("unexpected profile dir {}", profile_dir.display()))?;
-    let profile = match profile_name {
-        "debug" => "dev",
-        other => other,
-    };
-    let above = profile_dir
-        .parent()
-        .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "numaplane-e2e",
-        "-p",
-        "numaplane-exporter",
-    ])
-    .args(["--bin", "numaplane-exporter", "--profile", profile]);
-    let target_dir = if above.join("CACHEDIR.TAG").exists() {
-        above.to_owned()
-    } else {
-        // A --target build: <target>/<triple>/<profile dir>.
-        let triple = above
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| format!("unexpected target layout at {}", above.display()))?;
-        cmd.args(["--target", triple]);
-        above
-            .parent()
-            .ok_or_else(|| format!("no target dir above {}", above.display()))?
-            .to_owned()
-    };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = cmd
-        .current_dir(&workspace)
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build of numaplane-exporter failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let bin = profile_dir.join(format!("numaplane-exporter{}", std::env::consts::EXE_SUFFIX));
-    if bin.exists() {
-        Ok(bin)
-    } else {
-        Err(format!("cargo built, but {} does not exist", bin.display()))
-    }
+    numaplane_e2e::binaries::exporter()
 }
 
 /// Outcome of one run of the binary.

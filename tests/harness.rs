@@ -1,0 +1,377 @@
+//! Harness for agent end-to-end tests: an API target (the HTTP-level fake, or a real cluster
+//! when `NUMAPLANE_E2E_KUBECONFIG` is set) and a running `numaplane-exporter run` process with
+//! its metrics endpoint.
+//!
+//! Tests talk to either target through kube-rs only, so the same assertions run against both.
+//! Fake-only checks (request logs, injected API failures) go through [`ApiTarget::fake`].
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use numaplane::nrt::NodeResourceTopology;
+use serde_json::json;
+
+use crate::fake_api::FakeApiServer;
+
+/// Environment variable naming a kubeconfig of a real cluster to run the tests against.
+pub const REAL_CLUSTER_ENV: &str = "NUMAPLANE_E2E_KUBECONFIG";
+
+/// Errors of the harness.
+pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where the agent publishes.
+pub struct ApiTarget {
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    fake: Option<FakeApiServer>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl ApiTarget {
+    /// The fake API server with the NRT CRD installed, or the real cluster of
+    /// `NUMAPLANE_E2E_KUBECONFIG` (which must have the CRD from deploy/crd.yaml installed).
+    pub async fn start() -> Result<Self, HarnessError> {
+        match std::env::var_os(REAL_CLUSTER_ENV) {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
+                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+                Ok(Self {
+                    client: kube::Client::try_from(config)?,
+                    kubeconfig: path,
+                    fake: None,
+                    _dir: None,
+                })
+            }
+            None => Self::start_fake(true).await,
+        }
+    }
+
+    /// Always the fake (for tests of what a real cluster cannot be made to do, such as a missing
+    /// CRD), optionally without the CRD.
+    pub async fn start_fake(with_crd: bool) -> Result<Self, HarnessError> {
+        let fake = FakeApiServer::start().await?;
+        if with_crd {
+            fake.install_nrt_crd();
+        }
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = fake.write_kubeconfig(dir.path())?;
+        Ok(Self {
+            client: fake.client().await?,
+            kubeconfig,
+            fake: Some(fake),
+            _dir: Some(dir),
+        })
+    }
+
+    /// The fake server, when the target is the fake.
+    pub fn fake(&self) -> Option<&FakeApiServer> {
+        self.fake.as_ref()
+    }
+
+    /// Whether the target is a real cluster.
+    pub fn is_real(&self) -> bool {
+        self.fake.is_none()
+    }
+
+    /// The kubeconfig to hand to the agent.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A kube client.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Creates a Node named `name` (a fake node: no kubelet behind it) and returns its uid.
+    pub async fn create_node(&self, name: &str) -> Result<String, HarnessError> {
+        let nodes: Api<Node> = Api::all(self.client());
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+        }))?;
+        let created = nodes.create(&PostParams::default(), &node).await?;
+        Ok(created.metadata.uid.unwrap_or_default())
+    }
+
+    /// Creates a pod bound to `node` in `namespace` (bypassing any scheduler) with the given
+    /// phase in its status.
+    pub async fn create_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        phase: &str,
+    ) -> Result<(), HarnessError> {
+        let pods: Api<Pod> = Api::namespaced(self.client(), namespace);
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"numaplane.io/e2e": "true"}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                     "tolerations": [{"operator": "Exists"}]},
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        self.set_pod_phase(namespace, name, phase).await
+    }
+
+    /// Sets a pod's `status.phase`, as the kubelet would.
+    pub async fn set_pod_phase(&self, namespace: &str, name: &str, phase: &str) -> Result<(), HarnessError> {
+        let pods: Api<Pod> = Api::namespaced(self.client(), namespace);
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase}})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The node's NRT, if any.
+    pub async fn nrt(&self, node: &str) -> Result<Option<NodeResourceTopology>, HarnessError> {
+        let api: Api<NodeResourceTopology> = Api::all(self.client());
+        Ok(api.get_opt(node).await?)
+    }
+
+    /// Deletes the node's NRT.
+    pub async fn delete_nrt(&self, node: &str) -> Result<(), HarnessError> {
+        let api: Api<NodeResourceTopology> = Api::all(self.client());
+        api.delete(node, &DeleteParams::default()).await?;
+        Ok(())
+    }
+
+    /// Polls the node's NRT until `pred` holds; returns it.
+    pub async fn wait_nrt<F: Fn(&NodeResourceTopology) -> bool>(
+        &self,
+        node: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> Result<NodeResourceTopology, HarnessError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(nrt) = self.nrt(node).await?
+                && pred(&nrt)
+            {
+                return Ok(nrt);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "NRT {node} did not reach the expected state within {timeout:?}: {:?}",
+                    self.nrt(node).await?.map(|n| n.zones)
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Removes what a test created on a real cluster (the fake is dropped whole).
+    pub async fn cleanup(&self, node: &str, namespace: &str) {
+        if !self.is_real() {
+            return;
+        }
+        let nrts: Api<NodeResourceTopology> = Api::all(self.client());
+        let _ = nrts.delete(node, &DeleteParams::default()).await;
+        let pods: Api<Pod> = Api::namespaced(self.client(), namespace);
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let _ = pods
+            .delete_collection(&DeleteParams::default().grace_period(0), &lp)
+            .await;
+        let nodes: Api<Node> = Api::all(self.client());
+        let _ = nodes.delete(node, &DeleteParams::default()).await;
+    }
+}
+
+/// A unique object name for this test run (real clusters are shared between runs).
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// A free local TCP port (bound and released; good enough for tests).
+pub fn free_port() -> Result<u16, HarnessError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A running `numaplane-exporter run`. Killed on drop.
+pub struct Agent {
+    child: Child,
+    metrics: SocketAddr,
+    stderr_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    /// Starts the agent with `args` (after `run`); `--metrics-address` is added. The environment
+    /// is cleared of `NUMAPLANE_*` and `KUBECONFIG` so only the flags decide.
+    pub fn spawn(args: &[String]) -> Result<Self, HarnessError> {
+        let dir = tempfile::tempdir()?;
+        let stderr_path = dir.path().join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path)?;
+        let port = free_port()?;
+        let metrics: SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut cmd = Command::new(crate::binaries::exporter());
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("NUMAPLANE_") || k == "KUBECONFIG" {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .arg("run")
+            .args(args)
+            .arg("--metrics-address")
+            .arg(metrics.to_string())
+            .env("NUMAPLANE_LOG", "info,numaplane_exporter=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()?;
+        Ok(Self {
+            child,
+            metrics,
+            stderr_path,
+            _dir: dir,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the agent logged so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// GET `path` on the metrics server: (status, body).
+    pub fn http_get(&self, path: &str) -> Result<(u16, String), HarnessError> {
+        http_get(self.metrics, path)
+    }
+
+    /// The current metrics text.
+    pub fn metrics(&self) -> Result<String, HarnessError> {
+        Ok(self.http_get("/metrics")?.1)
+    }
+
+    /// Waits until the metrics server answers.
+    pub async fn wait_serving(&mut self, timeout: Duration) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(format!("agent exited with {status}: {}", self.stderr()).into());
+            }
+            if self.http_get("/healthz").is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("agent not serving after {timeout:?}: {}", self.stderr()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `metric{labels}` satisfies `pred`; returns its value.
+    pub async fn wait_metric<F: Fn(f64) -> bool>(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        timeout: Duration,
+        pred: F,
+    ) -> Result<f64, HarnessError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = self.metrics().unwrap_or_default();
+            if let Some(v) = metric_value(&text, name, labels)
+                && pred(v)
+            {
+                return Ok(v);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{name}{labels:?} = {:?} after {timeout:?}\n{text}\n{}",
+                    metric_value(&text, name, labels),
+                    self.stderr()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the first sample of `name` whose labels include all of `labels`.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((m, r)) => (m, r.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            (metric == name).then_some((rest, value))
+        })
+        .find(|(rest, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| rest.split(',').any(|kv| kv == format!("{k}=\"{v}\"")))
+        })
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Minimal HTTP/1.1 GET with `Connection: close`: (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), HarnessError> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("malformed HTTP response")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    // warp answers /metrics with a fixed length, but decode chunks defensively.
+    Ok((status, dechunk(&body)))
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let Some((size, tail)) = rest.split_once("\r\n") else {
+            return body.to_owned();
+        };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            return body.to_owned();
+        };
+        if n == 0 {
+            return out;
+        }
+        if tail.len() < n {
+            return body.to_owned();
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+}

@@ -1,0 +1,632 @@
+//! The live agent end to end: `numaplane-exporter run` against a fake kubelet (a real tonic
+//! server on a Unix socket) and an API server — the HTTP-level fake, or a real cluster when
+//! `NUMAPLANE_E2E_KUBECONFIG` is set (the CRD from deploy/crd.yaml must be installed there).
+//!
+//! Covered: server-side apply with owner reference and skip-unchanged, recreate after delete,
+//! the kubelet Watch fast path against the fallback (pod watch, notify file), a kubelet restart
+//! mid-run, RESOURCE_EXHAUSTED backoff, terminal pods, the CRD wait with health up, and API
+//! errors retried.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use numaplane::nrt::NodeResourceTopology;
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
+};
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_topology::Machine;
+
+const WAIT: Duration = Duration::from_secs(30);
+const NAMESPACE: &str = "default";
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/tests/fixtures/2numa.xml")
+}
+
+fn machine() -> Machine {
+    Machine::from_xml_file(&fixture()).unwrap()
+}
+
+fn topo(node: i64) -> Option<TopologyInfo> {
+    Some(TopologyInfo {
+        nodes: vec![NumaNode { id: node }],
+    })
+}
+
+/// Every CPU allocatable, one device per NUMA node.
+fn allocatable(m: &Machine) -> AllocatableResourcesResponse {
+    AllocatableResourcesResponse {
+        cpu_ids: m
+            .numa_nodes
+            .iter()
+            .flat_map(|n| n.cpus.iter().map(|&c| i64::from(c)))
+            .collect(),
+        devices: m
+            .numa_nodes
+            .iter()
+            .map(|n| ContainerDevices {
+                resource_name: "example.com/nic".into(),
+                device_ids: vec![format!("nic-{}", n.id)],
+                topology: topo(i64::from(n.id)),
+            })
+            .collect(),
+        memory: vec![],
+    }
+}
+
+/// A pod holding `cpus` CPUs of NUMA node 0 (and the node-0 NIC when `nic`).
+fn pod(m: &Machine, name: &str, cpus: usize, nic: bool) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: NAMESPACE.into(),
+        containers: vec![ContainerResources {
+            name: "app".into(),
+            cpu_ids: m.numa_nodes[0].cpus[..cpus]
+                .iter()
+                .map(|&c| i64::from(c))
+                .collect(),
+            devices: if nic {
+                vec![ContainerDevices {
+                    resource_name: "example.com/nic".into(),
+                    device_ids: vec!["nic-0".into()],
+                    topology: topo(0),
+                }]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn available(nrt: &NodeResourceTopology, zone: &str, resource: &str) -> Option<String> {
+    nrt.zones
+        .iter()
+        .find(|z| z.name == zone)?
+        .resources
+        .as_ref()?
+        .iter()
+        .find(|r| r.name == resource)
+        .map(|r| r.available.0.clone())
+}
+
+struct Setup {
+    api: ApiTarget,
+    kubelet: FakeKubelet,
+    node: String,
+    node_uid: String,
+    dir: tempfile::TempDir,
+    machine: Machine,
+}
+
+impl Setup {
+    async fn new(api: ApiTarget, opts: FakeKubeletOptions, pods: usize) -> Self {
+        let machine = machine();
+        let dir = tempfile::tempdir().unwrap();
+        let pods: Vec<_> = (0..pods)
+            .map(|i| pod(&machine, &format!("p{i}"), 2, false))
+            .collect();
+        let kubelet = FakeKubelet::start(
+            &dir.path().join("kubelet.sock"),
+            allocatable(&machine),
+            pods,
+            opts,
+        )
+        .await
+        .unwrap();
+        let node = unique_name("e2e-node");
+        let node_uid = api.create_node(&node).await.unwrap();
+        Self {
+            api,
+            kubelet,
+            node,
+            node_uid,
+            dir,
+            machine,
+        }
+    }
+
+    fn notify_file(&self) -> PathBuf {
+        self.dir.path().join("notify")
+    }
+
+    /// Flags of a fast-reacting agent; `resync` "0s" leaves only event triggers.
+    fn args(&self, resync: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--node-name",
+            &self.node,
+            "--podresources-socket",
+            &self.kubelet.socket().display().to_string(),
+            "--topology-xml",
+            &fixture().display().to_string(),
+            "--kubeconfig",
+            &self.api.kubeconfig().display().to_string(),
+            "--resync-interval",
+            resync,
+            "--notify-file",
+            &self.notify_file().display().to_string(),
+            "--api-backoff-min",
+            "100ms",
+            "--api-backoff-max",
+            "1s",
+            "--kubelet-backoff-min",
+            "50ms",
+            "--kubelet-backoff-max",
+            "500ms",
+            "--call-timeout",
+            "5s",
+            "--pods-fingerprint-method",
+            "all",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    async fn agent(&self, resync: &str, extra: &[&str]) -> Agent {
+        let mut agent = Agent::spawn(&self.args(resync, extra)).unwrap();
+        agent.wait_serving(WAIT).await.unwrap();
+        agent
+    }
+
+    fn touch_notify(&self) {
+        std::fs::write(self.notify_file(), "").unwrap();
+    }
+
+    async fn cleanup(&self) {
+        self.api.cleanup(&self.node, NAMESPACE).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        1,
+    )
+    .await;
+    let agent = s.agent("200ms", &["--force-write-interval", "1h"]).await;
+
+    let nrt = s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    let owners = nrt.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(
+        (
+            owners[0].kind.as_str(),
+            owners[0].name.as_str(),
+            owners[0].uid.as_str()
+        ),
+        ("Node", s.node.as_str(), s.node_uid.as_str())
+    );
+    assert_eq!(owners[0].api_version, "v1");
+    let managers: Vec<_> = nrt
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(managers.iter().any(|m| m == "numaplane-exporter"), "{managers:?}");
+    // One pod holds 2 CPUs of node 0 (16 CPUs per node in the fixture).
+    assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
+    assert_eq!(available(&nrt, "node-1", "cpu").as_deref(), Some("16"));
+    let rv = nrt.metadata.resource_version.clone();
+
+    // Several resyncs later, nothing changed: still exactly one write, the rest skipped.
+    agent
+        .wait_metric("numaplane_exporter_nrt_write_skips_total", &[], WAIT, |v| {
+            v >= 4.0
+        })
+        .await
+        .unwrap();
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_nrt_writes_total",
+            &[("result", "success")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let again = s.api.nrt(&s.node).await.unwrap().unwrap();
+    assert_eq!(again.metadata.resource_version, rv);
+    if let Some(fake) = s.api.fake() {
+        let patches: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "PATCH" && r.path.ends_with(&format!("/noderesourcetopologies/{}", s.node))
+            })
+            .collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(
+            patches[0].query_param("fieldManager").as_deref(),
+            Some("numaplane-exporter")
+        );
+        assert_eq!(
+            patches[0].header("content-type"),
+            Some("application/apply-patch+yaml")
+        );
+    }
+    // Metrics carry the zones, labelled numa_node as the kubelet does.
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_zone_resource_available",
+            &[("numa_node", "0"), ("resource", "cpu"), ("node", &s.node)]
+        ),
+        Some(14.0),
+        "{text}"
+    );
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreates_the_object_after_someone_deletes_it() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let _agent = s.agent("1h", &[]).await;
+    let first = s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    s.api.delete_nrt(&s.node).await.unwrap();
+    // No timer will fire within the test: only the watch on our own object can bring it back.
+    let back = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| n.metadata.uid != first.metadata.uid)
+        .await
+        .unwrap();
+    assert_eq!(back.zones, first.zones);
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_watch_is_the_fast_path() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions {
+            watch: true,
+            get: true,
+        },
+        0,
+    )
+    .await;
+    let agent = s.agent("1h", &[]).await;
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("16")
+        })
+        .await
+        .unwrap();
+    agent
+        .wait_metric("numaplane_exporter_kubelet_watch_active", &[], WAIT, |v| v == 1.0)
+        .await
+        .unwrap();
+    // Only the kubelet knows: no pod event, no timer, no notify file.
+    s.kubelet.set_pods(vec![pod(&s.machine, "fast", 4, true)]);
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("12")
+        })
+        .await
+        .unwrap();
+    assert_eq!(available(&nrt, "node-0", "example.com/nic").as_deref(), Some("0"));
+    assert!(!agent.stderr().contains("does not offer pod-resources Watch"));
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let agent = s.agent("1h", &[]).await;
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("16")
+        })
+        .await
+        .unwrap();
+    s.kubelet.set_pods(vec![pod(&s.machine, "slow", 4, false)]);
+    // Without Watch nothing tells the agent yet.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let unchanged = s.api.nrt(&s.node).await.unwrap().unwrap();
+    assert_eq!(available(&unchanged, "node-0", "cpu").as_deref(), Some("16"));
+    // The pod watch does.
+    s.api
+        .create_pod(NAMESPACE, &unique_name("slow"), &s.node, "Running")
+        .await
+        .unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("12")
+        })
+        .await
+        .unwrap();
+    // And so does the notify file.
+    s.kubelet.set_pods(vec![]);
+    s.touch_notify();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("16")
+        })
+        .await
+        .unwrap();
+
+    let logs = agent.stderr();
+    assert_eq!(
+        logs.matches("does not offer pod-resources Watch").count(),
+        1,
+        "{logs}"
+    );
+    assert!(!logs.contains("ERROR"), "{logs}");
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_podresources_requests_total",
+            &[("method", "Watch"), ("code", "UNIMPLEMENTED")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric_value(&text, "numaplane_exporter_kubelet_watch_active", &[]),
+        Some(0.0)
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_a_kubelet_restart_and_rereads_allocatable() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let agent = s.agent("300ms", &[]).await;
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("16")
+        })
+        .await
+        .unwrap();
+
+    s.kubelet.stop().await;
+    agent
+        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 1.0)
+        .await
+        .unwrap();
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 503);
+    assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
+    // The object stays while the kubelet is away.
+    assert!(s.api.nrt(&s.node).await.unwrap().is_some());
+
+    // The kubelet comes back with a new device plugin registration and a new pod.
+    let mut alloc = allocatable(&s.machine);
+    alloc.devices.push(ContainerDevices {
+        resource_name: "example.com/gpu".into(),
+        device_ids: vec!["gpu-1".into()],
+        topology: topo(1),
+    });
+    s.kubelet.set_allocatable(alloc);
+    s.kubelet.set_pods(vec![pod(&s.machine, "after", 2, false)]);
+    let allocatable_calls = s.kubelet.calls(Method::GetAllocatableResources);
+    s.kubelet.restart().await.unwrap();
+
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-1", "example.com/gpu").as_deref() == Some("1")
+        })
+        .await
+        .unwrap();
+    assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
+    assert!(s.kubelet.calls(Method::GetAllocatableResources) > allocatable_calls);
+    agent
+        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 0.0)
+        .await
+        .unwrap();
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
+    let text = agent.metrics().unwrap();
+    assert!(
+        metric_value(&text, "numaplane_exporter_kubelet_reconnects_total", &[]).unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let agent = s.agent("1h", &[]).await;
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("16")
+        })
+        .await
+        .unwrap();
+    let writes_before = metric_value(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_nrt_writes_total",
+        &[("result", "success")],
+    )
+    .unwrap();
+    s.kubelet.fail_next(
+        Method::List,
+        3,
+        tonic::Code::ResourceExhausted,
+        "rejected by rate limit",
+    );
+    s.kubelet.set_pods(vec![pod(&s.machine, "limited", 6, false)]);
+    s.touch_notify();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "cpu").as_deref() == Some("10")
+        })
+        .await
+        .unwrap();
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_podresources_requests_total",
+            &[("method", "List"), ("code", "RESOURCE_EXHAUSTED")]
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(
+        metric_value(
+            &text,
+            "numaplane_exporter_scans_total",
+            &[("result", "rate_limited")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    // Failed scans wrote nothing: exactly one more write, with the final state.
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_nrt_writes_total",
+            &[("result", "success")]
+        ),
+        Some(writes_before + 1.0),
+        "{text}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_pods_do_not_hold_resources() {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let done = unique_name("done");
+    let running = unique_name("running");
+    // A kubelet before 1.34 still lists the finished pod with its old CPUs.
+    s.kubelet.set_pods(vec![
+        pod(&s.machine, &done, 4, false),
+        PodResources {
+            name: running.clone(),
+            ..pod(&s.machine, &running, 0, true)
+        },
+    ]);
+    s.api
+        .create_pod(NAMESPACE, &done, &s.node, "Succeeded")
+        .await
+        .unwrap();
+    s.api
+        .create_pod(NAMESPACE, &running, &s.node, "Running")
+        .await
+        .unwrap();
+    let _agent = s.agent("1h", &[]).await;
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "example.com/nic").as_deref() == Some("0")
+        })
+        .await
+        .unwrap();
+    assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("16"));
+    // The running pod turns terminal too: its NIC comes back.
+    s.api.set_pod_phase(NAMESPACE, &running, "Failed").await.unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            available(n, "node-0", "example.com/nic").as_deref() == Some("1")
+        })
+        .await
+        .unwrap();
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_the_crd_with_metrics_and_health_up() {
+    // A real cluster cannot be made to lack the CRD safely: this one always uses the fake.
+    let s = Setup::new(
+        ApiTarget::start_fake(false).await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let agent = s.agent("1h", &[]).await;
+    agent
+        .wait_metric(
+            "numaplane_exporter_errors_total",
+            &[("kind", "crd_missing")],
+            WAIT,
+            |v| v >= 2.0,
+        )
+        .await
+        .unwrap();
+    let (code, body) = agent.http_get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("CRD"), "{body}");
+    assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
+    assert!(
+        agent
+            .metrics()
+            .unwrap()
+            .contains("numaplane_exporter_zone_resource_capacity")
+    );
+    let fake = s.api.fake().unwrap();
+    fake.install_nrt_crd();
+    s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    agent
+        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 0.0)
+        .await
+        .unwrap();
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_are_retried_and_counted() {
+    // Injected failures need the fake.
+    let s = Setup::new(
+        ApiTarget::start_fake(true).await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let fake = s.api.fake().unwrap();
+    fake.fail_next("PATCH", "/apis/topology.node.k8s.io/", 500, 2);
+    let agent = s.agent("1h", &[]).await;
+    s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_nrt_writes_total",
+            &[("result", "error")]
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert!(agent.stderr().contains("publish failed"));
+}
