@@ -81,6 +81,7 @@ pub async fn run(
     view: SharedPodView,
     triggers: Triggers,
     metrics: Arc<Metrics>,
+    admissions: Arc<tokio::sync::Notify>,
 ) {
     let pods: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&node_selector(&node_name));
@@ -107,10 +108,12 @@ pub async fn run(
                     v.synced = true;
                 }
                 triggers.send(Trigger::PodWatch);
+                admissions.notify_one();
             }
             Ok(watcher::Event::Apply(pod)) => {
                 apply(&view, &pod);
                 triggers.send(Trigger::PodWatch);
+                admissions.notify_one();
             }
             Ok(watcher::Event::Delete(pod)) => {
                 let k = key(&pod);
@@ -133,6 +136,8 @@ pub async fn run(
 /// and triggers a scan the moment the kubelet has admitted one (its resources are then
 /// assigned). Bounded to one call per `interval`, well under the kubelet's 100 requests/s limit
 /// shared by every client on the node; stops for good when the kubelet does not offer `Get`.
+/// Sleeps on `wake` (signalled by the pod watch) while no pod is waiting, so an idle node costs
+/// no wakeups.
 pub async fn poll_admissions(
     client: crate::podresources::KubeletClient,
     view: SharedPodView,
@@ -140,6 +145,7 @@ pub async fn poll_admissions(
     triggers: Triggers,
     interval: Duration,
     give_up_after: Duration,
+    wake: Arc<tokio::sync::Notify>,
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -164,6 +170,7 @@ pub async fn poll_admissions(
         };
         let Some(pod) = candidate else {
             cursor = None;
+            wake.notified().await;
             continue;
         };
         cursor = Some(pod.clone());

@@ -456,12 +456,14 @@ impl Agent {
         let last_applied = Arc::new(Mutex::new(None));
         let (mut publisher, mut events) = (None, None);
         if let Some(client) = &kube {
+            let admissions = Arc::new(tokio::sync::Notify::new());
             tasks.push(tokio::spawn(pod_watch::run(
                 client.clone(),
                 args.node_name.clone(),
                 pod_view.clone(),
                 triggers.clone(),
                 metrics.clone(),
+                admissions.clone(),
             )));
             tasks.push(tokio::spawn(pod_watch::poll_admissions(
                 scanner.client().clone(),
@@ -470,6 +472,7 @@ impl Agent {
                 triggers.clone(),
                 Duration::from_millis(25),
                 Duration::from_secs(5),
+                admissions,
             )));
             if !args.dry_run {
                 publisher = Some(Publisher::new(

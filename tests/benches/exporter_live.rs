@@ -3,15 +3,13 @@
 //! footprint (RSS, CPU) of the agent at a 10 s resync.
 //!
 //! `cargo bench -p numaplane-e2e --bench exporter_live -- [CHANGES] [IDLE_SECONDS]`
-//! (defaults 200 and 60). The agent is the release binary, against the fake kubelet (tonic on a
+//! (defaults 200 and 60; 0 changes measures only the idle footprint). The agent is the release binary, against the fake kubelet (tonic on a
 //! Unix socket) and the HTTP-level fake API server, all on this machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
-use numaplane::proto::podresources::{
-    AllocatableResourcesResponse, ContainerResources, PodResources,
-};
+use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerResources, PodResources};
 use numaplane_e2e::fake_api::FakeApiServer;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
 use numaplane_e2e::harness::Agent;
@@ -20,7 +18,11 @@ use serde_json::json;
 const NODE: &str = "bench-node";
 
 fn fixture() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../topology/tests/fixtures/2numa.xml").to_owned()
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/2numa.xml"
+    )
+    .to_owned()
 }
 
 fn allocatable() -> AllocatableResourcesResponse {
@@ -174,7 +176,10 @@ async fn idle(seconds: u64) -> (u64, u64, f64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let changes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(200);
     let idle_seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(60);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -183,7 +188,12 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        for (watch, label) in [(true, "kubelet Watch"), (false, "pod watch (no kubelet Watch)")] {
+        let modes: &[(bool, &str)] = if changes == 0 {
+            &[]
+        } else {
+            &[(true, "kubelet Watch"), (false, "pod watch (no kubelet Watch)")]
+        };
+        for &(watch, label) in modes {
             let l = reaction(watch, changes).await;
             println!(
                 "reaction via {label}: n={} p50={:.1} ms p90={:.1} ms p99={:.1} ms max={:.1} ms",

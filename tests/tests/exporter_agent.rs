@@ -130,6 +130,16 @@ impl Setup {
         }
     }
 
+    /// The default target, a kubelet like today's (Get, no Watch), no pods.
+    async fn plain() -> Self {
+        Self::new(
+            ApiTarget::start().await.unwrap(),
+            FakeKubeletOptions::default(),
+            0,
+        )
+        .await
+    }
+
     fn notify_file(&self) -> PathBuf {
         self.dir.path().join("notify")
     }
@@ -173,6 +183,16 @@ impl Setup {
         let mut agent = Agent::spawn(&self.args(resync, extra)).unwrap();
         agent.wait_serving(WAIT).await.unwrap();
         agent
+    }
+
+    /// Waits until the published `resource` available in `zone` is `value`.
+    async fn wait_available(&self, zone: &str, resource: &str, value: &str) -> NodeResourceTopology {
+        self.api
+            .wait_nrt(&self.node, WAIT, |n| {
+                available(n, zone, resource).as_deref() == Some(value)
+            })
+            .await
+            .unwrap()
     }
 
     fn touch_notify(&self) {
@@ -272,12 +292,7 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreates_the_object_after_someone_deletes_it() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::plain().await;
     let _agent = s.agent("1h", &[]).await;
     let first = s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
     s.api.delete_nrt(&s.node).await.unwrap();
@@ -303,25 +318,14 @@ async fn kubelet_watch_is_the_fast_path() {
     )
     .await;
     let agent = s.agent("1h", &[]).await;
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("16")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "16").await;
     agent
         .wait_metric("numaplane_exporter_kubelet_watch_active", &[], WAIT, |v| v == 1.0)
         .await
         .unwrap();
     // Only the kubelet knows: no pod event, no timer, no notify file.
     s.kubelet.set_pods(vec![pod(&s.machine, "fast", 4, true)]);
-    let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("12")
-        })
-        .await
-        .unwrap();
+    let nrt = s.wait_available("node-0", "cpu", "12").await;
     assert_eq!(available(&nrt, "node-0", "example.com/nic").as_deref(), Some("0"));
     assert!(!agent.stderr().contains("does not offer pod-resources Watch"));
     s.cleanup().await;
@@ -329,19 +333,9 @@ async fn kubelet_watch_is_the_fast_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::plain().await;
     let agent = s.agent("1h", &[]).await;
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("16")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "16").await;
     s.kubelet.set_pods(vec![pod(&s.machine, "slow", 4, false)]);
     // Without Watch nothing tells the agent yet.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -352,21 +346,11 @@ async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
         .create_pod(NAMESPACE, &unique_name("slow"), &s.node, "Running")
         .await
         .unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("12")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "12").await;
     // And so does the notify file.
     s.kubelet.set_pods(vec![]);
     s.touch_notify();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("16")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "16").await;
 
     let logs = agent.stderr();
     assert_eq!(
@@ -394,19 +378,9 @@ async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_a_kubelet_restart_and_rereads_allocatable() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::plain().await;
     let agent = s.agent("300ms", &[]).await;
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("16")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "16").await;
 
     s.kubelet.stop().await;
     agent
@@ -430,13 +404,7 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
     let allocatable_calls = s.kubelet.calls(Method::GetAllocatableResources);
     s.kubelet.restart().await.unwrap();
 
-    let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-1", "example.com/gpu").as_deref() == Some("1")
-        })
-        .await
-        .unwrap();
+    let nrt = s.wait_available("node-1", "example.com/gpu", "1").await;
     assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
     assert!(s.kubelet.calls(Method::GetAllocatableResources) > allocatable_calls);
     agent
@@ -454,19 +422,9 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::plain().await;
     let agent = s.agent("1h", &[]).await;
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("16")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "16").await;
     let writes_before = metric_value(
         &agent.metrics().unwrap(),
         "numaplane_exporter_nrt_writes_total",
@@ -481,12 +439,7 @@ async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
     );
     s.kubelet.set_pods(vec![pod(&s.machine, "limited", 6, false)]);
     s.touch_notify();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "cpu").as_deref() == Some("10")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "cpu", "10").await;
     let text = agent.metrics().unwrap();
     assert_eq!(
         metric_value(
@@ -522,12 +475,7 @@ async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminal_pods_do_not_hold_resources() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::plain().await;
     let done = unique_name("done");
     let running = unique_name("running");
     // A kubelet before 1.34 still lists the finished pod with its old CPUs.
@@ -547,22 +495,11 @@ async fn terminal_pods_do_not_hold_resources() {
         .await
         .unwrap();
     let _agent = s.agent("1h", &[]).await;
-    let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "example.com/nic").as_deref() == Some("0")
-        })
-        .await
-        .unwrap();
+    let nrt = s.wait_available("node-0", "example.com/nic", "0").await;
     assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("16"));
     // The running pod turns terminal too: its NIC comes back.
     s.api.set_pod_phase(NAMESPACE, &running, "Failed").await.unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            available(n, "node-0", "example.com/nic").as_deref() == Some("1")
-        })
-        .await
-        .unwrap();
+    s.wait_available("node-0", "example.com/nic", "1").await;
     s.cleanup().await;
 }
 
