@@ -5,7 +5,7 @@
 //! Pure and synchronous: a node's zones are copied into a [`WorkingZones`] and consumed
 //! container by container, as the kubelet's managers do.
 
-use std::collections::BTreeMap;
+use std::{cell::Cell, collections::BTreeMap};
 
 use crate::{
     node::NumaTopology,
@@ -13,12 +13,12 @@ use crate::{
     resources::{CPU, ResId, ResKind, ResList, Resources},
     topology_manager::{
         MergeOutcome, NumaMask, Policy, ResourceHints, Scope, TopologyHint, TopologyManagerError,
-        merge_resource_hints,
+        merge_resource_hints, validate_config,
     },
 };
 
 /// Mutable per-zone state while one pod is admitted.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct WorkingZones {
     /// Zone ids, ascending.
     pub ids: Vec<u32>,
@@ -40,6 +40,25 @@ impl WorkingZones {
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
             free_devices: None,
         }
+    }
+
+    /// Becomes [`Self::from_topology`]`(topo)`, reusing this value's buffers (evaluating many
+    /// nodes in a row).
+    pub fn reset_from(&mut self, topo: &NumaTopology) {
+        if !topo.shared_devices.is_empty() {
+            *self = Self::with_device_ids(topo);
+            return;
+        }
+        self.ids.clear();
+        self.ids.extend(topo.zones.iter().map(|z| z.id));
+        self.available.truncate(topo.zones.len());
+        for (i, z) in topo.zones.iter().enumerate() {
+            match self.available.get_mut(i) {
+                Some(a) => a.0.clone_from(&z.available.0),
+                None => self.available.push(z.available.clone()),
+            }
+        }
+        self.free_devices = None;
     }
 
     /// Copies the zones including free device IDs, to choose concrete devices.
@@ -146,12 +165,15 @@ fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: 
             min_affinity = min_affinity.min(bits.count_ones());
         }
     }
-    free.iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(_, f)| **f >= need)
-        .map(|(bits, _)| TopologyHint::new(topo.masks[bits], bits.count_ones() == min_affinity))
-        .collect()
+    let mut hints = Vec::with_capacity(free.len());
+    hints.extend(
+        free.iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, f)| **f >= need)
+            .map(|(bits, _)| TopologyHint::new(topo.masks[bits], bits.count_ones() == min_affinity)),
+    );
+    hints
 }
 
 /// Device hints (§3.3): zone allocatable counts give `minAffinitySize`; free counts (or the
@@ -221,28 +243,31 @@ fn memory_requests(res: &Resources, topo: &NumaTopology, qos: Qos, req: &ResList
 
 /// Per mask (index = subset bits), for all memory types together (§3.2): whether the mask
 /// qualifies (every type's allocatable covers the request) and whether it is feasible (every
-/// type's free amount does too).
-fn memory_masks(
-    topo: &NumaTopology,
-    w: &WorkingZones,
-    wants: &[(ResId, i64)],
-    scratch: &mut Scratch,
-) -> (Vec<bool>, Vec<bool>) {
+/// type's free amount does too), into `scratch.qualifies` and `scratch.feasible_memory`.
+fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], scratch: &mut Scratch) {
     let n = w.ids.len();
     let masks = 1usize << n;
-    let mut qualifies = vec![true; masks];
-    let mut feasible = vec![true; masks];
+    let Scratch {
+        a,
+        b,
+        qualifies,
+        feasible_memory: feasible,
+        ..
+    } = scratch;
+    qualifies.clear();
+    qualifies.resize(masks, true);
+    feasible.clear();
+    feasible.resize(masks, true);
     for &(id, need) in wants {
-        subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
-        subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
+        subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), a);
+        subset_sums(n, |i| w.available[i].get_or_zero(id), b);
         for bits in 1..masks {
-            qualifies[bits] &= scratch.a[bits] >= need;
-            feasible[bits] &= qualifies[bits] && scratch.b[bits] >= need;
+            qualifies[bits] &= a[bits] >= need;
+            feasible[bits] &= qualifies[bits] && b[bits] >= need;
         }
     }
     qualifies[0] = false;
     feasible[0] = false;
-    (qualifies, feasible)
 }
 
 /// Memory-manager hints: the same masks for all types. `None` when no mask qualifies (the
@@ -253,7 +278,8 @@ fn memory_hints(
     wants: &[(ResId, i64)],
     scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
-    let (qualifies, feasible) = memory_masks(topo, w, wants, scratch);
+    memory_masks(topo, w, wants, scratch);
+    let (qualifies, feasible) = (&scratch.qualifies, &scratch.feasible_memory);
     let min_affinity = (1..qualifies.len())
         .filter(|&b| qualifies[b])
         .map(|b| b.count_ones())
@@ -265,11 +291,36 @@ fn memory_hints(
     (!hints.is_empty()).then_some(hints)
 }
 
-/// Reusable buffers for subset sums.
+/// Reusable per-mask buffers (2^zones entries each: at 8 zones too large for the allocator's
+/// fast path, and needed for every container on every node evaluated).
 #[derive(Default)]
 struct Scratch {
     a: Vec<i64>,
     b: Vec<i64>,
+    qualifies: Vec<bool>,
+    feasible_memory: Vec<bool>,
+}
+
+thread_local! {
+    static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
+}
+
+/// The thread's [`Scratch`], taken for the lifetime of the guard and returned on drop (a
+/// nested taker would simply get fresh buffers).
+struct PooledScratch(Scratch);
+
+impl PooledScratch {
+    fn take() -> Self {
+        Self(SCRATCH.try_with(Cell::take).unwrap_or_default())
+    }
+}
+
+impl Drop for PooledScratch {
+    fn drop(&mut self) {
+        let s = std::mem::take(&mut self.0);
+        // During thread teardown the pool is gone; the buffers are then simply freed.
+        let _ = SCRATCH.try_with(|c| c.set(s));
+    }
 }
 
 /// The memory manager finds no NUMA node set with enough free memory: the kubelet fails the
@@ -301,19 +352,20 @@ fn collect_hints(
     qos: Qos,
     req: &ResList,
 ) -> Result<Hints, Rejection> {
-    let mut scratch = Scratch::default();
+    let mut pooled = PooledScratch::take();
+    let scratch = &mut pooled.0;
     let mut lists = Vec::new();
     for (id, need) in req.positive() {
         if res.kind(id) == ResKind::Extended {
-            lists.push((id, device_hints(topo, w, id, need, &mut scratch)));
+            lists.push((id, device_hints(topo, w, id, need, scratch)));
         }
     }
     if let Some(n) = exclusive_cpus(qos, req, topo) {
-        lists.push((CPU, cpu_hints(topo, w, n, &mut scratch)));
+        lists.push((CPU, cpu_hints(topo, w, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
     if !wants.is_empty() {
-        let h = memory_hints(topo, w, &wants, &mut scratch).ok_or_else(|| memory_rejection(res, &wants))?;
+        let h = memory_hints(topo, w, &wants, scratch).ok_or_else(|| memory_rejection(res, &wants))?;
         for &(id, _) in &wants {
             lists.push((id, Some(h.clone())));
         }
@@ -322,15 +374,20 @@ fn collect_hints(
 }
 
 /// The merge's outcome for `single-numa-node` and `restricted`, computed directly from
-/// per-mask sums instead of building hint lists and merging them.
+/// per-zone amounts instead of building hint lists and merging them.
 ///
 /// Both policies admit only a *preferred* merged hint, and a merged hint is preferred only when
 /// every resource's hint is preferred and all carry the same mask. A hint is preferred exactly
 /// when its size equals the resource's `minAffinitySize`, so an admissible mask must have that
 /// size for every constrained resource and be feasible for all of them; the kubelet then picks
 /// the narrowest, closest (with `prefer-closest-numa-nodes`), lowest such mask. For
-/// `single-numa-node` the size must be 1. `fast_and_general_merge_agree` checks this against
-/// the literal merge on random inputs.
+/// `single-numa-node` the size must be 1.
+///
+/// Amounts are non-negative, so per-mask sums grow with the mask: a resource's
+/// `minAffinitySize` is the smallest k whose k largest zones cover the need, and only masks of
+/// the common size are enumerated (8 of 255 at size 1 on 8 zones) rather than every mask.
+/// Rejections only need to be rejections: [`decide`] rebuilds the hint lists to explain them.
+/// `fast_and_general_merge_agree` checks this against the literal merge on random inputs.
 fn fast_merge(
     res: &Resources,
     topo: &NumaTopology,
@@ -339,26 +396,22 @@ fn fast_merge(
     req: &ResList,
 ) -> Result<Option<MergeOutcome>, Rejection> {
     let n = w.ids.len();
-    let masks = 1usize << n;
-    let mut scratch = Scratch::default();
-    // feasible[bits]: every constrained resource fits; common minimum affinity size.
-    let mut feasible = vec![true; masks];
+    let reject = MergeOutcome {
+        hint: TopologyHint::any(false),
+        admit: false,
+    };
+    // Per constrained resource: the need and, per zone, the free amount (and, for memory-manager
+    // types, the allocatable amount, which must cover the need too).
+    let mut rows: Vec<SizedRow> = Vec::new();
     let mut common_min: Option<u32> = None;
-    let mut constrained = false;
-    let mut consider = |registered: &[i64], free: &[i64], need: i64, feasible: &mut Vec<bool>| -> bool {
-        let min = (1..masks)
-            .filter(|&b| registered[b] >= need)
-            .map(|b| b.count_ones())
-            .min();
-        let Some(min) = min else { return false };
-        if common_min.is_some_and(|c| c != min) {
-            return false;
+    // Records a resource's minimum size; false when the policies cannot admit any more.
+    let mut agree = |min: Option<u32>| match min {
+        None => false,
+        Some(m) if common_min.is_some_and(|c| c != m) => false,
+        Some(m) => {
+            common_min = Some(m);
+            true
         }
-        common_min = Some(min);
-        for b in 1..masks {
-            feasible[b] &= free[b] >= need;
-        }
-        true
     };
     for (id, need) in req.positive() {
         if res.kind(id) != ResKind::Extended || !topo.lists(id) {
@@ -367,50 +420,53 @@ fn fast_merge(
         if topo.shared_devices.contains(&id) {
             return Ok(None);
         }
-        constrained = true;
-        subset_sums(n, |i| topo.zones[i].allocatable.get_or_zero(id), &mut scratch.a);
-        subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b);
-        if !consider(&scratch.a, &scratch.b, need, &mut feasible) {
-            return Ok(Some(MergeOutcome {
-                hint: TopologyHint::any(false),
-                admit: false,
-            }));
+        let registered = |i: usize| topo.zones[i].allocatable.get_or_zero(id);
+        if !agree(min_size(n, registered, need)) {
+            return Ok(Some(reject));
         }
+        rows.push(SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id)));
     }
     if let Some(cpus) = exclusive_cpus(qos, req, topo) {
-        constrained = true;
-        subset_sums(
-            n,
-            |i| topo.zones[i].capacity.get_or_zero(CPU) / 1000,
-            &mut scratch.a,
-        );
-        subset_sums(n, |i| w.available[i].get_or_zero(CPU) / 1000, &mut scratch.b);
-        if !consider(&scratch.a, &scratch.b, cpus, &mut feasible) {
-            return Ok(Some(MergeOutcome {
-                hint: TopologyHint::any(false),
-                admit: false,
-            }));
+        let registered = |i: usize| topo.zones[i].capacity.get_or_zero(CPU) / 1000;
+        if !agree(min_size(n, registered, cpus)) {
+            return Ok(Some(reject));
         }
+        rows.push(SizedRow::sum(n, cpus, |i| w.available[i].get_or_zero(CPU) / 1000));
     }
     let wants = memory_requests(res, topo, qos, req);
     if !wants.is_empty() {
-        constrained = true;
-        let (qualifies, feasible_mem) = memory_masks(topo, w, &wants, &mut scratch);
-        if !qualifies.iter().any(|q| *q) {
+        let memory: Vec<SizedRow> = wants
+            .iter()
+            .map(|&(id, need)| SizedRow {
+                need,
+                free: (0..n).map(|i| w.available[i].get_or_zero(id)).collect(),
+                allocatable: Some(
+                    (0..n)
+                        .map(|i| topo.zones[i].allocatable.get_or_zero(id))
+                        .collect(),
+                ),
+            })
+            .collect();
+        let qualifies = |bits: usize| {
+            memory.iter().all(|r| {
+                r.allocatable
+                    .as_ref()
+                    .is_some_and(|a| mask_sum(a, bits) >= r.need)
+            })
+        };
+        // Sums grow with the mask: some mask qualifies iff all zones together do.
+        if !qualifies((1 << n) - 1) {
             return Err(memory_rejection(res, &wants));
         }
-        // As 0/1 "amounts" with a need of 1, the memory group fits the per-resource rule.
-        let qualified: Vec<i64> = qualifies.iter().map(|q| i64::from(*q)).collect();
-        let free: Vec<i64> = feasible_mem.iter().map(|f| i64::from(*f)).collect();
-        if !consider(&qualified, &free, 1, &mut feasible) {
-            return Ok(Some(MergeOutcome {
-                hint: TopologyHint::any(false),
-                admit: false,
-            }));
+        let min = (1..=n).find(|&k| masks_of_size(n, k).any(qualifies));
+        if !agree(min.and_then(|k| u32::try_from(k).ok())) {
+            return Ok(Some(reject));
         }
+        rows.extend(memory);
     }
     let default = topo.info.default_affinity();
-    if !constrained {
+    let Some(size) = common_min else {
+        // Nothing constrained: every provider is indifferent.
         let mask = if topo.policy == Policy::SingleNumaNode {
             None
         } else {
@@ -423,13 +479,9 @@ fn fast_merge(
             },
             admit: true,
         }));
-    }
-    let size = common_min.unwrap_or(u32::MAX);
+    };
     if topo.policy == Policy::SingleNumaNode && size != 1 {
-        return Ok(Some(MergeOutcome {
-            hint: TopologyHint::any(false),
-            admit: false,
-        }));
+        return Ok(Some(reject));
     }
     let closest = topo.options.prefer_closest_numa_nodes && topo.policy == Policy::Restricted;
     let distance = |m: NumaMask| {
@@ -438,8 +490,8 @@ fn fast_merge(
             .and_then(|d| d.distance_sum(m).ok())
             .unwrap_or(0)
     };
-    let best = (1..masks)
-        .filter(|&b| b.count_ones() == size && feasible[b])
+    let best = masks_of_size(n, size as usize)
+        .filter(|&bits| rows.iter().all(|r| r.fits(bits)))
         .map(|b| topo.masks[b])
         .min_by_key(|m| (if closest { distance(*m) } else { 0 }, m.value()));
     Ok(Some(match best {
@@ -451,11 +503,71 @@ fn fast_merge(
             hint: TopologyHint::new(m, true),
             admit: true,
         },
-        None => MergeOutcome {
-            hint: TopologyHint::any(false),
-            admit: false,
-        },
+        None => reject,
     }))
+}
+
+/// One constrained resource of [`fast_merge`]: per zone, what is free (and allocatable, for
+/// memory-manager types).
+struct SizedRow {
+    need: i64,
+    free: Vec<i64>,
+    allocatable: Option<Vec<i64>>,
+}
+
+impl SizedRow {
+    fn sum(n: usize, need: i64, free: impl Fn(usize) -> i64) -> Self {
+        SizedRow {
+            need,
+            free: (0..n).map(free).collect(),
+            allocatable: None,
+        }
+    }
+
+    /// The mask (subset bits over zone positions) can hold the need.
+    fn fits(&self, bits: usize) -> bool {
+        mask_sum(&self.free, bits) >= self.need
+            && self
+                .allocatable
+                .as_ref()
+                .is_none_or(|a| mask_sum(a, bits) >= self.need)
+    }
+}
+
+/// Sum of `values` over the zone positions in `bits`, saturating like [`subset_sums`].
+fn mask_sum(values: &[i64], bits: usize) -> i64 {
+    values
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .fold(0i64, |acc, (_, v)| acc.saturating_add(*v))
+}
+
+/// The smallest number of zones whose `registered` amounts cover `need` (the provider's
+/// `minAffinitySize`): the largest zones first, since every mask of that size sums less.
+fn min_size(n: usize, registered: impl Fn(usize) -> i64, need: i64) -> Option<u32> {
+    let mut values: Vec<i64> = (0..n).map(registered).collect();
+    values.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sum = 0i64;
+    for (k, v) in values.iter().enumerate() {
+        sum = sum.saturating_add(*v);
+        if sum >= need {
+            return u32::try_from(k + 1).ok();
+        }
+    }
+    None
+}
+
+/// Subset bits over `n` zone positions with exactly `k` set, ascending (Gosper's hack).
+fn masks_of_size(n: usize, k: usize) -> impl Iterator<Item = usize> {
+    let end = 1usize << n;
+    let first = if k == 0 || k > n { end } else { (1usize << k) - 1 };
+    std::iter::successors(Some(first), move |&x| {
+        let low = x & x.wrapping_neg();
+        let ripple = x + low;
+        Some((((ripple ^ x) >> 2) / low) | ripple)
+    })
+    .take_while(move |&x| x < end)
 }
 
 /// Merged hint for one request unit: the direct computation where it applies, else the
@@ -466,11 +578,15 @@ fn decide(
     w: &WorkingZones,
     qos: Qos,
     req: &ResList,
+    explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+    if topo.policy == Policy::BestEffort && !explain {
+        return best_effort_admission(res, topo, w, qos, req);
+    }
     if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
         && let Some(outcome) = fast_merge(res, topo, w, qos, req)?
     {
-        if outcome.admit {
+        if outcome.admit || !explain {
             return Ok((outcome, None));
         }
         // Rejections are rare; rebuild the hint lists for a precise explanation.
@@ -478,12 +594,49 @@ fn decide(
         return Ok((outcome, Some(hints)));
     }
     let hints = collect_hints(res, topo, w, qos, req)?;
-    let merged = merge(topo, &hints).map_err(|e| Rejection {
+    let merged = merge(topo, &hints).map_err(merge_rejection)?;
+    Ok((merged, Some(hints)))
+}
+
+fn merge_rejection(e: TopologyManagerError) -> Rejection {
+    Rejection {
         category: "topology manager refuses this node".to_owned(),
         message: format!("topology unknown or invalid: {e}"),
         kubelet_reason: "TopologyManagerError",
-    })?;
-    Ok((merged, Some(hints)))
+    }
+}
+
+/// [`decide`] for `best-effort` when only admission matters (not the mask).
+///
+/// The merge fails only on configuration, and `best-effort` admits whatever it merges; what can
+/// still reject is the memory manager (no mask qualifies and fits, i.e. not even all zones
+/// together: sums grow with the mask) and the allocation that follows. Allocation succeeds or
+/// fails on totals alone (zones are taken in the mask's order, but all of them), and leaves the
+/// same totals for the next container, so any mask gives the same verdict: "any" is returned.
+fn best_effort_admission(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    qos: Qos,
+    req: &ResList,
+) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+    validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
+    let wants = memory_requests(res, topo, qos, req);
+    let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
+    let fits = wants.iter().all(|&(id, need)| {
+        total(&|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
+            && total(&|i| w.available[i].get_or_zero(id)) >= need
+    });
+    if !fits {
+        return Err(memory_rejection(res, &wants));
+    }
+    Ok((
+        MergeOutcome {
+            hint: TopologyHint::any(true),
+            admit: true,
+        },
+        None,
+    ))
 }
 
 fn merge(topo: &NumaTopology, hints: &Hints) -> Result<MergeOutcome, TopologyManagerError> {
@@ -723,6 +876,28 @@ pub fn predict(
     w: &mut WorkingZones,
     pod: &PodSpec,
 ) -> Result<Placement, Rejection> {
+    run(res, topo, w, pod, true)
+}
+
+/// Whether the kubelet admits `pod`, as [`predict`] decides, without recording the placement
+/// or explaining a rejection: the filter's hot path. Consumes from `w` like [`predict`].
+pub fn admits(res: &Resources, topo: &NumaTopology, w: &mut WorkingZones, pod: &PodSpec) -> bool {
+    run(res, topo, w, pod, false).is_ok()
+}
+
+/// [`predict`]; without `record`, the placement is left empty and a rejection carries no text.
+fn run(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PodSpec,
+    record: bool,
+) -> Result<Placement, Rejection> {
+    let silent = || Rejection {
+        category: String::new(),
+        message: String::new(),
+        kubelet_reason: "",
+    };
     let units: Vec<(&crate::pod::ContainerSpec, ContainerKind)> = pod
         .init_containers
         .iter()
@@ -751,8 +926,11 @@ pub fn predict(
         for (id, v) in pod.overhead.iter() {
             req.add(id, -v);
         }
-        let (merged, hints) = decide(res, topo, w, pod.qos, &req)?;
+        let (merged, hints) = decide(res, topo, w, pod.qos, &req, record)?;
         if !merged.admit {
+            if !record {
+                return Err(silent());
+            }
             let hints = hints.unwrap_or(Hints { lists: Vec::new() });
             return Err(rejection_for(res, topo, w, &req, &hints, "pod"));
         }
@@ -765,8 +943,11 @@ pub fn predict(
         } else if topo.policy == Policy::None {
             None
         } else {
-            let (merged, hints) = decide(res, topo, w, pod.qos, &c.requests)?;
+            let (merged, hints) = decide(res, topo, w, pod.qos, &c.requests, record)?;
             if !merged.admit {
+                if !record {
+                    return Err(silent());
+                }
                 let who = format!("{} `{}`", kind.noun(), c.name);
                 let hints = hints.unwrap_or(Hints { lists: Vec::new() });
                 return Err(rejection_for(res, topo, w, &c.requests, &hints, &who));
@@ -774,9 +955,9 @@ pub fn predict(
             merged.hint.mask
         };
         let mut placement = ContainerPlacement {
-            name: c.name.clone(),
+            name: if record { c.name.clone() } else { String::new() },
             kind,
-            numa_nodes: mask_ids(mask),
+            numa_nodes: if record { mask_ids(mask) } else { None },
             devices: BTreeMap::new(),
             device_counts: BTreeMap::new(),
             explanation: String::new(),
@@ -797,9 +978,11 @@ pub fn predict(
         } else {
             allocate(res, topo, w, pod.qos, &c.requests, mask, &mut placement)?;
         }
-        placement.explanation = explain_devices(&placement);
-        out.max_span = out.max_span.max(mask.map_or(w.ids.len(), |m| m.count() as usize));
-        out.containers.push(placement);
+        if record {
+            placement.explanation = explain_devices(&placement);
+            out.max_span = out.max_span.max(mask.map_or(w.ids.len(), |m| m.count() as usize));
+            out.containers.push(placement);
+        }
     }
     Ok(out)
 }
@@ -824,20 +1007,42 @@ mod tests {
     }
 
     fn random_topology(rng: &mut Rng, res: &mut Resources, policy: &str) -> NumaTopology {
-        let zones = 1 + rng.below(5) as usize;
+        let zones = if rng.below(4) == 0 {
+            8
+        } else {
+            1 + rng.below(6) as usize
+        };
+        // Sometimes NIC IDs are published, sometimes with one NIC attached to two zones.
+        let publish_ids = rng.below(3) == 0;
+        let shared = publish_ids && rng.below(2) == 0;
         let zone_list: Vec<serde_json::Value> = (0..zones)
             .map(|z| {
                 let cap = 2 + rng.below(6);
                 let avail = rng.below(cap as u64 + 1);
                 let mem = 4 + rng.below(8);
                 let gpus = rng.below(3);
+                let nics = rng.below(3);
+                let huge = rng.below(3);
                 let costs: Vec<_> = (0..zones)
                     .map(|t| serde_json::json!({"name": format!("node-{t}"), "value": if t == z { 10 } else { 11 + (t + z) as i64 % 3 * 5 }}))
                     .collect();
-                serde_json::json!({"name": format!("node-{z}"), "type": "Node", "costs": costs, "resources": [
+                let mut ids: Vec<String> = (0..nics).map(|k| format!("nic-{z}-{k}")).collect();
+                if shared && z + 1 < zones {
+                    ids.push(format!("nic-{}-0", z + 1));
+                }
+                let attributes = if publish_ids {
+                    serde_json::json!([{"name": "numaplane.io/free-devices.vendor.com/nic", "value": ids.join(",")}])
+                } else {
+                    serde_json::json!([])
+                };
+                serde_json::json!({"name": format!("node-{z}"), "type": "Node", "costs": costs, "attributes": attributes, "resources": [
                     {"name": "cpu", "capacity": cap.to_string(), "allocatable": cap.to_string(), "available": avail.to_string()},
-                    {"name": "memory", "capacity": format!("{mem}Gi"), "allocatable": format!("{mem}Gi"), "available": format!("{}Gi", rng.below(mem as u64 + 1))},
-                    {"name": "vendor.com/gpu", "capacity": gpus.to_string(), "allocatable": gpus.to_string(), "available": rng.below(gpus as u64 + 1).to_string()}
+                    // Allocatable below capacity and available up to capacity: free amounts
+                    // alone must not decide the memory manager's qualification.
+                    {"name": "memory", "capacity": format!("{mem}Gi"), "allocatable": format!("{}Gi", mem - rng.below(3)), "available": format!("{}Gi", rng.below(mem as u64 + 1))},
+                    {"name": "vendor.com/gpu", "capacity": gpus.to_string(), "allocatable": gpus.to_string(), "available": rng.below(gpus as u64 + 1).to_string()},
+                    {"name": "vendor.com/nic", "capacity": nics.to_string(), "allocatable": nics.to_string(), "available": rng.below(nics as u64 + 1).to_string()},
+                    {"name": "hugepages-1Gi", "capacity": format!("{huge}Gi"), "allocatable": format!("{huge}Gi"), "available": format!("{}Gi", rng.below(huge as u64 + 1))}
                 ]})
             })
             .collect();
@@ -850,13 +1055,87 @@ mod tests {
         NumaTopology::from_nrt(res, &nrt).expect("valid")
     }
 
+    /// A random pod: 1–2 containers, maybe an init container or sidecar, Guaranteed or not,
+    /// cpu, memory, hugepages and devices.
+    fn random_pod(rng: &mut Rng, res: &mut Resources) -> PodSpec {
+        let guaranteed = rng.below(4) != 0;
+        let container = |name: &str, rng: &mut Rng| {
+            let mut r = serde_json::json!({"cpu": (1 + rng.below(6)).to_string(), "memory": format!("{}Gi", 1 + rng.below(12))});
+            for (k, v) in [
+                ("vendor.com/gpu", "1"),
+                ("vendor.com/nic", "2"),
+                ("hugepages-1Gi", "1Gi"),
+            ] {
+                if rng.below(3) == 0 {
+                    r[k] = serde_json::json!(v);
+                }
+            }
+            let lim = if guaranteed {
+                r.clone()
+            } else {
+                serde_json::json!({})
+            };
+            serde_json::json!({"name": name, "resources": {"requests": r, "limits": lim}})
+        };
+        let mut containers = vec![container("a", rng)];
+        if rng.below(3) == 0 {
+            containers.push(container("b", rng));
+        }
+        let mut spec = serde_json::json!({"containers": containers});
+        if rng.below(4) == 0 {
+            let mut init = container("i", rng);
+            if rng.below(2) == 0 {
+                init["restartPolicy"] = serde_json::json!("Always");
+            }
+            spec["initContainers"] = serde_json::json!([init]);
+        }
+        let pod: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .expect("pod");
+        PodSpec::from_pod(res, &pod).expect("pod spec")
+    }
+
+    #[test]
+    fn admits_agrees_with_predict() {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let mut res = Resources::default();
+        let (mut admitted, mut rejected) = (0, 0);
+        for round in 0..4000 {
+            let policy = ["none", "best-effort", "restricted", "single-numa-node"][round % 4];
+            let mut topo = random_topology(&mut rng, &mut res, policy);
+            if rng.below(2) == 0 {
+                topo.scope = Scope::Pod;
+            }
+            let pod = random_pod(&mut rng, &mut res);
+            let expected = predict(&res, &topo, &mut WorkingZones::from_topology(&topo), &pod).is_ok();
+            let mut w = WorkingZones::default();
+            w.reset_from(&topo);
+            assert_eq!(
+                admits(&res, &topo, &mut w, &pod),
+                expected,
+                "round {round}: {topo:?} {pod:?}"
+            );
+            if expected {
+                admitted += 1;
+            } else {
+                rejected += 1;
+            }
+        }
+        assert!(
+            admitted > 800 && rejected > 800,
+            "admitted {admitted}, rejected {rejected}"
+        );
+    }
+
     #[test]
     fn fast_and_general_merge_agree() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut res = Resources::default();
         let gpu = res.intern("vendor.com/gpu");
-        let mut checked = 0;
-        for round in 0..3000 {
+        let nic = res.intern("vendor.com/nic");
+        let huge = res.intern("hugepages-1Gi");
+        let (mut checked, mut admitted) = (0, 0);
+        for round in 0..5000 {
             let policy = if round % 2 == 0 {
                 "single-numa-node"
             } else {
@@ -865,10 +1144,16 @@ mod tests {
             let topo = random_topology(&mut rng, &mut res, policy);
             let w = WorkingZones::from_topology(&topo);
             let mut req = ResList::default();
-            req.set(CPU, 1000 * (1 + rng.below(8)));
-            req.set(MEMORY, (1 + rng.below(12)) << 30);
+            req.set(CPU, 1000 * (1 + rng.below(10)));
+            req.set(MEMORY, (1 + rng.below(16)) << 30);
             if rng.below(2) == 0 {
                 req.set(gpu, 1 + rng.below(3));
+            }
+            if rng.below(3) == 0 {
+                req.set(nic, 1 + rng.below(3));
+            }
+            if rng.below(3) == 0 {
+                req.set(huge, (1 + rng.below(3)) << 30);
             }
             let qos = if rng.below(4) == 0 {
                 Qos::Burstable
@@ -890,7 +1175,11 @@ mod tests {
                 "round {round}: {topo:?} {req:?} general {general:?} fast {fast:?}"
             );
             checked += 1;
+            admitted += usize::from(g.is_some());
         }
-        assert!(checked > 2000);
+        assert!(
+            checked > 2000 && admitted > 300,
+            "checked {checked}, admitted {admitted}"
+        );
     }
 }

@@ -6,8 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::simulate::{self, ConfigFile};
 
-/// Exit code for bad configuration or bad input files (`EX_USAGE`).
-pub const EXIT_CONFIG: u8 = 64;
+pub use numaplane::EXIT_CONFIG;
 
 /// numaplane NUMA-aware secondary scheduler.
 #[derive(Debug, Parser)]

@@ -50,45 +50,94 @@ fn fail(category: impl Into<String>, message: impl Into<String>) -> FitFailure {
 /// Runs every node-level check; returns all failures (empty = fits).
 pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResList) -> Vec<FitFailure> {
     let mut out = Vec::new();
+    run(res, node, pod, request, Some(&mut out));
+    out
+}
+
+/// Whether every node-level check passes: [`check`] without building messages, stopping at
+/// the first failure (the scheduling hot path).
+pub fn fits(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResList) -> bool {
+    run(res, node, pod, request, None)
+}
+
+/// The checks behind [`check`] and [`fits`]: with `out`, records every failure; without, stops
+/// at the first. Returns whether all passed.
+fn run(
+    res: &Resources,
+    node: &NodeBasics,
+    pod: &PodSpec,
+    request: &ResList,
+    mut out: Option<&mut Vec<FitFailure>>,
+) -> bool {
+    let mut ok = true;
+    // Records a failure (built lazily); false means "stop, the caller only wants a yes/no".
+    let mut failed = |f: &dyn Fn() -> FitFailure| -> bool {
+        ok = false;
+        match out.as_deref_mut() {
+            Some(out) => {
+                out.push(f());
+                true
+            }
+            None => false,
+        }
+    };
     if let Some(want) = &pod.node_name
         && want != &node.name
     {
-        out.push(fail(
-            "node(s) didn't match the requested node name",
-            format!("pod requires node {want}"),
-        ));
-        return out;
+        failed(&|| {
+            fail(
+                "node(s) didn't match the requested node name",
+                format!("pod requires node {want}"),
+            )
+        });
+        return false;
     }
-    if node.unschedulable && !tolerates_unschedulable(&pod.tolerations) {
-        out.push(fail(
-            "node(s) were unschedulable",
-            "node is cordoned (spec.unschedulable)",
-        ));
+    if node.unschedulable
+        && !tolerates_unschedulable(&pod.tolerations)
+        && !failed(&|| {
+            fail(
+                "node(s) were unschedulable",
+                "node is cordoned (spec.unschedulable)",
+            )
+        })
+    {
+        return false;
     }
-    if !selector_matches(&pod.node_selector, &node.labels)
+    if (!selector_matches(&pod.node_selector, &node.labels)
         || !pod
             .required_affinity
             .as_ref()
-            .is_none_or(|a| affinity_matches(a, &node.name, &node.labels))
+            .is_none_or(|a| affinity_matches(a, &node.name, &node.labels)))
+        && !failed(&|| {
+            fail(
+                "node(s) didn't match Pod's node affinity/selector",
+                "node labels do not satisfy nodeSelector / required node affinity",
+            )
+        })
     {
-        out.push(fail(
-            "node(s) didn't match Pod's node affinity/selector",
-            "node labels do not satisfy nodeSelector / required node affinity",
-        ));
+        return false;
     }
-    if let Some(t) = untolerated_taint(&node.taints, &pod.tolerations) {
-        let value = t.value.as_deref().map(|v| format!(": {v}")).unwrap_or_default();
-        out.push(fail(
-            format!("node(s) had untolerated taint {{{}{value}}}", t.key),
-            format!("taint {}{value}:{} is not tolerated", t.key, t.effect),
-        ));
+    if let Some(t) = untolerated_taint(&node.taints, &pod.tolerations)
+        && !failed(&|| {
+            let value = t.value.as_deref().map(|v| format!(": {v}")).unwrap_or_default();
+            fail(
+                format!("node(s) had untolerated taint {{{}{value}}}", t.key),
+                format!("taint {}{value}:{} is not tolerated", t.key, t.effect),
+            )
+        })
+    {
+        return false;
     }
     let max_pods = node.allocatable.get(PODS).unwrap_or(i64::MAX);
-    if node.pod_count + 1 > max_pods {
-        out.push(fail(
-            "Too many pods",
-            format!("node runs {} of {max_pods} pods", node.pod_count),
-        ));
+    if node.pod_count + 1 > max_pods
+        && !failed(&|| {
+            fail(
+                "Too many pods",
+                format!("node runs {} of {max_pods} pods", node.pod_count),
+            )
+        })
+    {
+        return false;
     }
     for (id, want) in request.positive() {
         if id == PODS {
@@ -96,20 +145,24 @@ pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResLis
         }
         let alloc = node.allocatable.get_or_zero(id);
         let used = node.requested.get_or_zero(id);
-        if want > alloc - used {
-            out.push(fail(
-                format!("Insufficient {}", res.name(id)),
-                format!(
-                    "{} requested {} but only {} of {} is free",
-                    res.name(id),
-                    res.render(id, want),
-                    res.render(id, (alloc - used).max(0)),
-                    res.render(id, alloc)
-                ),
-            ));
+        if want > alloc - used
+            && !failed(&|| {
+                fail(
+                    format!("Insufficient {}", res.name(id)),
+                    format!(
+                        "{} requested {} but only {} of {} is free",
+                        res.name(id),
+                        res.render(id, want),
+                        res.render(id, (alloc - used).max(0)),
+                        res.render(id, alloc)
+                    ),
+                )
+            })
+        {
+            return false;
         }
     }
-    out
+    ok
 }
 
 fn tolerates_unschedulable(tolerations: &[Toleration]) -> bool {

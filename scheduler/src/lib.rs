@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod allocation;
+mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod fit;

@@ -9,7 +9,7 @@ use numaplane::quantity::Quantity;
 use crate::resources::{CPU, MEMORY, ResId, ResList, Resources};
 
 /// Pod QoS class, computed with the standard Kubernetes rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Qos {
     /// Every container has cpu and memory limits equal to requests.
     Guaranteed,

@@ -172,7 +172,7 @@ pub struct AmountError {
 }
 
 /// Sparse resource list: sorted by id, one entry per resource.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ResList(pub Vec<(ResId, i64)>);
 
 impl ResList {

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Scoring strategy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Strategy {
     /// Prefer zones the pod fills most.
     MostAllocated,
@@ -54,14 +54,20 @@ impl Scorer {
         match self.strategy {
             Strategy::LeastNumaNodes => least_numa_nodes(topo, pod),
             _ if topo.policy != Policy::SingleNumaNode => 0,
-            _ => {
-                let maps = request_maps(pod, topo.scope);
-                if maps.is_empty() {
-                    return 0;
+            // The mean over the request maps of the scope (borrowed, not collected: this runs
+            // for every node evaluated).
+            _ => match topo.scope {
+                Scope::Pod => self.request_score(res, topo, &pod.effective_request()),
+                Scope::Container => {
+                    let maps = pod.init_containers.iter().chain(&pod.containers);
+                    let count = maps.clone().count();
+                    if count == 0 {
+                        return 0;
+                    }
+                    let sum: i64 = maps.map(|c| self.request_score(res, topo, &c.requests)).sum();
+                    sum / i64::try_from(count).unwrap_or(1)
                 }
-                let sum: i64 = maps.iter().map(|r| self.request_score(res, topo, r)).sum();
-                sum / i64::try_from(maps.len()).unwrap_or(1)
-            }
+            },
         }
     }
 
@@ -135,19 +141,6 @@ fn sample_variance(v: &[f64]) -> f64 {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;
     v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0)
-}
-
-/// Request maps per scope: the pod effective request, or every container (init included).
-fn request_maps(pod: &PodSpec, scope: Scope) -> Vec<ResList> {
-    match scope {
-        Scope::Pod => vec![pod.effective_request()],
-        Scope::Container => pod
-            .init_containers
-            .iter()
-            .chain(&pod.containers)
-            .map(|c| c.requests.clone())
-            .collect(),
-    }
 }
 
 /// Average distance of zones (by sorted index) in float32, as upstream computes it.
