@@ -118,7 +118,7 @@ pub struct Metrics {
     pub scans: Family<ScanLabels, Counter>,
     /// Pod-resources calls by method and code.
     pub podresources_requests: Family<CallLabels, Counter>,
-    /// Reconnections to the kubelet socket.
+    /// Kubelet outages (socket gone or unanswering), each followed by reconnection attempts.
     pub kubelet_reconnects: Counter,
     /// 1 while the kubelet offers the Watch fast path.
     pub kubelet_watch_active: Gauge,

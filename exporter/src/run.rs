@@ -576,7 +576,9 @@ impl Agent {
                     };
                     if !kubelet_down {
                         kubelet_down = true;
-                        self.metrics.kubelet_reconnects.inc();
+                        if e.kind() == "kubelet_unavailable" {
+                            self.metrics.kubelet_reconnects.inc();
+                        }
                         tracing::warn!(
                             node = %self.args.node_name,
                             error = %numaplane::error_chain(&e),
