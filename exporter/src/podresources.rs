@@ -34,7 +34,7 @@ pub enum PodResourcesError {
         message: String,
     },
     /// A call failed (including connection failures, which tonic reports as UNAVAILABLE).
-    #[error("pod-resources {method:?} on {socket} failed with {code_name}: {message}")]
+    #[error("pod-resources {method:?} on {socket} failed with {}: {message}", grpc_code_name(*.code))]
     Call {
         /// The method.
         method: PodResourcesMethod,
@@ -42,8 +42,6 @@ pub enum PodResourcesError {
         socket: PathBuf,
         /// gRPC code.
         code: tonic::Code,
-        /// Its canonical name, for the message.
-        code_name: &'static str,
         /// The status message.
         message: String,
     },
@@ -133,7 +131,6 @@ impl KubeletClient {
                     method,
                     socket: self.socket.clone(),
                     code: status.code(),
-                    code_name: grpc_code_name(status.code()),
                     message: status_message(&status),
                 })
             }

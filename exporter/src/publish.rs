@@ -3,7 +3,7 @@
 //! API server garbage-collects the object with its node, and Kubernetes Events on the Node for
 //! what an operator would look for.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -46,15 +46,6 @@ pub enum PublishError {
         #[source]
         source: kube::Error,
     },
-    /// The object cannot be serialised (a bug, reported rather than panicking).
-    #[error("cannot serialise NodeResourceTopology {name}")]
-    Serialize {
-        /// Object name.
-        name: String,
-        /// Cause.
-        #[source]
-        source: serde_json::Error,
-    },
 }
 
 impl PublishError {
@@ -64,7 +55,6 @@ impl PublishError {
             Self::CrdMissing { .. } => "crd_missing",
             Self::Discover { .. } => "discovery",
             Self::Apply { .. } => "apply",
-            Self::Serialize { .. } => "serialize",
         }
     }
 }
@@ -102,7 +92,10 @@ pub struct Publisher {
     nodes: Api<Node>,
     node_name: String,
     owner: Option<OwnerReference>,
-    last_applied: Option<serde_json::Value>,
+    /// The object as last sent, shared with the watch on our own object so that it can tell
+    /// our writes from foreign edits. Set before the write (the watch event of our own write may
+    /// arrive before the reply), cleared when the write fails.
+    applied: Arc<Mutex<Option<NodeResourceTopology>>>,
     last_write: Option<Instant>,
     force_every: Duration,
     metrics: Arc<Metrics>,
@@ -116,7 +109,7 @@ impl Publisher {
             nodes: Api::all(client),
             node_name: node_name.to_owned(),
             owner: None,
-            last_applied: None,
+            applied: Arc::default(),
             last_write: None,
             force_every,
             metrics,
@@ -126,7 +119,16 @@ impl Publisher {
     /// Forgets what was written, so the next publish writes (object deleted or edited by
     /// someone else).
     pub fn invalidate(&mut self) {
-        self.last_applied = None;
+        self.set_applied(None);
+    }
+
+    /// The object as last sent (see the field), for the watch on our own object.
+    pub fn applied(&self) -> Arc<Mutex<Option<NodeResourceTopology>>> {
+        self.applied.clone()
+    }
+
+    fn set_applied(&self, nrt: Option<NodeResourceTopology>) {
+        *lock_applied(&self.applied) = nrt;
     }
 
     /// The owner reference to the Node, looked up once (a Node that cannot be read yet leaves
@@ -165,16 +167,13 @@ impl Publisher {
         if let Some(owner) = self.owner().await {
             nrt.metadata.owner_references = Some(vec![owner]);
         }
-        let value = serde_json::to_value(&nrt).map_err(|source| PublishError::Serialize {
-            name: self.node_name.clone(),
-            source,
-        })?;
         let due = self.last_write.is_none_or(|t| t.elapsed() >= self.force_every);
-        if !force && !due && self.last_applied.as_ref() == Some(&value) {
+        if !force && !due && lock_applied(&self.applied).as_ref() == Some(&nrt) {
             self.metrics.nrt_write_skips.inc();
             self.metrics.last_successful_publish.set(unix_now());
             return Ok(Outcome::Skipped);
         }
+        self.set_applied(Some(nrt.clone()));
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let result = self
             .api
@@ -190,13 +189,12 @@ impl Publisher {
             .inc();
         match result {
             Ok(_) => {
-                self.last_applied = Some(value);
                 self.last_write = Some(Instant::now());
                 self.metrics.last_successful_publish.set(unix_now());
                 Ok(Outcome::Written)
             }
             Err(source) => {
-                self.last_applied = None;
+                self.set_applied(None);
                 if matches!(&source, kube::Error::Api(s) if s.code == 422 || s.code == 400) {
                     // The owner reference may point to a replaced Node: look it up again.
                     self.owner = None;
@@ -208,6 +206,14 @@ impl Publisher {
             }
         }
     }
+}
+
+/// Locks the shared last-applied object, recovering from a poisoned lock (the value is replaced
+/// whole, never left half-written).
+pub fn lock_applied(
+    applied: &Mutex<Option<NodeResourceTopology>>,
+) -> std::sync::MutexGuard<'_, Option<NodeResourceTopology>> {
+    applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Kubernetes Events on the Node, where an operator running `kubectl describe node` looks.

@@ -319,7 +319,7 @@ fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
 /// Runs `run`. Returns after `--once`, on SIGTERM/SIGINT, or on a configuration error.
 pub async fn run(args: RunArgs, machine_view: MachineView) -> Result<(), RunError> {
     let tm = topology_manager_settings(&args)?;
-    let mut cfg = accounting_config(&args, &tm);
+    let cfg = accounting_config(&args, &tm);
     let metrics = Arc::new(Metrics::new());
     metrics.set_info(
         &args.node_name,
@@ -334,14 +334,18 @@ pub async fn run(args: RunArgs, machine_view: MachineView) -> Result<(), RunErro
         .map_err(RunError::Socket)?;
     let scanner = Scanner::new(client, machine_view);
     if args.once {
-        return once(&args, cfg, scanner).await;
+        return once(&args, cfg, scanner, metrics).await;
     }
-    cfg.terminal_pods.clear();
     Agent::start(args, cfg, scanner, metrics).await?.run().await
 }
 
 /// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
-async fn once(args: &RunArgs, mut cfg: AccountingConfig, mut scanner: Scanner) -> Result<(), RunError> {
+async fn once(
+    args: &RunArgs,
+    mut cfg: AccountingConfig,
+    mut scanner: Scanner,
+    metrics: Arc<Metrics>,
+) -> Result<(), RunError> {
     let kube = if args.dry_run && args.kubeconfig.is_none() {
         None
     } else {
@@ -377,7 +381,6 @@ async fn once(args: &RunArgs, mut cfg: AccountingConfig, mut scanner: Scanner) -
     log_anomalies(&args.node_name, &scan, &mut seen);
     match kube {
         Some(client) if !args.dry_run => {
-            let metrics = Arc::new(Metrics::new());
             publish::crd_served(&client).await.map_err(RunError::Publish)?;
             let mut publisher = Publisher::new(client, &args.node_name, args.force_write_interval, metrics);
             publisher
@@ -407,7 +410,6 @@ struct Agent {
     events: Option<NodeEvents>,
     pod_view: SharedPodView,
     listed: Arc<Mutex<BTreeSet<PodKey>>>,
-    last_applied: Arc<Mutex<Option<NodeResourceTopology>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     _notify: Option<notify::RecommendedWatcher>,
 }
@@ -453,7 +455,6 @@ impl Agent {
         )));
         let pod_view = SharedPodView::default();
         let listed = Arc::new(Mutex::new(BTreeSet::new()));
-        let last_applied = Arc::new(Mutex::new(None));
         let (mut publisher, mut events) = (None, None);
         if let Some(client) = &kube {
             let admissions = Arc::new(tokio::sync::Notify::new());
@@ -475,24 +476,25 @@ impl Agent {
                 admissions,
             )));
             if !args.dry_run {
-                publisher = Some(Publisher::new(
+                let p = Publisher::new(
                     client.clone(),
                     &args.node_name,
                     args.force_write_interval,
                     metrics.clone(),
-                ));
+                );
+                tasks.push(tokio::spawn(watch_own_object(
+                    client.clone(),
+                    args.node_name.clone(),
+                    p.applied(),
+                    triggers.clone(),
+                    metrics.clone(),
+                )));
+                publisher = Some(p);
                 events = Some(NodeEvents::new(
                     client.clone(),
                     &args.node_name,
                     args.pod_name.clone(),
                 ));
-                tasks.push(tokio::spawn(watch_own_object(
-                    client.clone(),
-                    args.node_name.clone(),
-                    last_applied.clone(),
-                    triggers.clone(),
-                    metrics.clone(),
-                )));
             }
         }
         Ok(Self {
@@ -508,7 +510,6 @@ impl Agent {
             events,
             pod_view,
             listed,
-            last_applied,
             tasks,
             _notify: notify,
         })
@@ -554,8 +555,11 @@ impl Agent {
             if force && let Some(p) = self.publisher.as_mut() {
                 p.invalidate();
             }
-            let synced = pod_watch::lock(&self.pod_view).synced;
-            self.cfg.terminal_pods = pod_watch::lock(&self.pod_view).terminal.clone();
+            let synced = {
+                let view = pod_watch::lock(&self.pod_view);
+                self.cfg.terminal_pods = view.terminal.clone();
+                view.synced
+            };
 
             let started = Instant::now();
             last_scan_at = Some(started);
@@ -685,11 +689,6 @@ impl Agent {
                     }
                 }
             }
-            // Set before the write: the watch event of our own write must not look foreign.
-            *self
-                .last_applied
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(scan.nrt.clone());
             match publisher.publish(scan.nrt, force).await {
                 Ok(outcome) => {
                     api_backoff.reset();
@@ -700,10 +699,6 @@ impl Agent {
                     }
                 }
                 Err(e) => {
-                    *self
-                        .last_applied
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                     self.metrics.error(e.kind());
                     self.metrics.stale.set(1);
                     if matches!(&e, PublishError::Apply { source: kube::Error::Api(s), .. } if s.code == 404)
@@ -834,15 +829,11 @@ async fn watch_own_object(
                 triggers.send(Trigger::ObjectChanged);
             }
             Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                let differs = last_applied
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .as_ref()
-                    .is_some_and(|mine| {
-                        mine.zones != obj.zones
-                            || mine.attributes != obj.attributes
-                            || mine.topology_policies != obj.topology_policies
-                    });
+                let differs = publish::lock_applied(&last_applied).as_ref().is_some_and(|mine| {
+                    mine.zones != obj.zones
+                        || mine.attributes != obj.attributes
+                        || mine.topology_policies != obj.topology_policies
+                });
                 if differs {
                     tracing::warn!(node = %node_name, "NodeResourceTopology changed by someone else; rewriting");
                     triggers.send(Trigger::ObjectChanged);

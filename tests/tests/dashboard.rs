@@ -121,15 +121,6 @@ impl Drop for Proc {
     }
 }
 
-/// A port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 // ---------------------------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------------------------
@@ -483,7 +474,9 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     api.fail_next("GET", &format!("/api/v1/nodes/{NODE}"), 500, 1);
     let kubeconfig = api.write_kubeconfig(dir.path()).unwrap();
 
-    let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics_addr: SocketAddr = format!("127.0.0.1:{}", numaplane_e2e::harness::free_port().unwrap())
+        .parse()
+        .unwrap();
     let mut exporter = start_exporter(dir.path(), &socket, &kubeconfig, metrics_addr);
 
     // The agent has scanned, published, and been asked for its Node a second time.
@@ -506,7 +499,9 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     // Shown with the failure output.
     println!("the agent's /metrics:\n{exposition}");
 
-    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", numaplane_e2e::harness::free_port().unwrap())
+        .parse()
+        .unwrap();
     let mut prometheus = start_prometheus(dir.path(), metrics_addr, prom_addr);
     eventually("Prometheus scraping the exporter", || {
         prometheus.assert_running();
