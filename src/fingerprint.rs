@@ -77,6 +77,11 @@ impl Fingerprint {
         self.hashes.push(pod_hash(namespace, name));
     }
 
+    /// Adds one pod by its [`pod_hash`], for callers that hash a pod once and sign many sets.
+    pub fn add_hash(&mut self, hash: u64) {
+        self.hashes.push(hash);
+    }
+
     /// Number of pods added so far.
     pub fn len(&self) -> usize {
         self.hashes.len()

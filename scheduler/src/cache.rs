@@ -88,7 +88,15 @@ pub struct Entry {
     pub generation: u64,
     /// Score if feasible.
     pub score: Option<i64>,
+    /// When infeasible: the interned set of aggregate categories ([`Shapes::categories`]),
+    /// or [`UNKNOWN_FAILURE`] until a pod that fits nowhere needs them. Kept so a retry of an
+    /// unschedulable pod rebuilds its "0/N nodes are available" line without re-explaining
+    /// unchanged nodes.
+    pub failure: u32,
 }
+
+/// [`Entry::failure`] before the categories were computed.
+pub const UNKNOWN_FAILURE: u32 = 0;
 
 #[derive(Debug)]
 struct Shape {
@@ -104,9 +112,33 @@ struct Shape {
 pub struct Shapes {
     shapes: Vec<Shape>,
     clock: u64,
+    /// Interned category sets; id = index + 1 (0 is [`UNKNOWN_FAILURE`]). Few distinct sets
+    /// exist (they name reasons, not nodes), so this stays small.
+    category_sets: Vec<Vec<String>>,
+    category_ids: std::collections::HashMap<Vec<String>, u32>,
 }
 
 impl Shapes {
+    /// The id of a category set (sorted and deduplicated first).
+    pub fn intern_categories(&mut self, mut categories: Vec<String>) -> u32 {
+        categories.sort_unstable();
+        categories.dedup();
+        if let Some(&id) = self.category_ids.get(&categories) {
+            return id;
+        }
+        self.category_sets.push(categories.clone());
+        let id = u32::try_from(self.category_sets.len()).unwrap_or(u32::MAX);
+        self.category_ids.insert(categories, id);
+        id
+    }
+
+    /// The categories of an interned id; empty for [`UNKNOWN_FAILURE`].
+    pub fn categories(&self, id: u32) -> &[String] {
+        id.checked_sub(1)
+            .and_then(|i| self.category_sets.get(i as usize))
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// The slot-indexed entries of `key`, at least `slots` long; a new shape takes a free place
     /// or the least recently used one's.
     pub fn entries(&mut self, key: ShapeKey, slots: usize) -> &mut [Entry] {

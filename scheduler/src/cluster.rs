@@ -4,7 +4,7 @@
 //! same shape (`cache.rs`); explained scheduling evaluates every node afresh.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{OnceLock, TryLockError},
 };
 
@@ -15,11 +15,11 @@ use serde::Serialize;
 use crate::{
     admission::{self, Placement, WorkingZones},
     allocation::{Allocation, ContainerAllocation, VERSION},
-    cache::{Entry, ShapeKey, Shapes, VerdictCache},
+    cache::{Entry, ShapeKey, Shapes, UNKNOWN_FAILURE, VerdictCache},
     fit::{self, NodeBasics},
     node::{NrtError, NumaTopology},
-    pod::{PodError, PodSpec},
-    resources::{Dense, PODS, ResList, Resources},
+    pod::{PodError, PodSpec, Qos},
+    resources::{Dense, PODS, ResId, ResKind, ResList, Resources},
     score::Scorer,
 };
 
@@ -62,7 +62,84 @@ pub enum TopologyState {
 struct BoundPod {
     node: String,
     request: ResList,
+    /// Phase `Pending`: the kubelet may not have admitted it yet, so a node's NRT may or may
+    /// not count it (the uncertain pods of [`Cluster::reconcile`]).
+    starting: bool,
+    /// Guaranteed with an integral cpu or a memory/hugepages request in an app or sidecar
+    /// container: exclusive on every node (fingerprint method `with-exclusive-resources`).
+    guaranteed_exclusive: bool,
+    /// Extended resources its app and sidecar containers request: exclusive where the node's
+    /// zones list them.
+    extended: Vec<ResId>,
 }
+
+impl BoundPod {
+    fn new(res: &Resources, spec: &PodSpec, node: String, starting: bool) -> Self {
+        // Ordinary init containers are left out: they finish before the kubelet reports the
+        // pod, as the exporter's fingerprint does (nrt-scheduling §5).
+        let containers = || {
+            spec.init_containers
+                .iter()
+                .filter(|c| c.sidecar)
+                .chain(&spec.containers)
+        };
+        let guaranteed_exclusive = spec.qos == Qos::Guaranteed
+            && containers().any(|c| {
+                c.requests.positive().any(|(id, _)| {
+                    (res.kind(id) == ResKind::Cpu && c.integer_cpu) || res.kind(id).is_memory_like()
+                })
+            });
+        let mut extended: Vec<ResId> = containers()
+            .flat_map(|c| c.requests.positive().map(|(id, _)| id))
+            .filter(|&id| res.kind(id) == ResKind::Extended)
+            .collect();
+        extended.sort_unstable();
+        extended.dedup();
+        BoundPod {
+            node,
+            request: spec.effective_request(),
+            starting,
+            guaranteed_exclusive,
+            extended,
+        }
+    }
+
+    /// Whether the node's exporter counts this pod under `method` `with-exclusive-resources`.
+    fn has_exclusive(&self, topo: &NumaTopology) -> bool {
+        self.guaranteed_exclusive || self.extended.iter().any(|&id| topo.lists(id))
+    }
+}
+
+/// A placement this scheduler made that the node's NRT does not show yet: what it took from
+/// which zone, so it can be taken again from every newer NRT until that NRT shows the pod.
+#[derive(Clone, Debug)]
+pub struct Assumption {
+    /// Node the pod was placed on.
+    pub node: String,
+    /// Caller's clock (milliseconds) when the placement was assumed.
+    pub since_ms: u64,
+    /// Amounts taken, per zone id.
+    taken: Vec<(u32, ResList)>,
+    /// Device IDs taken, per zone id and resource.
+    devices: Vec<(u32, ResId, Vec<String>)>,
+}
+
+/// How assumptions ended, counted for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AssumptionStats {
+    /// The node's NRT fingerprint showed the kubelet accounted for the pod.
+    pub confirmed: u64,
+    /// Timed out before any NRT showed the pod.
+    pub expired: u64,
+    /// The pod was deleted, finished or bound elsewhere.
+    pub gone: u64,
+    /// Dropped by the scheduler (failed binding).
+    pub forgotten: u64,
+}
+
+/// At most this many uncertain pods per node are tried when matching a fingerprint
+/// (2^N subsets); beyond it the newest assumptions are kept until the next NRT or expiry.
+const MAX_UNCERTAIN: usize = 10;
 
 /// A node that could not be indexed.
 #[derive(Debug, thiserror::Error)]
@@ -112,8 +189,17 @@ pub struct Cluster {
     /// never reused, so a cached verdict of a deleted node cannot match its successor.
     generations: Vec<u64>,
     last_generation: u64,
+    /// Effective topology per node: the published one minus the pending assumptions.
     topologies: HashMap<String, TopologyState>,
+    /// Valid topologies as published, before assumptions.
+    published: HashMap<String, NumaTopology>,
     pods: HashMap<String, BoundPod>,
+    /// Pod keys per node name (bound, non-terminal).
+    node_pods: HashMap<String, BTreeSet<String>>,
+    /// Pending assumptions by pod key.
+    assumed: HashMap<String, Assumption>,
+    /// How assumptions ended.
+    pub assumption_stats: AssumptionStats,
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
@@ -256,8 +342,9 @@ impl Cluster {
         let name = nrt.metadata.name.clone().unwrap_or_default();
         match NumaTopology::from_nrt(&mut self.res, nrt) {
             Ok(t) => {
-                self.touch_name(&name);
-                self.topologies.insert(name, TopologyState::Valid(Box::new(t)));
+                self.published.insert(name.clone(), t);
+                self.reconcile(&name);
+                self.recompute(&name);
                 Ok(())
             }
             Err(e) => {
@@ -267,6 +354,7 @@ impl Cluster {
                     .entry(e.metric_label().to_owned())
                     .or_default() += 1;
                 self.touch_name(&name);
+                self.published.remove(&name);
                 self.topologies.insert(
                     name,
                     TopologyState::Invalid {
@@ -282,7 +370,166 @@ impl Cluster {
     /// Removes an NRT.
     pub fn delete_nrt(&mut self, name: &str) {
         self.topologies.remove(name);
+        self.published.remove(name);
         self.touch_name(name);
+    }
+
+    /// Rebuilds the effective topology of `node`: the published one minus every pending
+    /// assumption there.
+    fn recompute(&mut self, node: &str) {
+        let Some(base) = self.published.get(node) else {
+            return;
+        };
+        let mut topo = base.clone();
+        for key in self.node_pods.get(node).into_iter().flatten() {
+            if let Some(a) = self.assumed.get(key).filter(|a| a.node == node) {
+                take(&mut topo, a);
+            }
+        }
+        self.topologies
+            .insert(node.to_owned(), TopologyState::Valid(Box::new(topo)));
+        self.touch_name(node);
+    }
+
+    /// Releases the assumptions of `node` that its published NRT already shows.
+    ///
+    /// The NRT's pod-set fingerprint names the pods the kubelet reports. The known pods on the
+    /// node are certain except those that may not be admitted yet (our pending assumptions
+    /// and pods still `Pending`); the subset of those that makes the fingerprints equal is the
+    /// set the kubelet has not reported yet, so the other assumptions are confirmed. No match
+    /// (no fingerprint, or pods we do not know of) keeps every assumption: counting a pod twice
+    /// for a while is safe, counting it never is not.
+    fn reconcile(&mut self, node: &str) {
+        let Some(topo) = self.published.get(node) else {
+            return;
+        };
+        let Some(expected) = topo.fingerprint.as_deref() else {
+            return;
+        };
+        let Some(keys) = self.node_pods.get(node) else {
+            return;
+        };
+        let pending: Vec<&String> = keys
+            .iter()
+            .filter(|k| self.assumed.get(*k).is_some_and(|a| a.node == node))
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let exclusive_only = topo.fingerprint_exclusive_only;
+        let counted = |k: &String| {
+            self.pods
+                .get(k)
+                .is_some_and(|p| !exclusive_only || p.has_exclusive(topo))
+        };
+        let mut certain = Vec::new();
+        let mut uncertain: Vec<&String> = Vec::new();
+        // Newest assumptions first, then pods still starting.
+        let mut by_age = pending.clone();
+        by_age.sort_by_key(|k| std::cmp::Reverse(self.assumed.get(*k).map_or(0, |a| a.since_ms)));
+        for k in by_age {
+            if counted(k) && uncertain.len() < MAX_UNCERTAIN {
+                uncertain.push(k);
+            }
+        }
+        for k in keys.iter().filter(|k| counted(k)) {
+            if uncertain.contains(&k) {
+                continue;
+            }
+            let starting = self.pods.get(k).is_some_and(|p| p.starting) && !self.assumed.contains_key(k);
+            if starting && uncertain.len() < MAX_UNCERTAIN {
+                uncertain.push(k);
+            } else {
+                certain.push(k);
+            }
+        }
+        let hash = |k: &String| {
+            let (ns, name) = k.split_once('/').unwrap_or(("", k));
+            numaplane::fingerprint::pod_hash(ns, name)
+        };
+        let certain: Vec<u64> = certain.into_iter().map(hash).collect();
+        let uncertain_hashes: Vec<u64> = uncertain.iter().map(|k| hash(k)).collect();
+        // Fewest unreported pods first: the most that the NRT can have confirmed.
+        let mut subsets: Vec<u32> = (0..(1u32 << uncertain.len())).collect();
+        subsets.sort_by_key(|m| m.count_ones());
+        let found = subsets.into_iter().find(|&missing| {
+            let mut fp = numaplane::fingerprint::Fingerprint::new(certain.len() + uncertain.len());
+            for &h in &certain {
+                fp.add_hash(h);
+            }
+            for (i, &h) in uncertain_hashes.iter().enumerate() {
+                if missing & (1 << i) == 0 {
+                    fp.add_hash(h);
+                }
+            }
+            fp.check(expected).is_ok()
+        });
+        let Some(missing) = found else {
+            return;
+        };
+        let not_reported: BTreeSet<&String> = uncertain
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| missing & (1 << i) != 0)
+            .map(|(_, k)| *k)
+            .collect();
+        // Assumptions without exclusive resources are not in an exclusive-only fingerprint,
+        // and take nothing from the zones' available amounts either: confirm them too.
+        let confirmed: Vec<String> = pending
+            .into_iter()
+            .filter(|k| !not_reported.contains(k))
+            .cloned()
+            .collect();
+        for k in confirmed {
+            self.assumed.remove(&k);
+            self.assumption_stats.confirmed += 1;
+        }
+    }
+
+    /// Drops the assumption of `key`, if any, and restores its node's zones.
+    fn release(&mut self, key: &str) -> bool {
+        match self.assumed.remove(key) {
+            Some(a) => {
+                self.recompute(&a.node);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Undoes a placement whose binding failed: the assumption and the node-level charge go.
+    pub fn forget(&mut self, key: &str) {
+        if self.release(key) {
+            self.assumption_stats.forgotten += 1;
+        }
+        self.delete_pod(key);
+    }
+
+    /// Drops assumptions older than `timeout_ms` at `now_ms` (caller's clock) and returns
+    /// their pod keys: the node's NRT never showed them (no exporter, or a stuck one).
+    pub fn expire_assumptions(&mut self, now_ms: u64, timeout_ms: u64) -> Vec<String> {
+        let old: Vec<String> = self
+            .assumed
+            .iter()
+            .filter(|(_, a)| now_ms.saturating_sub(a.since_ms) >= timeout_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &old {
+            if self.release(k) {
+                self.assumption_stats.expired += 1;
+            }
+        }
+        old
+    }
+
+    /// Pending assumptions.
+    pub fn assumptions(&self) -> impl Iterator<Item = (&str, &Assumption)> {
+        self.assumed.iter().map(|(k, a)| (k.as_str(), a))
+    }
+
+    /// Whether `key` has a pending assumption.
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.assumed.contains_key(key)
     }
 
     /// Adds or replaces a pod. Bound, non-terminal pods count against their node.
@@ -295,38 +542,122 @@ impl Cluster {
             }
         };
         let key = spec.key();
-        self.delete_pod(&key);
-        if let (Some(node), false) = (spec.node_name.clone(), spec.terminal) {
-            let request = spec.effective_request();
-            self.charge(&node, &request, 1);
-            self.pods.insert(key, BoundPod { node, request });
+        let starting = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
+        let node = spec.node_name.clone().filter(|_| !spec.terminal);
+        // An assumption ends when its pod finishes or is bound elsewhere.
+        if self
+            .assumed
+            .get(&key)
+            .is_some_and(|a| Some(&a.node) != node.as_ref())
+            && self.release(&key)
+        {
+            self.assumption_stats.gone += 1;
+        }
+        self.unbind(&key);
+        if let Some(node) = node {
+            let bound = BoundPod::new(&self.res, &spec, node.clone(), starting);
+            self.charge(&node, &bound.request, 1);
+            self.node_pods
+                .entry(node.clone())
+                .or_default()
+                .insert(key.clone());
+            self.pods.insert(key, bound);
+            if self.published.contains_key(&node) {
+                let before = self.assumed.len();
+                self.reconcile(&node);
+                if self.assumed.len() != before {
+                    self.recompute(&node);
+                }
+            }
         }
         Ok(())
     }
 
-    /// Removes a pod by `namespace/name`.
+    /// Removes a pod by `namespace/name`; its assumption, if any, ends.
     pub fn delete_pod(&mut self, key: &str) {
+        if self.release(key) {
+            self.assumption_stats.gone += 1;
+        }
+        self.unbind(key);
+    }
+
+    /// Removes the node-level charge of a pod.
+    fn unbind(&mut self, key: &str) {
         if let Some(old) = self.pods.remove(key) {
+            if let Some(set) = self.node_pods.get_mut(&old.node) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.node_pods.remove(&old.node);
+                }
+            }
             self.charge(&old.node, &old.request, -1);
         }
     }
 
     /// Replaces the whole state (a watch restart's initial list).
     pub fn reset(&mut self, nodes: &[Node], nrts: &[NodeResourceTopology], pods: &[Pod]) {
-        self.index.clear();
-        self.slots.clear();
-        self.free_slots.clear();
-        self.order.clear();
-        self.generations.clear();
-        self.topologies.clear();
-        self.pods.clear();
+        self.reset_nodes(nodes);
+        self.reset_nrts(nrts);
+        self.reset_pods(pods);
+    }
+
+    /// Replaces every Node (the node watch relisted). Pod charges are kept: they belong to
+    /// the pod watch.
+    pub fn reset_nodes(&mut self, nodes: &[Node]) {
+        let keep: BTreeSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+        let gone: Vec<String> = self
+            .index
+            .keys()
+            .filter(|n| !keep.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for n in gone {
+            self.delete_node(&n);
+        }
         for n in nodes {
             if self.apply_node(n).is_err() {
                 self.anomalies.invalid_nodes += 1;
             }
         }
+    }
+
+    /// Replaces every NRT (the NRT watch relisted).
+    pub fn reset_nrts(&mut self, nrts: &[NodeResourceTopology]) {
+        let keep: BTreeSet<&str> = nrts.iter().filter_map(|t| t.metadata.name.as_deref()).collect();
+        let gone: Vec<String> = self
+            .topologies
+            .keys()
+            .filter(|n| !keep.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for n in gone {
+            self.delete_nrt(&n);
+        }
         for t in nrts {
             let _ = self.apply_nrt(t);
+        }
+    }
+
+    /// Replaces every bound pod (the pod watch relisted); assumptions of pods no longer
+    /// listed end.
+    pub fn reset_pods(&mut self, pods: &[Pod]) {
+        let keep: BTreeSet<String> = pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        let gone: Vec<String> = self.pods.keys().filter(|k| !keep.contains(*k)).cloned().collect();
+        for k in gone {
+            self.delete_pod(&k);
         }
         for p in pods {
             let _ = self.apply_pod(p);
@@ -457,6 +788,7 @@ impl Cluster {
             entries[slot] = Entry {
                 generation: self.generations[slot],
                 score,
+                failure: UNKNOWN_FAILURE,
             };
             consider(score, position);
         }
@@ -651,21 +983,7 @@ impl Cluster {
             let Some((node, score)) = chosen else {
                 return self.schedule(cfg, pod, true);
             };
-            let (placement, allocation) = self.placement_on(pod, &node);
-            return Decision {
-                pod: pod.key(),
-                message: format!("Successfully assigned {} to {node}", pod.key()),
-                nodes: vec![NodeVerdict {
-                    node: node.clone(),
-                    feasible: true,
-                    score: Some(score),
-                    reasons: vec![],
-                    categories: vec![],
-                }],
-                node: Some(node),
-                placement,
-                allocation,
-            };
+            return self.decision_on(pod, node, score);
         }
         let verdicts: Vec<NodeVerdict> = self
             .nodes()
@@ -729,26 +1047,214 @@ impl Cluster {
     }
 
     /// Applies a decision: the pod is bound to the chosen node, its requests count against
-    /// the node, and its exclusive resources and devices leave the node's zones.
+    /// the node, and its exclusive resources and devices leave the node's zones. Offline use
+    /// (no clock): the assumption never expires.
     pub fn assume(&mut self, pod: &PodSpec, decision: &Decision) {
+        self.assume_at(pod, decision, 0);
+    }
+
+    /// [`Self::assume`] at `now_ms` on the caller's clock. The zones stay reduced, through
+    /// every newer NRT of the node, until an NRT's fingerprint shows the kubelet counted the
+    /// pod ([`Self::reconcile`]), the pod is gone, or [`Self::expire_assumptions`].
+    pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
+        let key = pod.key();
+        self.delete_pod(&key);
+        let mut taken = None;
         if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
             let mut w = WorkingZones::with_device_ids(topo);
             if admission::predict(&self.res, topo, &mut w, pod).is_ok() {
-                let mut free = w.free_devices.unwrap_or_default().into_iter();
-                for (z, avail) in topo.zones.iter_mut().zip(w.available) {
-                    z.available = avail;
-                    if let Some(f) = free.next() {
-                        z.free_devices = f;
-                    }
+                let a = assumption_from(topo, &w, &node, now_ms);
+                take(topo, &a);
+                taken = Some(a);
+            }
+        }
+        let bound = BoundPod::new(&self.res, pod, node.clone(), true);
+        self.charge(&node, &bound.request, 1);
+        self.node_pods.entry(node).or_default().insert(key.clone());
+        self.pods.insert(key.clone(), bound);
+        if let Some(a) = taken {
+            self.assumed.insert(key, a);
+        }
+    }
+
+    /// After a restart: re-assumes a bound pod that carries our allocation record and that its
+    /// node may not have admitted yet (phase `Pending`), unless the node's NRT already shows
+    /// it. Call once the pods, nodes and NRTs are synced.
+    pub fn restore_assumption(&mut self, pod: &PodSpec, now_ms: u64) {
+        let Some(node) = pod.node_name.clone() else { return };
+        let key = pod.key();
+        if pod.terminal || self.assumed.contains_key(&key) || !self.pods.get(&key).is_some_and(|p| p.starting)
+        {
+            return;
+        }
+        let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) else {
+            return;
+        };
+        let mut w = WorkingZones::with_device_ids(topo);
+        if admission::predict(&self.res, topo, &mut w, pod).is_err() {
+            return;
+        }
+        let a = assumption_from(topo, &w, &node, now_ms);
+        take(topo, &a);
+        self.assumed.insert(key, a);
+        self.reconcile(&node);
+        self.recompute(&node);
+    }
+
+    /// Like [`Self::schedule`] without explanations, for a live loop that retries pods: when
+    /// no node fits, the "0/N nodes are available" message comes from per-node failure
+    /// categories cached by pod shape, so only nodes changed since the last attempt are
+    /// explained again; `nodes` is empty then.
+    pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
+        let request = Self::schedule_request(pod);
+        let outcome = self.with_cache(|shapes| {
+            let shapes = shapes?;
+            if let Some(best) = self.best_cached(cfg, pod, &request, shapes) {
+                return Some(Ok(best));
+            }
+            Some(Err(self.cached_failure_message(cfg, pod, &request, shapes)))
+        });
+        match outcome {
+            Some(Ok((slot, score))) => match self.slots[slot].as_ref() {
+                Some(n) => self.decision_on(pod, n.name.clone(), score),
+                None => self.schedule(cfg, pod, false),
+            },
+            Some(Err(message)) => Decision {
+                pod: pod.key(),
+                node: None,
+                message,
+                placement: None,
+                allocation: None,
+                nodes: vec![],
+            },
+            // Another thread holds the cache: the uncached path.
+            None => self.schedule(cfg, pod, false),
+        }
+    }
+
+    /// The aggregate message for a pod no node fits, from the cached categories of every
+    /// node; nodes without cached categories are explained once and remembered.
+    fn cached_failure_message(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        request: &ResList,
+        shapes: &mut Shapes,
+    ) -> String {
+        let key = ShapeKey::of(cfg, pod);
+        let unknown: Vec<usize> = {
+            let entries = shapes.entries(key.clone(), self.slots.len());
+            self.order
+                .iter()
+                .copied()
+                .filter(|&s| entries[s].score.is_none() && entries[s].failure == UNKNOWN_FAILURE)
+                .collect()
+        };
+        let mut fresh = Vec::with_capacity(unknown.len());
+        for slot in unknown {
+            if let Some(n) = self.slots[slot].as_ref() {
+                let v = self.evaluate(cfg, pod, request, n, true);
+                fresh.push((slot, shapes.intern_categories(v.categories)));
+            }
+        }
+        let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+        {
+            let entries = shapes.entries(key, self.slots.len());
+            for (slot, id) in fresh {
+                entries[slot].failure = id;
+            }
+            for &s in &self.order {
+                *counts.entry(entries[s].failure).or_default() += 1;
+            }
+        }
+        let mut per_category: BTreeMap<&str, usize> = BTreeMap::new();
+        for (&id, &n) in &counts {
+            for c in shapes.categories(id) {
+                *per_category.entry(c.as_str()).or_default() += n;
+            }
+        }
+        format_aggregate(0, self.order.len(), &per_category)
+    }
+
+    /// The decision for a chosen node (placement and allocation record predicted there).
+    fn decision_on(&self, pod: &PodSpec, node: String, score: i64) -> Decision {
+        let (placement, allocation) = self.placement_on(pod, &node);
+        Decision {
+            pod: pod.key(),
+            message: format!("Successfully assigned {} to {node}", pod.key()),
+            nodes: vec![NodeVerdict {
+                node: node.clone(),
+                feasible: true,
+                score: Some(score),
+                reasons: vec![],
+                categories: vec![],
+            }],
+            node: Some(node),
+            placement,
+            allocation,
+        }
+    }
+}
+
+/// What a prediction consumed: the difference between the topology's zones and `w`.
+fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u64) -> Assumption {
+    let mut taken = Vec::new();
+    let mut devices = Vec::new();
+    for (i, z) in topo.zones.iter().enumerate() {
+        let mut amounts = ResList::default();
+        if let Some(after) = w.available.get(i) {
+            for (id, before) in z.available.iter() {
+                let used = before.saturating_sub(after.get_or_zero(id));
+                if used > 0 {
+                    amounts.set(id, used);
                 }
             }
         }
-        let request = pod.effective_request();
-        let key = pod.key();
-        self.delete_pod(&key);
-        self.charge(&node, &request, 1);
-        self.pods.insert(key, BoundPod { node, request });
+        if !amounts.is_empty() {
+            taken.push((z.id, amounts));
+        }
+        if let Some(after) = w.free_devices.as_ref().and_then(|f| f.get(i)) {
+            for (id, ids) in &z.free_devices {
+                let left = after.get(id);
+                let gone: Vec<String> = ids
+                    .iter()
+                    .filter(|d| !left.is_some_and(|l| l.contains(d)))
+                    .cloned()
+                    .collect();
+                if !gone.is_empty() {
+                    devices.push((z.id, *id, gone));
+                }
+            }
+        }
+    }
+    Assumption {
+        node: node.to_owned(),
+        since_ms: now_ms,
+        taken,
+        devices,
+    }
+}
+
+/// Takes an assumption's amounts and device IDs from a topology's zones (clamped at zero: a
+/// newer NRT may already show part of it).
+fn take(topo: &mut NumaTopology, a: &Assumption) {
+    for (zone, amounts) in &a.taken {
+        if let Some(z) = topo.zones.iter_mut().find(|z| z.id == *zone) {
+            for (id, v) in amounts.iter() {
+                z.available.sub_clamped(id, v);
+            }
+        }
+    }
+    for (zone, id, ids) in &a.devices {
+        if let Some(free) = topo
+            .zones
+            .iter_mut()
+            .find(|z| z.id == *zone)
+            .and_then(|z| z.free_devices.get_mut(id))
+        {
+            free.retain(|d| !ids.contains(d));
+        }
     }
 }
 
@@ -764,16 +1270,17 @@ pub fn aggregate_message(verdicts: &[NodeVerdict]) -> String {
             *counts.entry(c).or_default() += 1;
         }
     }
+    let available = verdicts.iter().filter(|v| v.feasible).count();
+    format_aggregate(available, verdicts.len(), &counts)
+}
+
+/// The kube-scheduler line from per-category node counts.
+fn format_aggregate(available: usize, total: usize, counts: &BTreeMap<&str, usize>) -> String {
     let mut parts: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
     parts.sort();
-    let available = verdicts.iter().filter(|v| v.feasible).count();
     if parts.is_empty() {
-        format!("{available}/{} nodes are available.", verdicts.len())
+        format!("{available}/{total} nodes are available.")
     } else {
-        format!(
-            "{available}/{} nodes are available: {}.",
-            verdicts.len(),
-            parts.join(", ")
-        )
+        format!("{available}/{total} nodes are available: {}.", parts.join(", "))
     }
 }

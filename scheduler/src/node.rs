@@ -120,6 +120,9 @@ pub struct NumaTopology {
     pub memory_managed: bool,
     /// Pod-set fingerprint published by the exporter.
     pub fingerprint: Option<String>,
+    /// The fingerprint covers only pods with exclusive resources (method
+    /// `with-exclusive-resources`); otherwise every pod the kubelet reports.
+    pub fingerprint_exclusive_only: bool,
     /// NUMA mask of every subset of zone positions (index = subset bits), precomputed once.
     pub masks: Vec<crate::topology_manager::NumaMask>,
     /// Device resources whose IDs appear in several zones (devices attached to several NUMA
@@ -372,6 +375,12 @@ impl NumaTopology {
                     .map(String::as_str)
             })
             .map(str::to_owned);
+        let fingerprint_exclusive_only = obj
+            .attribute(nrt::attr::PODS_FINGERPRINT_METHOD)
+            .is_some_and(|m| {
+                m.parse::<numaplane::fingerprint::Method>()
+                    == Ok(numaplane::fingerprint::Method::WithExclusiveResources)
+            });
         let masks = (0..(1usize << sorted.len()))
             .map(|bits| {
                 crate::topology_manager::NumaMask::from_ids(
@@ -408,6 +417,7 @@ impl NumaTopology {
             costs,
             memory_managed,
             fingerprint,
+            fingerprint_exclusive_only,
         })
     }
 
