@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod fit;
 pub mod node;
 pub mod pod;
+pub mod queue;
 pub mod resources;
 pub mod score;
 pub mod simulate;
