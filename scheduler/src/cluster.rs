@@ -71,6 +71,9 @@ struct BoundPod {
     /// Extended resources its app and sidecar containers request: exclusive where the node's
     /// zones list them.
     extended: Vec<ResId>,
+    /// Charged by [`Cluster::assume_at`] and not yet seen bound by the pod watch: a failed
+    /// binding undoes it.
+    assumed_only: bool,
 }
 
 impl BoundPod {
@@ -101,6 +104,7 @@ impl BoundPod {
             starting,
             guaranteed_exclusive,
             extended,
+            assumed_only: false,
         }
     }
 
@@ -497,12 +501,15 @@ impl Cluster {
         }
     }
 
-    /// Undoes a placement whose binding failed: the assumption and the node-level charge go.
+    /// Undoes a placement whose binding failed: the assumption goes, and the node-level
+    /// charge too unless the pod watch has since shown the pod bound (by someone else).
     pub fn forget(&mut self, key: &str) {
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
-        self.delete_pod(key);
+        if self.pods.get(key).is_some_and(|p| p.assumed_only) {
+            self.unbind(key);
+        }
     }
 
     /// Drops assumptions older than `timeout_ms` at `now_ms` (caller's clock) and returns
@@ -1069,7 +1076,8 @@ impl Cluster {
                 taken = Some(a);
             }
         }
-        let bound = BoundPod::new(&self.res, pod, node.clone(), true);
+        let mut bound = BoundPod::new(&self.res, pod, node.clone(), true);
+        bound.assumed_only = true;
         self.charge(&node, &bound.request, 1);
         self.node_pods.entry(node).or_default().insert(key.clone());
         self.pods.insert(key.clone(), bound);

@@ -8,6 +8,7 @@ mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod fit;
+pub mod live;
 pub mod node;
 pub mod pod;
 pub mod queue;

@@ -144,7 +144,9 @@ impl SchedulingQueue {
     fn set_state(&mut self, key: &str, state: State) {
         self.next_seq += 1;
         let seq = self.next_seq;
-        let Some(slot) = self.slots.get_mut(key) else { return };
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
         slot.state = state;
         slot.seq = seq;
         match state {
@@ -308,9 +310,21 @@ impl SchedulingQueue {
             .min()
     }
 
-    /// Whether a pod can be popped now.
-    pub fn has_active(&self) -> bool {
-        self.slots.values().any(|s| s.state == State::Active)
+    /// Whether [`Self::pop`] would return a pod now (amortised O(1): stale heap entries
+    /// on top are discarded).
+    pub fn ready(&mut self, now: Instant) -> bool {
+        self.promote(now);
+        while let Some(top) = self.active.peek() {
+            if self
+                .slots
+                .get(&top.key)
+                .is_some_and(|s| s.seq == top.seq && s.state == State::Active)
+            {
+                return true;
+            }
+            self.active.pop();
+        }
+        false
     }
 
     /// Pods per state.
@@ -362,7 +376,13 @@ mod tests {
         let order: Vec<String> = std::iter::from_fn(|| q.pop(t).map(|p| p.key)).collect();
         assert_eq!(
             order,
-            ["ns/new-high", "ns/older-mid", "ns/a-mid", "ns/b-mid", "ns/old-low"]
+            [
+                "ns/new-high",
+                "ns/older-mid",
+                "ns/a-mid",
+                "ns/b-mid",
+                "ns/old-low"
+            ]
         );
     }
 
@@ -381,6 +401,7 @@ mod tests {
         q.upsert("ns/p", 0, 0, t);
         q.pop(t).unwrap();
         assert_eq!(q.unschedulable("ns/p", t), secs(1));
+        assert!(!q.ready(t + Duration::from_millis(999)));
         assert!(q.pop(t + Duration::from_millis(999)).is_none());
         assert_eq!(q.next_ready(), Some(t + secs(1)));
         assert_eq!(q.pop(t + secs(1)).unwrap().attempts, 1);
@@ -473,6 +494,7 @@ mod tests {
         q.upsert("ns/a", 0, 0, t);
         q.upsert("ns/b", 0, 1, t);
         q.upsert("ns/b", 100, 1, t);
+        assert!(q.ready(t));
         assert_eq!(q.pop(t).unwrap().key, "ns/b");
         assert_eq!(q.pop(t).unwrap().key, "ns/a");
         assert!(q.pop(t).is_none(), "the stale heap entry of b is skipped");

@@ -1,0 +1,353 @@
+//! API writes of the live scheduler under one client-side budget (`--kube-api-qps`,
+//! `--kube-api-burst`): Bindings first; events and `PodScheduled` conditions behind them, from
+//! a bounded queue whose overflow is dropped and counted, so the budget goes to Bindings.
+
+use std::{
+    collections::HashMap,
+    num::NonZeroU32,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+use tokio::sync::mpsc;
+
+use super::metrics::Metrics;
+use crate::allocation::ANNOTATION;
+
+/// The event note limit of the API server; kube-scheduler cuts there too, with " ...".
+const NOTE_LIMIT: usize = 1024;
+/// Low-priority writes waiting at most; beyond, new ones are dropped (counted).
+const AUX_QUEUE: usize = 4096;
+
+/// A failed Binding.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// 409: the pod is bound already (by us earlier, or by someone else).
+    #[error("binding {pod}: already bound: {message}")]
+    AlreadyBound {
+        /// `namespace/name`.
+        pod: String,
+        /// Server message.
+        message: String,
+    },
+    /// 409: the pod with this name has another UID now (deleted and recreated).
+    #[error("binding {pod}: pod was replaced: {message}")]
+    Replaced {
+        /// `namespace/name`.
+        pod: String,
+        /// Server message.
+        message: String,
+    },
+    /// 404: the pod is gone.
+    #[error("binding {pod}: pod not found")]
+    NotFound {
+        /// `namespace/name`.
+        pod: String,
+    },
+    /// Any other API answer or a transport failure.
+    #[error("binding {pod}")]
+    Api {
+        /// `namespace/name`.
+        pod: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl BindError {
+    /// Bounded metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BindError::AlreadyBound { .. } => "already_bound",
+            BindError::Replaced { .. } => "pod_replaced",
+            BindError::NotFound { .. } => "not_found",
+            BindError::Api { source, .. } => match source {
+                kube::Error::Api(s) if s.code >= 500 => "server_error",
+                kube::Error::Api(s) if s.code == 429 => "throttled",
+                kube::Error::Api(_) => "rejected",
+                _ => "transport",
+            },
+        }
+    }
+}
+
+/// A low-priority write.
+#[derive(Debug)]
+enum Aux {
+    Event {
+        profile: String,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    },
+    Unschedulable {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// The writer.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    binds_waiting: Arc<AtomicUsize>,
+    aux: mpsc::Sender<Aux>,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+/// `qps` requests per second with bursts of `burst`.
+fn quota(qps: f64, burst: u32) -> Quota {
+    let period = Duration::from_secs_f64(1.0 / qps.max(1e-3));
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+    Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+        .allow_burst(burst)
+}
+
+impl Writer {
+    /// A writer and the task that sends low-priority writes (run it supervised).
+    pub fn new(
+        client: Client,
+        qps: f64,
+        burst: u32,
+        identity: String,
+        metrics: Arc<Metrics>,
+    ) -> (Self, impl std::future::Future<Output = ()>) {
+        let (tx, rx) = mpsc::channel(AUX_QUEUE);
+        let w = Writer {
+            client,
+            limiter: Arc::new(RateLimiter::direct(quota(qps, burst))),
+            binds_waiting: Arc::new(AtomicUsize::new(0)),
+            aux: tx,
+            metrics,
+            timeout: Duration::from_secs(30),
+        };
+        let task = w.clone().run_aux(rx, identity);
+        (w, task)
+    }
+
+    /// POSTs the Binding of `pod` (pinned to its UID) to `node`, with the allocation record
+    /// in its annotations: the API server copies them onto the pod in the same write.
+    pub async fn bind(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        node: &str,
+        allocation: Option<&str>,
+    ) -> Result<(), BindError> {
+        let key = format!("{namespace}/{name}");
+        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
+        self.limiter.until_ready().await;
+        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                uid: uid.map(str::to_owned),
+                annotations: allocation.map(|a| [(ANNOTATION.to_owned(), a.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Node".to_owned()),
+                name: Some(node.to_owned()),
+                ..ObjectReference::default()
+            },
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        Metrics::count(&self.metrics.api_writes, "binding");
+        let pp = PostParams::default();
+        let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &binding);
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer within 30s",
+            )))),
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let message = s.message.clone();
+                if message.contains("already assigned") {
+                    Err(BindError::AlreadyBound { pod: key, message })
+                } else {
+                    Err(BindError::Replaced { pod: key, message })
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(BindError::NotFound { pod: key }),
+            Err(source) => Err(BindError::Api { pod: key, source }),
+        }
+    }
+
+    fn enqueue(&self, aux: Aux, kind: &'static str) {
+        if self.aux.try_send(aux).is_err() {
+            Metrics::count(&self.metrics.writes_dropped, kind);
+        }
+    }
+
+    /// Queues an event on `pod` (events.k8s.io/v1 through kube-runtime's recorder, which
+    /// folds repeats into a series), reported as `profile`.
+    pub fn event(
+        &self,
+        profile: &str,
+        pod: &Pod,
+        type_: EventType,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+            ..ObjectReference::default()
+        };
+        self.enqueue(
+            Aux::Event {
+                profile: profile.to_owned(),
+                reference,
+                type_,
+                reason,
+                action,
+                note: truncate_note(note),
+            },
+            "event",
+        );
+    }
+
+    /// Queues the `PodScheduled=False, Unschedulable` condition with `message`.
+    pub fn unschedulable(&self, namespace: &str, name: &str, message: String) {
+        self.enqueue(
+            Aux::Unschedulable {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                message,
+            },
+            "status",
+        );
+    }
+
+    async fn run_aux(self, mut rx: mpsc::Receiver<Aux>, identity: String) {
+        let mut recorders: HashMap<String, Recorder> = HashMap::new();
+        while let Some(aux) = rx.recv().await {
+            // Bindings go first: wait while any is waiting for the budget.
+            while self.binds_waiting.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            self.limiter.until_ready().await;
+            match aux {
+                Aux::Event {
+                    profile,
+                    reference,
+                    type_,
+                    reason,
+                    action,
+                    note,
+                } => {
+                    let recorder = recorders.entry(profile.clone()).or_insert_with(|| {
+                        Recorder::new(
+                            self.client.clone(),
+                            Reporter {
+                                controller: profile.clone(),
+                                instance: Some(identity.clone()),
+                            },
+                        )
+                    });
+                    let ev = Event {
+                        type_,
+                        reason: reason.to_owned(),
+                        note: Some(note),
+                        action: action.to_owned(),
+                        secondary: None,
+                    };
+                    Metrics::count(&self.metrics.api_writes, "event");
+                    if let Err(e) = recorder.publish(&ev, &reference).await {
+                        Metrics::count(&self.metrics.binding_errors, "event_failed");
+                        tracing::warn!(reason, pod = ?reference.name, error = %numaplane::error_chain(&e), "cannot publish event");
+                    }
+                }
+                Aux::Unschedulable {
+                    namespace,
+                    name,
+                    message,
+                } => {
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+                    let patch = serde_json::json!({"status": {"conditions": [{
+                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": message,
+                        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+                    }]}});
+                    Metrics::count(&self.metrics.api_writes, "status");
+                    if let Err(e) = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                        .await
+                    {
+                        tracing::warn!(pod = %format!("{namespace}/{name}"), error = %numaplane::error_chain(&e), "cannot set PodScheduled condition");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Cuts a note to the API server's 1 kB, as kube-scheduler does (" ..." suffix).
+fn truncate_note(mut note: String) -> String {
+    if note.len() <= NOTE_LIMIT {
+        return note;
+    }
+    let mut end = NOTE_LIMIT - 4;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str(" ...");
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_cut_at_1k_on_a_char_boundary() {
+        assert_eq!(truncate_note("short".into()), "short");
+        let long = "é".repeat(600);
+        let cut = truncate_note(long);
+        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
+        assert!(cut.ends_with(" ..."));
+    }
+
+    #[test]
+    fn quota_allows_the_burst_then_the_rate() {
+        let l = RateLimiter::direct(quota(10.0, 3));
+        assert!((0..3).all(|_| l.check().is_ok()));
+        assert!(l.check().is_err());
+    }
+}

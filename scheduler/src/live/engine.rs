@@ -1,0 +1,830 @@
+//! The scheduling loop. One task owns the cluster index and the queue; watches, binding
+//! results and the leader flag reach it as [`Input`]s over one channel, so state has a single
+//! writer and no lock. Decisions are synchronous calls into the pure model; Bindings run as
+//! tasks (at most `bind_concurrency`), and their results come back as inputs.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::{events::EventType, watcher};
+use numaplane::nrt::NodeResourceTopology;
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    api::{BindError, Writer},
+    config::ServeConfig,
+    metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
+};
+use crate::{
+    allocation::ANNOTATION,
+    cluster::{AssumptionStats, Cluster, Config, TopologyState},
+    pod::PodSpec,
+    queue::{SchedulingQueue, State},
+};
+
+/// Which watch an event came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    /// Nodes.
+    Nodes,
+    /// NodeResourceTopologies.
+    Nrts,
+    /// Pods bound to a node (every scheduler's).
+    Bound,
+    /// Unbound pods of the scheduler name with this index.
+    Pending(usize),
+}
+
+/// Something the loop reacts to.
+#[derive(Debug)]
+pub enum Input {
+    /// A Node event.
+    Node(watcher::Event<Node>),
+    /// An NRT event.
+    Nrt(watcher::Event<NodeResourceTopology>),
+    /// A bound-pod event.
+    Bound(watcher::Event<Pod>),
+    /// A pending-pod event of one scheduler name.
+    Pending(usize, watcher::Event<Pod>),
+    /// A watch failed (it retries by itself).
+    WatchError(Stream, String),
+    /// A Binding finished.
+    Bound_ {
+        /// `namespace/name`.
+        key: String,
+        /// The UID the Binding was pinned to.
+        uid: Option<String>,
+        /// The node.
+        node: String,
+        /// Outcome.
+        result: Result<(), BindError>,
+    },
+}
+
+/// A pod waiting to be scheduled.
+#[derive(Debug)]
+struct Pending {
+    pod: Pod,
+    /// `None` when the pod cannot be modelled (reported, not queued).
+    spec: Option<PodSpec>,
+    profile: String,
+    /// Last failure message and when its event was sent.
+    last_event: Option<(String, Instant)>,
+}
+
+/// Readiness and liveness shared with the HTTP server.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Every watch has listed once.
+    pub synced: std::sync::atomic::AtomicBool,
+    /// Unix ms of the loop's last turn.
+    pub heartbeat_ms: std::sync::atomic::AtomicU64,
+}
+
+/// Decisions made per turn before looking at inputs again.
+const BATCH: usize = 64;
+
+/// The loop's state.
+pub struct Engine {
+    cfg: ServeConfig,
+    model: Config,
+    cluster: Cluster,
+    queue: SchedulingQueue,
+    pending: HashMap<String, Pending>,
+    /// Bound, non-terminal pods of ours that carry the record and are still `Pending`:
+    /// restored as assumptions when this replica starts leading.
+    recorded: HashMap<String, PodSpec>,
+    init: HashMap<Stream, Vec<serde_json::Value>>,
+    synced: BTreeSet<Stream>,
+    streams: usize,
+    leader: watch::Receiver<bool>,
+    leading: bool,
+    in_flight: usize,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    tx: mpsc::UnboundedSender<Input>,
+    started: Instant,
+    reported: AssumptionStats,
+    anomalies_reported: (u64, u64, std::collections::BTreeMap<String, u64>),
+    last_gauges: Option<Instant>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("queued", &self.queue.len())
+            .field("leading", &self.leading)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn epoch_ms(pod: &Pod) -> i64 {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_millisecond())
+}
+
+impl Engine {
+    /// A loop over `cfg`, writing through `writer`; `tx` is the sender of its own input
+    /// channel (binding tasks report through it).
+    pub fn new(
+        cfg: ServeConfig,
+        writer: Writer,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        leader: watch::Receiver<bool>,
+        tx: mpsc::UnboundedSender<Input>,
+    ) -> Self {
+        let mut cluster = Cluster::new();
+        let model = cfg.model(&mut cluster.res);
+        let streams = 3 + cfg.scheduler_names.len();
+        Engine {
+            queue: SchedulingQueue::new(cfg.backoff),
+            model,
+            cluster,
+            pending: HashMap::new(),
+            recorded: HashMap::new(),
+            init: HashMap::new(),
+            synced: BTreeSet::new(),
+            streams,
+            leader,
+            leading: false,
+            in_flight: 0,
+            writer,
+            metrics,
+            health,
+            tx,
+            started: Instant::now(),
+            reported: AssumptionStats::default(),
+            anomalies_reported: Default::default(),
+            last_gauges: None,
+            cfg,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Runs until the input channel closes or leadership is lost (an error: the process
+    /// exits and restarts as a follower, as kube-scheduler does).
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>) -> Result<(), EngineError> {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.health.heartbeat_ms.store(
+                u64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis(),
+                )
+                .unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            let room = self.ready_to_schedule() && self.in_flight < self.cfg.bind_concurrency;
+            let can_work = room && self.queue.ready(Instant::now());
+            let wake = if room { self.queue.next_ready() } else { None };
+            tokio::select! {
+                biased;
+                input = rx.recv() => {
+                    let Some(input) = input else { return Ok(()) };
+                    self.handle(input);
+                    // Drain what is already there before deciding again.
+                    while let Ok(more) = rx.try_recv() {
+                        self.handle(more);
+                    }
+                }
+                changed = self.leader.changed() => {
+                    let now_leader = changed.is_ok() && *self.leader.borrow_and_update();
+                    if self.leading && !now_leader {
+                        self.metrics.leader.set(0);
+                        return Err(EngineError::LostLeadership);
+                    }
+                    self.leading = now_leader;
+                    self.metrics.leader.set(i64::from(now_leader));
+                    if now_leader {
+                        tracing::info!("leading: scheduling starts once caches are synced");
+                        self.on_leading();
+                    }
+                }
+                _ = tick.tick() => {
+                    self.housekeeping();
+                }
+                _ = async {
+                    match wake {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                }, if wake.is_some() => {}
+                _ = std::future::ready(()), if can_work => {
+                    self.schedule_batch();
+                }
+            }
+            self.update_gauges(false);
+        }
+    }
+
+    fn ready_to_schedule(&self) -> bool {
+        self.leading && self.synced.len() >= self.streams
+    }
+
+    /// Expires old assumptions and refreshes gauges.
+    fn housekeeping(&mut self) {
+        let now = self.now_ms();
+        let timeout = u64::try_from(self.cfg.assume_timeout.as_millis()).unwrap_or(u64::MAX);
+        let expired = self.cluster.expire_assumptions(now, timeout);
+        if !expired.is_empty() {
+            tracing::warn!(
+                pods = ?expired,
+                "assumptions expired: the nodes' NRTs never showed these pods (exporter down or lagging?)"
+            );
+            self.queue.cluster_changed(Instant::now());
+        }
+        self.update_gauges(true);
+    }
+
+    fn update_gauges(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force
+            && self
+                .last_gauges
+                .is_some_and(|t| now.duration_since(t) < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last_gauges = Some(now);
+        let depth = self.queue.depth();
+        for state in [
+            State::Active,
+            State::Backoff,
+            State::Unschedulable,
+            State::InFlight,
+        ] {
+            let n = depth.get(&state).copied().unwrap_or(0);
+            self.metrics
+                .pending
+                .get_or_create(&QueueLabels { queue: state.label() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.metrics
+            .assumed
+            .set(i64::try_from(self.cluster.assumptions().count()).unwrap_or(i64::MAX));
+        let s = self.cluster.assumption_stats;
+        let r = self.reported;
+        for (reason, now_v, before) in [
+            ("confirmed", s.confirmed, r.confirmed),
+            ("expired", s.expired, r.expired),
+            ("gone", s.gone, r.gone),
+            ("forgotten", s.forgotten, r.forgotten),
+        ] {
+            if now_v > before {
+                self.metrics
+                    .assumptions_ended
+                    .get_or_create(&super::metrics::ReasonLabels { reason })
+                    .inc_by(now_v - before);
+            }
+        }
+        self.reported = s;
+        let a = &self.cluster.anomalies;
+        let (pods_before, nodes_before, nrt_before) = &mut self.anomalies_reported;
+        for (kind, now_v, before) in [
+            ("pod", a.invalid_pods, &mut *pods_before),
+            ("node", a.invalid_nodes, &mut *nodes_before),
+        ] {
+            if now_v > *before {
+                self.metrics
+                    .invalid_objects
+                    .get_or_create(&KindLabels {
+                        kind: kind.to_owned(),
+                    })
+                    .inc_by(now_v - *before);
+                *before = now_v;
+            }
+        }
+        for (label, &n) in &a.invalid_nrt {
+            let before = nrt_before.entry(label.clone()).or_default();
+            if n > *before {
+                self.metrics
+                    .invalid_objects
+                    .get_or_create(&KindLabels {
+                        kind: format!("nrt_{label}"),
+                    })
+                    .inc_by(n - *before);
+                *before = n;
+            }
+        }
+        if force {
+            let half = u64::try_from(self.cfg.assume_timeout.as_millis() / 2).unwrap_or(u64::MAX);
+            let now_ms = self.now_ms();
+            let stale: BTreeSet<&str> = self
+                .cluster
+                .assumptions()
+                .filter(|(_, a)| now_ms.saturating_sub(a.since_ms) > half)
+                .map(|(_, a)| a.node.as_str())
+                .collect();
+            let mut counts: HashMap<&'static str, i64> = HashMap::new();
+            for n in self.cluster.node_names() {
+                let state = match self.cluster.topology(n) {
+                    TopologyState::Missing => "missing",
+                    TopologyState::Invalid { .. } => "invalid",
+                    TopologyState::Valid(_) if stale.contains(n) => "stale",
+                    TopologyState::Valid(_) => "valid",
+                };
+                *counts.entry(state).or_default() += 1;
+            }
+            for state in ["valid", "stale", "missing", "invalid"] {
+                self.metrics
+                    .nodes
+                    .get_or_create(&TopologyLabels { state })
+                    .set(counts.get(state).copied().unwrap_or(0));
+            }
+        }
+    }
+
+    /// Restores the placements a previous leader (or this process before a restart) bound
+    /// but the nodes' NRTs do not show yet.
+    fn on_leading(&mut self) {
+        if !self.ready_to_schedule() {
+            return;
+        }
+        let now = self.now_ms();
+        let mut restored = 0;
+        for spec in self.recorded.values() {
+            if !self.cluster.is_assumed(&spec.key()) {
+                self.cluster.restore_assumption(spec, now);
+                restored += usize::from(self.cluster.is_assumed(&spec.key()));
+            }
+        }
+        tracing::info!(restored, "placements restored from allocation records");
+    }
+
+    /// Applies one input.
+    pub fn handle(&mut self, input: Input) {
+        match input {
+            Input::Node(ev) => self.on_event(Stream::Nodes, ev),
+            Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
+            Input::Bound(ev) => self.on_event(Stream::Bound, ev),
+            Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
+            Input::WatchError(stream, message) => {
+                let reason = match stream {
+                    Stream::Nodes => "nodes",
+                    Stream::Nrts => "noderesourcetopologies",
+                    Stream::Bound => "bound_pods",
+                    Stream::Pending(_) => "pending_pods",
+                };
+                super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
+                tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
+            }
+            Input::Bound_ {
+                key,
+                uid,
+                node,
+                result,
+            } => self.on_bound(key, uid, node, result),
+        }
+    }
+
+    fn on_event<K>(&mut self, stream: Stream, ev: watcher::Event<K>)
+    where
+        K: serde::Serialize + serde::de::DeserializeOwned + Apply,
+    {
+        match ev {
+            watcher::Event::Init => {
+                self.init.insert(stream, Vec::new());
+            }
+            watcher::Event::InitApply(obj) => {
+                // Kept as JSON so one buffer type serves every kind.
+                if let Ok(v) = serde_json::to_value(&obj) {
+                    self.init.entry(stream).or_default().push(v);
+                }
+            }
+            watcher::Event::InitDone => {
+                let objs: Vec<K> = self
+                    .init
+                    .remove(&stream)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|v| serde_json::from_value(v).ok())
+                    .collect();
+                K::reset(self, stream, objs);
+                let first = self.synced.insert(stream);
+                if first && self.synced.len() >= self.streams {
+                    self.health
+                        .synced
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    tracing::info!("caches synced");
+                    self.on_leading();
+                }
+                self.queue.cluster_changed(Instant::now());
+            }
+            watcher::Event::Apply(obj) => obj.apply(self, stream),
+            watcher::Event::Delete(obj) => obj.delete(self, stream),
+        }
+    }
+
+    fn apply_pending(&mut self, profile_index: usize, pod: Pod) {
+        let key = key_of(&pod);
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let finished = matches!(phase, Some("Succeeded" | "Failed"));
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        if bound || finished || deleting {
+            self.drop_pending(&key);
+            return;
+        }
+        let profile = self
+            .cfg
+            .scheduler_names
+            .get(profile_index)
+            .cloned()
+            .unwrap_or_default();
+        let spec = match PodSpec::from_pod(&mut self.cluster.res, &pod) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let message = format!("pod is unschedulable: {}", numaplane::error_chain(&e));
+                tracing::warn!(pod = %key, error = %message, "cannot model pending pod");
+                self.metrics
+                    .invalid_objects
+                    .get_or_create(&KindLabels {
+                        kind: "pod".to_owned(),
+                    })
+                    .inc();
+                self.writer.event(
+                    &profile,
+                    &pod,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    message,
+                );
+                None
+            }
+        };
+        let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        let created = epoch_ms(&pod);
+        // A recreated pod (new UID) is a new pod: its old record and backoff go.
+        let replaced = self
+            .pending
+            .get(&key)
+            .is_some_and(|p| p.pod.metadata.uid != pod.metadata.uid);
+        if replaced {
+            self.queue.remove(&key);
+        }
+        let last_event = if replaced {
+            None
+        } else {
+            self.pending.get_mut(&key).and_then(|p| p.last_event.take())
+        };
+        let queued = spec.is_some();
+        self.pending.insert(
+            key.clone(),
+            Pending {
+                pod,
+                spec,
+                profile,
+                last_event,
+            },
+        );
+        if queued {
+            self.queue.upsert(&key, priority, created, Instant::now());
+        } else {
+            self.queue.remove(&key);
+        }
+    }
+
+    fn drop_pending(&mut self, key: &str) {
+        self.pending.remove(key);
+        self.queue.remove(key);
+    }
+
+    fn reset_pending(&mut self, profile_index: usize, pods: Vec<Pod>) {
+        let keep: BTreeSet<String> = pods.iter().map(key_of).collect();
+        let profile = self
+            .cfg
+            .scheduler_names
+            .get(profile_index)
+            .cloned()
+            .unwrap_or_default();
+        let gone: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(k, p)| p.profile == profile && !keep.contains(*k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            self.drop_pending(&k);
+        }
+        for p in pods {
+            self.apply_pending(profile_index, p);
+        }
+    }
+
+    fn apply_bound(&mut self, pod: &Pod) {
+        let key = key_of(pod);
+        if let Err(e) = self.cluster.apply_pod(pod) {
+            tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
+        }
+        // Bound by anyone: no longer ours to schedule.
+        if self.pending.contains_key(&key) {
+            self.drop_pending(&key);
+        }
+        let ours = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .is_some_and(|n| self.cfg.scheduler_names.iter().any(|s| s == n));
+        let recorded = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION));
+        let starting = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
+        if ours && recorded && starting {
+            if let Ok(spec) = PodSpec::from_pod(&mut self.cluster.res, pod) {
+                self.recorded.insert(key, spec);
+            }
+        } else {
+            self.recorded.remove(&key);
+        }
+        let finished = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        if finished {
+            self.queue.cluster_changed(Instant::now());
+        }
+    }
+
+    fn delete_bound(&mut self, pod: &Pod) {
+        let key = key_of(pod);
+        self.cluster.delete_pod(&key);
+        self.recorded.remove(&key);
+        self.queue.cluster_changed(Instant::now());
+    }
+
+    /// Decides up to [`BATCH`] pods.
+    fn schedule_batch(&mut self) {
+        for _ in 0..BATCH {
+            if self.in_flight >= self.cfg.bind_concurrency {
+                return;
+            }
+            let now = Instant::now();
+            let Some(q) = self.queue.pop(now) else { return };
+            let Some(p) = self.pending.get(&q.key) else {
+                self.queue.remove(&q.key);
+                continue;
+            };
+            let Some(spec) = p.spec.as_ref() else {
+                self.queue.remove(&q.key);
+                continue;
+            };
+            let t0 = Instant::now();
+            let decision = self.cluster.decide(&self.model, spec);
+            self.metrics.decision_latency.observe(t0.elapsed().as_secs_f64());
+            let profile = p.profile.clone();
+            match decision.node.clone() {
+                Some(node) => {
+                    let annotation = match decision.allocation.as_ref().map(|a| a.to_annotation()) {
+                        Some(Ok(a)) => Some(a),
+                        Some(Err(e)) => {
+                            tracing::error!(pod = %q.key, error = %numaplane::error_chain(&e), "cannot encode the allocation record; binding without it");
+                            None
+                        }
+                        None => None,
+                    };
+                    let spec = spec.clone();
+                    self.cluster.assume_at(&spec, &decision, self.now_ms());
+                    let (ns, name) = (spec.namespace.clone(), spec.name.clone());
+                    let uid = p.pod.metadata.uid.clone();
+                    self.in_flight += 1;
+                    let writer = self.writer.clone();
+                    let tx = self.tx.clone();
+                    let key = q.key.clone();
+                    tokio::spawn(async move {
+                        let result = writer
+                            .bind(&ns, &name, uid.as_deref(), &node, annotation.as_deref())
+                            .await;
+                        // The loop is gone only at shutdown; nothing to report to then.
+                        let _ = tx.send(Input::Bound_ {
+                            key,
+                            uid,
+                            node,
+                            result,
+                        });
+                    });
+                    tracing::debug!(pod = %q.key, node = ?decision.node, "binding");
+                }
+                None => {
+                    self.metrics.attempt("unschedulable", &profile);
+                    self.queue.unschedulable(&q.key, now);
+                    self.report_unschedulable(&q.key, decision.message);
+                }
+            }
+        }
+    }
+
+    /// `FailedScheduling` and `PodScheduled=False`, at most once per message and backoff
+    /// period: a pod that stays unschedulable does not spend the write budget.
+    fn report_unschedulable(&mut self, key: &str, message: String) {
+        let Some(p) = self.pending.get_mut(key) else {
+            return;
+        };
+        let now = Instant::now();
+        let repeat = p
+            .last_event
+            .as_ref()
+            .is_some_and(|(m, at)| *m == message && now.duration_since(*at) < self.cfg.backoff.max);
+        if repeat {
+            return;
+        }
+        tracing::info!(pod = %key, reason = %message, "unschedulable");
+        self.writer.event(
+            &p.profile,
+            &p.pod,
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            message.clone(),
+        );
+        let condition_same = p
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+            .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(message.as_str()));
+        if !condition_same {
+            let ns = p
+                .pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned());
+            let name = p.pod.metadata.name.clone().unwrap_or_default();
+            self.writer.unschedulable(&ns, &name, message.clone());
+        }
+        p.last_event = Some((message, now));
+    }
+
+    fn on_bound(&mut self, key: String, uid: Option<String>, node: String, result: Result<(), BindError>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let profile = self
+            .pending
+            .get(&key)
+            .map(|p| p.profile.clone())
+            .unwrap_or_default();
+        match result {
+            Ok(()) => {
+                self.metrics.attempt("scheduled", &profile);
+                if let Some(q) = self.queue.done(&key) {
+                    self.metrics
+                        .e2e_latency
+                        .observe(q.enqueued.elapsed().as_secs_f64());
+                }
+                if let Some(p) = self.pending.remove(&key) {
+                    self.writer.event(
+                        &p.profile,
+                        &p.pod,
+                        EventType::Normal,
+                        "Scheduled",
+                        "Binding",
+                        format!("Successfully assigned {key} to {node}"),
+                    );
+                }
+            }
+            Err(e) => {
+                Metrics::count(&self.metrics.binding_errors, e.reason());
+                self.metrics.attempt("error", &profile);
+                tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
+                self.cluster.forget(&key);
+                let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
+                match e {
+                    BindError::AlreadyBound { .. } | BindError::NotFound { .. } if same_pod => {
+                        self.drop_pending(&key);
+                    }
+                    _ if self.pending.contains_key(&key) => {
+                        if same_pod {
+                            self.queue.error(&key, Instant::now());
+                        }
+                        // A replacement pod is queued as new already.
+                    }
+                    _ => {
+                        self.queue.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Why the loop stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Another replica holds the Lease now.
+    #[error("lost the leader Lease; exiting so a restart comes back as a follower")]
+    LostLeadership,
+}
+
+/// How a watched kind changes the loop's state.
+pub trait Apply: Sized {
+    /// An added or modified object.
+    fn apply(self, e: &mut Engine, stream: Stream);
+    /// A deleted object.
+    fn delete(self, e: &mut Engine, stream: Stream);
+    /// The complete list after a (re)list.
+    fn reset(e: &mut Engine, stream: Stream, all: Vec<Self>);
+}
+
+impl Apply for Node {
+    fn apply(self, e: &mut Engine, _: Stream) {
+        if let Err(err) = e.cluster.apply_node(&self) {
+            e.cluster.anomalies.invalid_nodes += 1;
+            tracing::warn!(error = %numaplane::error_chain(&err), "node cannot be indexed");
+        }
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.cluster.delete_node(n);
+        }
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.reset_nodes(&all);
+    }
+}
+
+impl Apply for NodeResourceTopology {
+    fn apply(self, e: &mut Engine, _: Stream) {
+        if let Err(err) = e.cluster.apply_nrt(&self) {
+            tracing::warn!(
+                nrt = self.metadata.name.as_deref().unwrap_or_default(),
+                error = %numaplane::error_chain(&err),
+                "NodeResourceTopology is invalid; its node is rejected until it is fixed"
+            );
+        }
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.cluster.delete_nrt(n);
+        }
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.reset_nrts(&all);
+    }
+}
+
+impl Apply for Pod {
+    fn apply(self, e: &mut Engine, stream: Stream) {
+        match stream {
+            Stream::Pending(i) => e.apply_pending(i, self),
+            _ => e.apply_bound(&self),
+        }
+    }
+    fn delete(self, e: &mut Engine, stream: Stream) {
+        match stream {
+            Stream::Pending(_) => {
+                // Deleted, or bound (it left the unbound selector): either way not ours now.
+                let key = key_of(&self);
+                e.drop_pending(&key);
+            }
+            _ => e.delete_bound(&self),
+        }
+    }
+    fn reset(e: &mut Engine, stream: Stream, all: Vec<Self>) {
+        match stream {
+            Stream::Pending(i) => e.reset_pending(i, all),
+            _ => {
+                e.cluster.reset_pods(&all);
+                for p in &all {
+                    e.apply_bound(p);
+                }
+            }
+        }
+    }
+}

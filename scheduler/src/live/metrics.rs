@@ -1,0 +1,211 @@
+//! Prometheus metrics of the live scheduler (prometheus-client). Labels reuse kube-scheduler's
+//! vocabulary (`result`, `profile`, `queue`) under our own prefix, so PromQL written for
+//! kube-scheduler carries over; pod names never become labels.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// `result` (scheduled, unschedulable, error) and `profile` (scheduler name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// Outcome.
+    pub result: &'static str,
+    /// Scheduler name.
+    pub profile: String,
+}
+
+/// One bounded label named `queue`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// active, backoff, unschedulable, in_flight.
+    pub queue: &'static str,
+}
+
+/// One bounded label named `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A bounded reason.
+    pub reason: &'static str,
+}
+
+/// One bounded label named `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// A bounded kind.
+    pub kind: String,
+}
+
+/// `state` of a node's topology data.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopologyLabels {
+    /// valid, stale, missing, invalid.
+    pub state: &'static str,
+}
+
+/// `version` of the build.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Every metric of the live scheduler.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Attempts by result and profile.
+    pub attempts: Family<AttemptLabels, Counter>,
+    /// Queue add to successful bind.
+    pub e2e_latency: Histogram,
+    /// One decision (filter, score, device choice) of one pod.
+    pub decision_latency: Histogram,
+    /// Pods per queue state.
+    pub pending: Family<QueueLabels, Gauge>,
+    /// Pending assumptions.
+    pub assumed: Gauge,
+    /// Assumptions ended, by how.
+    pub assumptions_ended: Family<ReasonLabels, Counter>,
+    /// Failed bindings by reason.
+    pub binding_errors: Family<ReasonLabels, Counter>,
+    /// Nodes by topology state.
+    pub nodes: Family<TopologyLabels, Gauge>,
+    /// Malformed objects seen, by kind (NRT error labels, pod, node).
+    pub invalid_objects: Family<KindLabels, Counter>,
+    /// API writes by kind (binding, event, status).
+    pub api_writes: Family<ReasonLabels, Counter>,
+    /// Low-priority writes dropped to keep the API budget for bindings, by kind.
+    pub writes_dropped: Family<ReasonLabels, Counter>,
+    /// 1 while this replica is the leader.
+    pub leader: Gauge,
+    /// Watch stream errors by resource.
+    pub watch_errors: Family<ReasonLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("numaplane_scheduler");
+        let m = Metrics {
+            attempts: Family::default(),
+            e2e_latency: Histogram::new(exponential_buckets(0.000_5, 2.0, 18)),
+            decision_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
+            pending: Family::default(),
+            assumed: Gauge::default(),
+            assumptions_ended: Family::default(),
+            binding_errors: Family::default(),
+            nodes: Family::default(),
+            invalid_objects: Family::default(),
+            api_writes: Family::default(),
+            writes_dropped: Family::default(),
+            leader: Gauge::default(),
+            watch_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "schedule_attempts",
+            "Scheduling attempts by result (scheduled, unschedulable, error) and profile",
+            m.attempts.clone(),
+        );
+        registry.register_with_unit(
+            "e2e_scheduling_duration",
+            "Time from a pod entering the queue to its successful binding",
+            Unit::Seconds,
+            m.e2e_latency.clone(),
+        );
+        registry.register_with_unit(
+            "decision_duration",
+            "Time to decide one pod: filter, score and device choice over every node",
+            Unit::Seconds,
+            m.decision_latency.clone(),
+        );
+        registry.register(
+            "pending_pods",
+            "Pods in the scheduling queue by state",
+            m.pending.clone(),
+        );
+        registry.register(
+            "assumed_pods",
+            "Placements held on nodes whose NRT does not show the pod yet",
+            m.assumed.clone(),
+        );
+        registry.register(
+            "assumptions_ended",
+            "Assumptions ended, by reason (confirmed by the NRT fingerprint, expired, pod gone, forgotten after a failed binding)",
+            m.assumptions_ended.clone(),
+        );
+        registry.register(
+            "binding_errors",
+            "Failed Binding requests by reason",
+            m.binding_errors.clone(),
+        );
+        registry.register(
+            "nodes",
+            "Nodes by topology data state (valid, stale: an assumption older than half the timeout, missing, invalid)",
+            m.nodes.clone(),
+        );
+        registry.register(
+            "invalid_objects",
+            "Malformed objects seen by the index, by kind",
+            m.invalid_objects.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "API writes by kind (binding, event, status)",
+            m.api_writes.clone(),
+        );
+        registry.register(
+            "api_writes_dropped",
+            "Low-priority writes (events, status) dropped to keep the request budget for bindings",
+            m.writes_dropped.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            m.leader.clone(),
+        );
+        registry.register(
+            "watch_errors",
+            "Watch stream errors by resource",
+            m.watch_errors.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "Build information", build);
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// Counts one attempt.
+    pub fn attempt(&self, result: &'static str, profile: &str) {
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                result,
+                profile: profile.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one bounded reason in `family`.
+    pub fn count(family: &Family<ReasonLabels, Counter>, reason: &'static str) {
+        family.get_or_create(&ReasonLabels { reason }).inc();
+    }
+}

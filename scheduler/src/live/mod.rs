@@ -1,0 +1,261 @@
+//! `numaplane-scheduler run`: the live scheduler. Watches feed one loop ([`engine`]) that owns
+//! the cluster index and the queue; Bindings carry the allocation record; one Lease elects the
+//! replica that schedules; `/metrics`, `/healthz`, `/readyz` are always served.
+//!
+//! Everything here is I/O around the pure model: the decisions themselves are plain calls into
+//! [`crate::cluster::Cluster`].
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod server;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt as _, watcher},
+};
+use numaplane::nrt::NodeResourceTopology;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
+
+use self::{
+    config::{LeaderElection, ServeConfig},
+    engine::{Engine, Health, Input, Stream},
+    metrics::Metrics,
+};
+
+/// Why the live scheduler stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// The kubeconfig or in-cluster configuration cannot be used.
+    #[error("building the Kubernetes client")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The HTTP server cannot start.
+    #[error("serving HTTP")]
+    Server(#[from] server::ServerError),
+    /// Leader election cannot start.
+    #[error("starting leader election on Lease {namespace}/{name}")]
+    Lease {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube_lease_manager::LeaseManagerError,
+    },
+    /// The loop stopped.
+    #[error("scheduling loop")]
+    Engine(#[from] engine::EngineError),
+    /// A supervised task ended on its own.
+    #[error("task {0} ended unexpectedly")]
+    TaskEnded(&'static str),
+}
+
+/// Builds the client from `--kubeconfig`, or in-cluster / `$KUBECONFIG`.
+pub async fn client(cfg: &ServeConfig) -> Result<Client, LiveError> {
+    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| LiveError::Client(e);
+    let config = match &cfg.kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| boxed(Box::new(e)))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| boxed(Box::new(e)))?
+        }
+        None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
+    };
+    Client::try_from(config).map_err(|e| boxed(Box::new(e)))
+}
+
+/// Forwards one watch into the loop's channel, with kube-runtime's default backoff on errors
+/// (each error is also reported, for the metric and the log).
+fn forward<K, F>(
+    tasks: &mut JoinSet<&'static str>,
+    name: &'static str,
+    api: Api<K>,
+    wc: watcher::Config,
+    stream: Stream,
+    tx: mpsc::UnboundedSender<Input>,
+    wrap: F,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(watcher::Event<K>) -> Input + Send + 'static,
+{
+    tasks.spawn(async move {
+        let events = watcher(api, wc).default_backoff();
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            let input = match ev {
+                Ok(ev) => wrap(ev),
+                Err(e) => Input::WatchError(stream, numaplane::error_chain(&e)),
+            };
+            if tx.send(input).is_err() {
+                break;
+            }
+        }
+        name
+    });
+}
+
+/// Starts every watch of the live scheduler.
+pub fn spawn_watches(
+    tasks: &mut JoinSet<&'static str>,
+    client: &Client,
+    names: &[String],
+    tx: &mpsc::UnboundedSender<Input>,
+) {
+    let bookmarks = || watcher::Config::default().any_semantic();
+    forward(
+        tasks,
+        "node watch",
+        Api::<Node>::all(client.clone()),
+        bookmarks(),
+        Stream::Nodes,
+        tx.clone(),
+        Input::Node,
+    );
+    forward(
+        tasks,
+        "NodeResourceTopology watch",
+        Api::<NodeResourceTopology>::all(client.clone()),
+        bookmarks(),
+        Stream::Nrts,
+        tx.clone(),
+        Input::Nrt,
+    );
+    forward(
+        tasks,
+        "bound pod watch",
+        Api::<Pod>::all(client.clone()),
+        bookmarks().fields("spec.nodeName!="),
+        Stream::Bound,
+        tx.clone(),
+        Input::Bound,
+    );
+    for (i, name) in names.iter().enumerate() {
+        forward(
+            tasks,
+            "pending pod watch",
+            Api::<Pod>::all(client.clone()),
+            bookmarks().fields(&format!("spec.schedulerName={name},spec.nodeName=")),
+            Stream::Pending(i),
+            tx.clone(),
+            move |ev| Input::Pending(i, ev),
+        );
+    }
+}
+
+/// Leader flag: a Lease through kube-lease-manager, or always true when election is off.
+/// The returned guard keeps the election alive; dropping it releases the Lease.
+async fn elect(
+    client: &Client,
+    le: Option<&LeaderElection>,
+) -> Result<(watch::Receiver<bool>, LeaderGuard), LiveError> {
+    let Some(le) = le else {
+        let (tx, rx) = watch::channel(true);
+        return Ok((rx, LeaderGuard::Always(tx)));
+    };
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &le.name)
+        .with_namespace(&le.namespace)
+        .with_identity(&le.identity)
+        .with_duration(le.duration.as_secs())
+        .with_grace(le.renew_before.as_secs())
+        .build()
+        .await
+        .map_err(|source| LiveError::Lease {
+            namespace: le.namespace.clone(),
+            name: le.name.clone(),
+            source,
+        })?;
+    let (rx, task) = manager.watch().await;
+    tracing::info!(lease = %format!("{}/{}", le.namespace, le.name), identity = %le.identity, "waiting for the leader Lease");
+    Ok((rx, LeaderGuard::Lease(task)))
+}
+
+/// Keeps leader election running.
+#[derive(Debug)]
+pub enum LeaderGuard {
+    /// Election off.
+    Always(watch::Sender<bool>),
+    /// The lease task (it releases the Lease once every receiver is dropped).
+    Lease(tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>),
+}
+
+impl LeaderGuard {
+    /// Waits (briefly) for the Lease to be released.
+    async fn release(self) {
+        if let LeaderGuard::Lease(task) = self {
+            let _ = tokio::time::timeout(Duration::from_secs(3), task).await;
+        }
+    }
+}
+
+/// Waits for SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Runs the live scheduler until a signal, a lost Lease or a failed task.
+pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), None).await?;
+    tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    let client = client(&cfg).await?;
+    let identity = cfg
+        .leader_election
+        .as_ref()
+        .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
+    let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+    spawn_watches(&mut tasks, &client, &cfg.scheduler_names, &tx);
+    tasks.spawn(async move {
+        aux_task.await;
+        "event writer"
+    });
+    tasks.spawn(async move {
+        let _ = server_task.await;
+        "HTTP server"
+    });
+    let (leader, guard) = elect(&client, cfg.leader_election.as_ref()).await?;
+    let engine = Engine::new(cfg, writer, metrics, health, leader, tx);
+    let result = tokio::select! {
+        r = engine.run(rx) => r.map_err(LiveError::from),
+        ended = tasks.join_next() => {
+            let name = match ended {
+                Some(Ok(name)) => name,
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "a task panicked");
+                    "panicked task"
+                }
+                None => "none",
+            };
+            Err(LiveError::TaskEnded(name))
+        }
+        () = shutdown_signal() => {
+            tracing::info!("signal received: stepping down");
+            Ok(())
+        }
+    };
+    tasks.abort_all();
+    guard.release().await;
+    result
+}
