@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Schedule pods offline against a cluster described in files; no API server needed.
     Simulate(SimulateArgs),
+    /// Serve as a secondary scheduler: watch, queue, decide, bind with the allocation record.
+    Run(crate::live::config::ServeArgs),
 }
 
 /// Output format of `simulate`.
@@ -70,6 +72,35 @@ pub fn run(cli: Cli) -> ExitCode {
         .try_init();
     match cli.command {
         Command::Simulate(args) => run_simulate(&args),
+        Command::Run(args) => run_live(&args),
+    }
+}
+
+fn run_live(args: &crate::live::config::ServeArgs) -> ExitCode {
+    let cfg = match args.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("numaplane-scheduler: {}", numaplane::error_chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("numaplane-scheduler: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::live::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ crate::live::LiveError::Client(_)) => {
+            eprintln!("numaplane-scheduler: {}", numaplane::error_chain(&e));
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(e) => {
+            eprintln!("numaplane-scheduler: {}", numaplane::error_chain(&e));
+            ExitCode::FAILURE
+        }
     }
 }
 
