@@ -1,4 +1,4 @@
-//! The `numaplane-exporter` binary for end-to-end tests.
+//! The `numaplane-exporter` and `numaplane-scheduler` binaries for end-to-end tests.
 //!
 //! Cargo only builds binaries for the integration tests of their own package
 //! (`CARGO_BIN_EXE_*`), and this crate is another package. So the first test that needs the
@@ -6,7 +6,8 @@
 //! once per test process, into the target directory and profile this test binary lives in;
 //! selecting numaplane-e2e too keeps the feature resolution of `cargo test -p numaplane-e2e`,
 //! so the dependencies already built are reused and only the binary is linked. Set
-//! `NUMAPLANE_EXPORTER_BIN` to use a prebuilt binary instead (cross builds, CI caches).
+//! `NUMAPLANE_EXPORTER_BIN` / `NUMAPLANE_SCHEDULER_BIN` to use prebuilt binaries instead
+//! (cross builds, CI caches).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,17 +16,28 @@ use std::sync::OnceLock;
 /// The path of the exporter binary, built on first use.
 pub fn exporter() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BIN.get_or_init(build_exporter) {
+    provide(&BIN, "numaplane-exporter", "NUMAPLANE_EXPORTER_BIN")
+}
+
+/// The path of the scheduler binary, built on first use.
+pub fn scheduler() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    provide(&BIN, "numaplane-scheduler", "NUMAPLANE_SCHEDULER_BIN")
+}
+
+fn provide(cell: &'static OnceLock<Result<PathBuf, String>>, package: &str, env: &str) -> &'static Path {
+    match cell.get_or_init(|| build(package, env)) {
         Ok(path) => path,
         // Tests cannot proceed without the binary; say why loudly.
         #[allow(clippy::panic)]
-        Err(e) => panic!("cannot provide the numaplane-exporter binary: {e}"),
+        Err(e) => panic!("cannot provide the {package} binary: {e}"),
     }
 }
 
-/// Builds the binary next to this test binary (see the module comment) and returns its path.
-fn build_exporter() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("NUMAPLANE_EXPORTER_BIN") {
+/// Builds the binary of `package` (named like it) next to this test binary (see the module
+/// comment) and returns its path.
+fn build(package: &str, env: &str) -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os(env) {
         return Ok(PathBuf::from(bin));
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
@@ -52,9 +64,9 @@ fn build_exporter() -> Result<PathBuf, String> {
         "-p",
         "numaplane-e2e",
         "-p",
-        "numaplane-exporter",
+        package,
     ])
-    .args(["--bin", "numaplane-exporter", "--profile", profile]);
+    .args(["--bin", package, "--profile", profile]);
     let target_dir = if above.join("CACHEDIR.TAG").exists() {
         above.to_owned()
     } else {
@@ -77,12 +89,12 @@ fn build_exporter() -> Result<PathBuf, String> {
         .map_err(|e| format!("running cargo: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "cargo build of numaplane-exporter failed ({}):\n{}",
+            "cargo build of {package} failed ({}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let bin = profile_dir.join(format!("numaplane-exporter{}", std::env::consts::EXE_SUFFIX));
+    let bin = profile_dir.join(format!("{package}{}", std::env::consts::EXE_SUFFIX));
     if bin.exists() {
         Ok(bin)
     } else {

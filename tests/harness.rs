@@ -210,23 +210,52 @@ impl Agent {
     /// Starts the agent with `args` (after `run`); `--metrics-address` is added. The environment
     /// is cleared of `NUMAPLANE_*` and `KUBECONFIG` so only the flags decide.
     pub fn spawn(args: &[String]) -> Result<Self, HarnessError> {
+        Self::spawn_binary(
+            crate::binaries::exporter(),
+            "run",
+            args,
+            "--metrics-address",
+            "info,numaplane_exporter=debug",
+        )
+    }
+
+    /// Starts `numaplane-scheduler <subcommand>` with `args`; `--listen` is added.
+    pub fn spawn_scheduler(subcommand: &str, args: &[String]) -> Result<Self, HarnessError> {
+        Self::spawn_binary(
+            crate::binaries::scheduler(),
+            subcommand,
+            args,
+            "--listen",
+            "info,numaplane_scheduler=debug,kube_lease_manager=info",
+        )
+    }
+
+    /// Starts `binary subcommand args addr_flag <free port>` with a clean environment.
+    fn spawn_binary(
+        binary: &Path,
+        subcommand: &str,
+        args: &[String],
+        addr_flag: &str,
+        log: &str,
+    ) -> Result<Self, HarnessError> {
         let dir = tempfile::tempdir()?;
         let stderr_path = dir.path().join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path)?;
         let port = free_port()?;
         let metrics: SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut cmd = Command::new(crate::binaries::exporter());
+        let mut cmd = Command::new(binary);
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("NUMAPLANE_") || k == "KUBECONFIG" {
+            let k_str = k.to_string_lossy();
+            if k_str.starts_with("NUMAPLANE_") || k == "KUBECONFIG" || k_str.starts_with("POD_") {
                 cmd.env_remove(k);
             }
         }
         let child = cmd
-            .arg("run")
+            .arg(subcommand)
             .args(args)
-            .arg("--metrics-address")
+            .arg(addr_flag)
             .arg(metrics.to_string())
-            .env("NUMAPLANE_LOG", "info,numaplane_exporter=debug")
+            .env("NUMAPLANE_LOG", log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -242,6 +271,17 @@ impl Agent {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kills the process at once (SIGKILL: no chance to clean up) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// What the agent logged so far.

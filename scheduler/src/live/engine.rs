@@ -152,6 +152,8 @@ impl Engine {
         let mut cluster = Cluster::new();
         let model = cfg.model(&mut cluster.res);
         let streams = 3 + cfg.scheduler_names.len();
+        let leading = *leader.borrow();
+        metrics.leader.set(i64::from(leading));
         Engine {
             queue: SchedulingQueue::new(cfg.backoff),
             model,
@@ -162,7 +164,7 @@ impl Engine {
             synced: BTreeSet::new(),
             streams,
             leader,
-            leading: false,
+            leading,
             in_flight: 0,
             writer,
             metrics,
@@ -723,7 +725,10 @@ impl Engine {
                 self.cluster.forget(&key);
                 let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
                 match e {
-                    BindError::AlreadyBound { .. } | BindError::NotFound { .. } if same_pod => {
+                    // Bound by someone else: the pod watch shows where. A 404 is left to the
+                    // pending watch (it delivers the deletion), so no pod is lost on a
+                    // misrouted answer.
+                    BindError::AlreadyBound { .. } if same_pod => {
                         self.drop_pending(&key);
                     }
                     _ if self.pending.contains_key(&key) => {

@@ -1,0 +1,577 @@
+//! `numaplane-scheduler run` end to end against an API server: the HTTP-level fake, or a real
+//! cluster when `NUMAPLANE_E2E_KUBECONFIG` is set (the NRT CRD from deploy/crd.yaml must be
+//! installed there; the tests create their own labelled namespace and fake Nodes, whose pods
+//! tolerate the not-ready taint, and delete them afterwards).
+//!
+//! Checked: every pod that can fit is bound where the model predicts, with the allocation record
+//! on the pod from the moment it is bound; no NUMA zone or device is ever oversubscribed; pods
+//! that fit nowhere get `FailedScheduling` and `PodScheduled=False`; and the same holds through
+//! API 500s, dropped watches, a scheduler killed mid-run, and two replicas competing for the
+//! Lease. Also: an NRT whose fingerprint shows the pods releases the assumptions without
+//! double counting.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt as _, watcher},
+};
+use numaplane::{fingerprint, nrt::NodeResourceTopology};
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_scheduler::{
+    allocation::{ANNOTATION, Allocation},
+    cluster::{Cluster, Config},
+    pod::PodSpec,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+const GPU: &str = "example.com/gpu";
+/// CPUs per zone; two zones per node; two GPUs per zone.
+const ZONE_CPUS: i64 = 4;
+
+struct Env {
+    target: ApiTarget,
+    ns: String,
+    nodes: Vec<String>,
+}
+
+impl Env {
+    /// A namespace and `n` nodes, each with two zones of 4 CPUs and 2 GPUs (single-numa-node).
+    async fn new(n: usize) -> Env {
+        let target = ApiTarget::start().await.unwrap();
+        let ns = unique_name("np-sched");
+        let prefix = unique_name("np-node");
+        let namespaces: Api<Namespace> = Api::all(target.client());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let env = Env {
+            target,
+            ns,
+            nodes: (0..n).map(|i| format!("{prefix}-{i}")).collect(),
+        };
+        for name in &env.nodes {
+            env.create_node(name).await;
+            env.publish_nrt(name, &[ZONE_CPUS; 2], &[&[], &[]], &[]).await;
+        }
+        env
+    }
+
+    async fn create_node(&self, name: &str) {
+        let nodes: Api<Node> = Api::all(self.target.client());
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"allocatable": {
+                    "cpu": "8", "memory": "32Gi", "pods": "110", GPU: "4"}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Publishes the node's NRT: free CPUs per zone, GPUs taken per zone (of `g<zone><0|1>`),
+    /// and the pods the kubelet reports (for the fingerprint).
+    async fn publish_nrt(&self, node: &str, cpus: &[i64; 2], taken: &[&[&str]; 2], pods: &[String]) {
+        let zone = |z: usize| {
+            let free: Vec<String> = (0..2)
+                .map(|d| format!("g{z}{d}"))
+                .filter(|id| !taken[z].contains(&id.as_str()))
+                .collect();
+            json!({
+                "name": format!("node-{z}"), "type": "Node",
+                "resources": [
+                    {"name": "cpu", "capacity": "4", "allocatable": "4", "available": cpus[z].to_string()},
+                    {"name": "memory", "capacity": "16Gi", "allocatable": "16Gi", "available": "16Gi"},
+                    {"name": GPU, "capacity": "2", "allocatable": "2", "available": free.len().to_string()}
+                ],
+                "attributes": [{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]
+            })
+        };
+        let fp = fingerprint::compute(pods.iter().map(|k| k.split_once('/').unwrap()));
+        let nrt: NodeResourceTopology = serde_json::from_value(json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+            "metadata": {"name": node, "labels": {"numaplane.io/e2e": "true"}},
+            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+            "attributes": [
+                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                {"name": "topologyManagerScope", "value": "container"},
+                {"name": "nodeTopologyPodsFingerprint", "value": fp},
+                {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
+            ],
+            "zones": [zone(0), zone(1)]
+        }))
+        .unwrap();
+        let api: Api<NodeResourceTopology> = Api::all(self.target.client());
+        api.patch(
+            node,
+            &PatchParams::apply("numaplane-e2e").force(),
+            &Patch::Apply(&nrt),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Creates pending pods `name-<i>` (Guaranteed: `cpu` CPUs, 1Gi, `gpus` GPUs).
+    async fn create_pods(&self, name: &str, count: usize, cpu: u32, gpus: u32) {
+        let pods: Api<Pod> = Api::namespaced(self.target.client(), &self.ns);
+        for i in 0..count {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-{i}"), "labels": {"numaplane.io/e2e": "true"}},
+                "spec": {
+                    "schedulerName": "numaplane-scheduler",
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                        "requests": {"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()},
+                        "limits": {"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()}}}]
+                }
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+        }
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        let pods: Api<Pod> = Api::namespaced(self.target.client(), &self.ns);
+        pods.list(&ListParams::default()).await.unwrap().items
+    }
+
+    async fn bound(&self) -> Vec<Pod> {
+        self.pods()
+            .await
+            .into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .collect()
+    }
+
+    async fn wait_bound(&self, n: usize, sched: &Agent) -> Vec<Pod> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let bound = self.bound().await;
+            if bound.len() >= n {
+                return bound;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} pods bound after {WAIT:?}\n{}",
+                bound.len(),
+                sched.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut a = vec![
+            "--kubeconfig".to_owned(),
+            self.target.kubeconfig().display().to_string(),
+            "--leader-elect=false".to_owned(),
+            "--kube-api-qps".to_owned(),
+            "1000".to_owned(),
+            "--kube-api-burst".to_owned(),
+            "1000".to_owned(),
+        ];
+        if extra.iter().any(|e| e.starts_with("--leader-elect")) {
+            a.retain(|x| x != "--leader-elect=false");
+        }
+        a.extend(extra.iter().map(|s| (*s).to_owned()));
+        a
+    }
+
+    async fn start(&self, extra: &[&str]) -> Agent {
+        let mut s = Agent::spawn_scheduler("run", &self.args(extra)).unwrap();
+        s.wait_serving(WAIT).await.unwrap();
+        s
+    }
+
+    /// Deletes what the test created (a real cluster keeps it otherwise).
+    async fn cleanup(&self) {
+        let client = self.target.client();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
+        let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await;
+        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
+        let nodes: Api<Node> = Api::all(client.clone());
+        for n in &self.nodes {
+            let _ = nrts.delete(n, &DeleteParams::default()).await;
+            let _ = nodes.delete(n, &DeleteParams::default()).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(client);
+        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+    }
+}
+
+fn key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()
+}
+
+fn record(p: &Pod) -> Allocation {
+    let a = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION))
+        .unwrap_or_else(|| panic!("{} is bound without {ANNOTATION}", key(p)));
+    Allocation::parse(a).unwrap()
+}
+
+/// Asserts no zone holds more CPUs than it has and no GPU is given twice or outside its zone,
+/// from the records of every bound pod. Bindings only add, so the final state bounds every
+/// earlier one.
+fn assert_not_oversubscribed(bound: &[Pod]) {
+    let mut cpu: BTreeMap<(String, u32), i64> = BTreeMap::new();
+    let mut gpus: BTreeSet<(String, String)> = BTreeSet::new();
+    for p in bound {
+        let a = record(p);
+        assert_eq!(a.node, node_of(p), "record names the bound node");
+        for c in &a.containers {
+            let zones = c.numa_nodes.clone().expect("single-numa-node gives an affinity");
+            assert_eq!(zones.len(), 1, "{}: {zones:?}", key(p));
+            let spec = p.spec.as_ref().unwrap();
+            let req = spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap();
+            let n: i64 = req["cpu"].0.parse().unwrap();
+            *cpu.entry((node_of(p), zones[0])).or_default() += n;
+            for id in c.devices.get(GPU).into_iter().flatten() {
+                assert!(id.starts_with(&format!("g{}", zones[0])), "{id} outside zone {}", zones[0]);
+                assert!(gpus.insert((node_of(p), id.clone())), "{id} on {} given twice", node_of(p));
+            }
+        }
+    }
+    for ((node, zone), n) in cpu {
+        assert!(n <= ZONE_CPUS, "{node} zone {zone}: {n} CPUs > {ZONE_CPUS}");
+    }
+}
+
+/// The placements the model predicts, deciding the pods in the queue's order (priority, then
+/// creation time, then name) against the nodes and NRTs as the API serves them.
+async fn predicted(env: &Env) -> BTreeMap<String, Option<String>> {
+    let client = env.target.client();
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.unwrap().items;
+    let nrts: Vec<NodeResourceTopology> =
+        Api::<NodeResourceTopology>::all(client).list(&ListParams::default()).await.unwrap().items;
+    let mut cluster = Cluster::new();
+    for n in nodes.iter().filter(|n| env.nodes.contains(n.metadata.name.as_ref().unwrap())) {
+        cluster.apply_node(n).unwrap();
+    }
+    for t in nrts.iter().filter(|t| env.nodes.contains(t.metadata.name.as_ref().unwrap())) {
+        cluster.apply_nrt(t).unwrap();
+    }
+    let mut pods = env.pods().await;
+    pods.sort_by_key(|p| {
+        (
+            std::cmp::Reverse(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()),
+            key(p),
+        )
+    });
+    let cfg = Config::default();
+    let mut out = BTreeMap::new();
+    for p in pods {
+        let mut unbound = p.clone();
+        if let Some(s) = unbound.spec.as_mut() {
+            s.node_name = None;
+        }
+        let spec = PodSpec::from_pod(&mut cluster.res, &unbound).unwrap();
+        let d = cluster.decide(&cfg, &spec);
+        cluster.assume(&spec, &d);
+        out.insert(key(&p), d.node);
+    }
+    out
+}
+
+/// Records every pod event in the namespace; returns the pods seen bound without the record.
+fn watch_for_unrecorded_bindings(env: &Env) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    let bad = Arc::new(Mutex::new(Vec::new()));
+    let api: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    let sink = bad.clone();
+    let task = tokio::spawn(async move {
+        let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Some(ev) = s.next().await {
+            if let Ok(p) = ev
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                && !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ANNOTATION))
+            {
+                sink.lock().unwrap().push(key(&p));
+            }
+        }
+    });
+    (bad, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_every_pod_that_fits_where_the_model_predicts() {
+    let env = Env::new(5).await;
+    // 5 nodes hold 20 such pods (4 GPUs each); 4 more cannot fit.
+    env.create_pods("gpu", 24, 2, 1).await;
+    let expected = predicted(&env).await;
+    assert_eq!(expected.values().filter(|n| n.is_some()).count(), 20);
+    let (unrecorded, watch) = watch_for_unrecorded_bindings(&env);
+    let sched = env.start(&[]).await;
+    let bound = env.wait_bound(20, &sched).await;
+    for p in &bound {
+        assert_eq!(Some(node_of(p)), expected[&key(p)], "{} placed off the model", key(p));
+    }
+    assert_not_oversubscribed(&bound);
+    // The 4 that fit nowhere are reported as kube-scheduler does.
+    let unschedulable = sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 4.0,
+        )
+        .await
+        .unwrap();
+    assert!(unschedulable >= 4.0);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let pods = env.pods().await;
+        let conditions: Vec<String> = pods
+            .iter()
+            .filter(|p| node_of(p).is_empty())
+            .filter_map(|p| {
+                p.status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    .and_then(|c| (c.reason.as_deref() == Some("Unschedulable")).then(|| c.message.clone().unwrap_or_default()))
+            })
+            .collect();
+        if conditions.len() == 4 {
+            assert!(conditions.iter().all(|m| m.starts_with("0/5 nodes are available: ")), "{conditions:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "conditions: {conditions:?}\n{}", sched.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        let failed = evs.iter().filter(|e| e.reason.as_deref() == Some("FailedScheduling")).count();
+        let scheduled = evs.iter().filter(|e| e.reason.as_deref() == Some("Scheduled")).count();
+        if failed >= 4 && scheduled >= 20 {
+            let e = evs.iter().find(|e| e.reason.as_deref() == Some("FailedScheduling")).unwrap();
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            assert_eq!(e.reporting_controller.as_deref(), Some("numaplane-scheduler"));
+            assert!(e.note.as_deref().unwrap_or_default().contains("nodes are available"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "events: {failed} failed, {scheduled} scheduled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(unrecorded.lock().unwrap().is_empty(), "bound without record: {:?}", unrecorded.lock().unwrap());
+    watch.abort();
+    if let Some(fake) = env.target.fake() {
+        // One write per bound pod on the binding path; no PATCH of the pod itself.
+        let reqs = fake.requests();
+        let bindings = reqs.iter().filter(|r| r.method == "POST" && r.path.ends_with("/binding")).count();
+        assert_eq!(bindings, 20);
+        let pod_patches = reqs
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains("/pods/") && !r.path.ends_with("/status"))
+            .count();
+        assert_eq!(pod_patches, 0, "the record rides on the Binding");
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
+    let env = Env::new(1).await;
+    env.create_pods("a", 2, 2, 1).await;
+    let sched = env.start(&[]).await;
+    let bound = env.wait_bound(2, &sched).await;
+    sched
+        .wait_metric("numaplane_scheduler_assumed_pods", &[], WAIT, |v| v == 2.0)
+        .await
+        .unwrap();
+    // The kubelet admitted both: the exporter publishes what they hold and their names.
+    let mut cpus = [ZONE_CPUS; 2];
+    let mut taken: [Vec<String>; 2] = Default::default();
+    for p in &bound {
+        for c in record(p).containers {
+            let z = c.numa_nodes.unwrap()[0] as usize;
+            cpus[z] -= 2;
+            taken[z].extend(c.devices[GPU].clone());
+        }
+    }
+    let t0: Vec<&str> = taken[0].iter().map(String::as_str).collect();
+    let t1: Vec<&str> = taken[1].iter().map(String::as_str).collect();
+    let names: Vec<String> = bound.iter().map(key).collect();
+    env.publish_nrt(&env.nodes[0], &cpus, &[&t0, &t1], &names).await;
+    sched
+        .wait_metric("numaplane_scheduler_assumed_pods", &[], WAIT, |v| v == 0.0)
+        .await
+        .unwrap();
+    sched
+        .wait_metric(
+            "numaplane_scheduler_assumptions_ended_total",
+            &[("reason", "confirmed")],
+            WAIT,
+            |v| v == 2.0,
+        )
+        .await
+        .unwrap();
+    // Counted once: exactly two more such pods fit on the node.
+    env.create_pods("b", 3, 2, 1).await;
+    let bound = env.wait_bound(4, &sched).await;
+    assert_not_oversubscribed(&bound);
+    sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.bound().await.len(), 4);
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
+    let env = Env::new(4).await;
+    let Some(fake) = env.target.fake() else {
+        return; // Fault injection needs the fake.
+    };
+    env.create_pods("gpu", 20, 2, 1).await;
+    // The first bindings fail with 500s and the watches drop while the scheduler works.
+    fake.fail_next("POST", &format!("/api/v1/namespaces/{}/pods/", env.ns), 500, 6);
+    let sched = env.start(&[]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.close_watches();
+    let bound = env.wait_bound(16, &sched).await;
+    assert_eq!(bound.len(), 16);
+    assert_not_oversubscribed(&bound);
+    sched
+        .wait_metric(
+            "numaplane_scheduler_binding_errors_total",
+            &[("reason", "server_error")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_mid_run_restarts_without_double_booking() {
+    let env = Env::new(4).await;
+    env.create_pods("gpu", 20, 2, 1).await;
+    let mut first = env.start(&[]).await;
+    env.wait_bound(5, &first).await;
+    first.kill();
+    // The NRTs never show the bound pods (no exporter here): only the records on the pods
+    // tell the new process what the zones hold.
+    let second = env.start(&[]).await;
+    let bound = env.wait_bound(16, &second).await;
+    assert_eq!(bound.len(), 16);
+    assert_not_oversubscribed(&bound);
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leader_and_a_takeover() {
+    let env = Env::new(4).await;
+    let lease = unique_name("np-lease");
+    let le = [
+        "--leader-elect=true",
+        "--leader-elect-resource-name",
+        lease.as_str(),
+        "--leader-elect-resource-namespace",
+        env.ns.as_str(),
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-before",
+        "2s",
+    ];
+    let mut a_args = le.to_vec();
+    a_args.extend(["--leader-elect-identity", "replica-a"]);
+    let mut b_args = le.to_vec();
+    b_args.extend(["--leader-elect-identity", "replica-b"]);
+    let mut a = env.start(&a_args).await;
+    let mut b = env.start(&b_args).await;
+    env.create_pods("first", 8, 2, 1).await;
+    let bound = env.wait_bound(8, &a).await;
+    assert_not_oversubscribed(&bound);
+    let leader_of = |s: &Agent| metric_value(&s.metrics().unwrap_or_default(), "numaplane_scheduler_leader", &[]);
+    let (la, lb) = (leader_of(&a), leader_of(&b));
+    assert_eq!(
+        [la, lb].iter().filter(|v| **v == Some(1.0)).count(),
+        1,
+        "exactly one leader: a={la:?} b={lb:?}"
+    );
+    // Kill the leader: the other takes over within the lease duration and schedules the rest.
+    let (leader, follower) = if la == Some(1.0) { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    leader.kill();
+    let killed = Instant::now();
+    env.create_pods("second", 8, 2, 1).await;
+    follower
+        .wait_metric("numaplane_scheduler_leader", &[], WAIT, |v| v == 1.0)
+        .await
+        .unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(4 + 2 + 5), "takeover took {:?}", killed.elapsed());
+    let bound = env.wait_bound(16, follower).await;
+    assert_not_oversubscribed(&bound);
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configuration_exits_64_with_one_line() {
+    for args in [
+        vec!["run", "--kube-api-qps", "-1"],
+        vec!["run", "--pod-initial-backoff", "10s", "--pod-max-backoff", "1s"],
+        vec!["run", "--bind-concurrency", "0"],
+        vec!["run", "--no-such-flag"],
+    ] {
+        let out = std::process::Command::new(numaplane_e2e::binaries::scheduler())
+            .args(&args)
+            .env_remove("NUMAPLANE_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cfg.yaml");
+    std::fs::write(&file, "kubeApiQps: 10\nnoSuchField: 1\n").unwrap();
+    let out = std::process::Command::new(numaplane_e2e::binaries::scheduler())
+        .args(["run", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("noSuchField"), "{stderr}");
+}
