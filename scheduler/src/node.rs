@@ -194,7 +194,21 @@ pub enum NrtError {
     /// The NUMA node set is not one the Topology Manager model accepts.
     #[error("NUMA layout rejected")]
     NumaLayout(#[source] TopologyManagerError),
+    /// The zones of one resource add up to more than the model's arithmetic bound.
+    #[error("resource {resource}: {field} summed over the zones exceeds {}", MAX_NODE_AMOUNT)]
+    AmountOverflow {
+        /// Resource name.
+        resource: String,
+        /// capacity, allocatable or available.
+        field: &'static str,
+    },
 }
+
+/// Upper bound of one resource summed over a node's zones (in the model's units: millicores,
+/// bytes, devices), about 8 PiB of memory. Every sum and product the filter and the scores form
+/// from zone amounts (sums over zone subsets, ×100 in scores) then stays far inside `i64`, so
+/// no NRT can make the arithmetic wrap; a real node is many orders of magnitude below it.
+pub const MAX_NODE_AMOUNT: i64 = i64::MAX / 1024;
 
 impl NrtError {
     /// Bounded label for metrics.
@@ -208,6 +222,7 @@ impl NrtError {
             NrtError::DuplicateResource { .. } => "duplicate_resource",
             NrtError::TooManyZones { .. } => "too_many_zones",
             NrtError::NumaLayout(_) => "numa_layout",
+            NrtError::AmountOverflow { .. } => "amount_overflow",
         }
     }
 }
@@ -309,6 +324,24 @@ impl NumaTopology {
         }
         if zones.len() > MAX_ZONES {
             return Err(NrtError::TooManyZones { zones: zones.len() });
+        }
+        for (field, pick) in [
+            ("capacity", (|z: &NumaZone| &z.capacity) as fn(&NumaZone) -> &Dense),
+            ("allocatable", |z: &NumaZone| &z.allocatable),
+            ("available", |z: &NumaZone| &z.available),
+        ] {
+            let mut sums: BTreeMap<ResId, i64> = BTreeMap::new();
+            for z in &zones {
+                for (rid, v) in pick(z).iter() {
+                    let sum = sums.entry(rid).or_default();
+                    *sum = sum.checked_add(v).filter(|s| *s <= MAX_NODE_AMOUNT).ok_or_else(|| {
+                        NrtError::AmountOverflow {
+                            resource: res.name(rid).to_owned(),
+                            field,
+                        }
+                    })?;
+                }
+            }
         }
         // The published free IDs are the specific truth; never count more than are listed.
         for z in &mut zones {

@@ -42,7 +42,8 @@ pub const MAX_SCORE: i64 = 100;
 
 impl Scorer {
     fn weight(&self, id: ResId) -> i64 {
-        self.weights.get(&id).copied().unwrap_or(1).max(1)
+        // Bounded so weighted sums of 0..100 scores cannot overflow whatever a config says.
+        self.weights.get(&id).copied().unwrap_or(1).clamp(1, 1_000_000)
     }
 
     /// Scores `pod` on a node; `topo` is `None` for nodes without (valid) NRT.

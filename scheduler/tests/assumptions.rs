@@ -235,3 +235,23 @@ fn unschedulable_message_is_cached_and_equals_the_explained_one() {
     c.apply_nrt(&nrt([8, 8], [&[], &[]], &[])).unwrap();
     assert_eq!(c.decide(&cfg, &big).message, c.schedule(&cfg, &big, true).message);
 }
+
+/// Two zones of `5E` memory are each a valid quantity, but their sum wraps an `i64`: the node
+/// is "topology unknown or invalid", never a wrong verdict and never a panic.
+#[test]
+fn zone_amounts_that_overflow_when_summed_make_the_topology_invalid() {
+    let mut c = Cluster::new();
+    c.apply_node(&node()).unwrap();
+    let mut v = serde_json::to_value(nrt([8, 8], [&[], &[]], &[])).unwrap();
+    for z in v["zones"].as_array_mut().unwrap() {
+        z["resources"].as_array_mut().unwrap().push(json!(
+            {"name": "memory", "capacity": "5E", "allocatable": "5E", "available": "5E"}));
+    }
+    let err = c.apply_nrt(&serde_json::from_value(v).unwrap()).unwrap_err();
+    assert_eq!(err.metric_label(), "amount_overflow");
+    let p = spec(&mut c, &pod_json("a", "1", "0"));
+    let d = c.schedule(&Config::default(), &p, true);
+    assert!(d.node.is_none());
+    assert!(d.message.contains("topology unknown or invalid"), "{}", d.message);
+    assert_eq!(c.decide(&Config::default(), &p).message, d.message);
+}
