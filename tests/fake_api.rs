@@ -255,6 +255,7 @@ fn builtin_resources() -> Vec<ResourceDef> {
             .with_status(),
         ResourceDef::new("", "v1", "events", "Event", true).with_short_names(&["ev"]),
         ResourceDef::new("events.k8s.io", "v1", "events", "Event", true).with_short_names(&["ev"]),
+        ResourceDef::new("coordination.k8s.io", "v1", "leases", "Lease", true),
         ResourceDef::new(
             "apiextensions.k8s.io",
             "v1",
@@ -1456,6 +1457,11 @@ fn resource_verb(
     let status_only = match target.sub.as_deref() {
         None => false,
         Some("status") if target.def.status_subresource => true,
+        Some("binding") if target.def.kind == "Pod" && ctx.method == Method::POST => {
+            let name = target.name.clone().ok_or_else(ApiError::path_not_found)?;
+            let body = ctx.json_body()?;
+            return shared.mutate(|st| st.bind(&target, &name, &body));
+        }
         Some(_) => return Err(ApiError::path_not_found()),
     };
     let selectors = Selectors::parse(ctx.param("fieldSelector"), ctx.param("labelSelector"))?;
@@ -1642,6 +1648,51 @@ impl State {
         }
     }
 
+    /// `POST pods/NAME/binding`, as the real server: 201 with a Status; `spec.nodeName` and the
+    /// Binding's annotations land on the pod in one write; 409 when the pod is bound already or
+    /// the Binding's `metadata.uid` is not the pod's; the target node is not checked.
+    fn bind(&mut self, t: &Target, name: &str, binding: &Value) -> Result<Reply, ApiError> {
+        let (key, old) = self.existing(t, name)?;
+        let node = str_at(binding, &["target", "name"]).to_owned();
+        if node.is_empty() {
+            return Err(ApiError::new(400, "Binding.target.name: Required value"));
+        }
+        let want_uid = str_at(binding, &["metadata", "uid"]);
+        let have_uid = str_at(&old, &["metadata", "uid"]);
+        if !want_uid.is_empty() && want_uid != have_uid {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "Operation cannot be fulfilled on pods/binding \"{name}\": Precondition failed: \
+                     UID in precondition: {want_uid}, UID in object meta: {have_uid}"
+                ),
+            ));
+        }
+        let bound = str_at(&old, &["spec", "nodeName"]);
+        if !bound.is_empty() {
+            return Err(ApiError::new(
+                409,
+                format!("pod {name} is already assigned to node \"{bound}\""),
+            ));
+        }
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = Value::String(node);
+        if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+            let meta = &mut new["metadata"];
+            if !meta["annotations"].is_object() {
+                meta["annotations"] = json!({});
+            }
+            for (k, v) in annotations {
+                meta["annotations"][k] = v.clone();
+            }
+        }
+        self.store_update(key, &old, new, true);
+        Ok(Reply::json(
+            201,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ))
+    }
+
     fn replace(
         &mut self,
         t: &Target,
@@ -1700,7 +1751,8 @@ impl State {
                 None => remove_meta(&mut new, field),
             }
         }
-        let new = Self::scope_write(t, &old, new, status_only);
+        let mut new = Self::scope_write(t, &old, new, status_only);
+        release_changed_fields(&old, &mut new);
         Ok(Reply::json(200, &self.store_update(key, &old, new, false)))
     }
 
@@ -2560,6 +2612,33 @@ impl WatchStream {
 }
 
 // ===================== small helpers =====================
+
+/// A non-apply write takes ownership of the fields it changes, as on the real server: they
+/// leave every applier's managed set (the fake records no `Update` managers), so a later
+/// apply of them by another manager does not conflict with the previous applier.
+fn release_changed_fields(old: &Value, new: &mut Value) {
+    let Some(entries) = meta_get(new, "managedFields").and_then(Value::as_array).cloned() else {
+        return;
+    };
+    let mut kept = Vec::new();
+    for mut entry in entries {
+        let set = fieldset_from_v1(entry.get("fieldsV1"));
+        let unchanged: FieldSet = set
+            .iter()
+            .filter(|p| value_at(old, p) == value_at(new, p))
+            .cloned()
+            .collect();
+        if unchanged.len() == set.len() {
+            kept.push(entry);
+        } else if !unchanged.is_empty() {
+            if let Some(map) = entry.as_object_mut() {
+                map.insert("fieldsV1".into(), fieldset_to_v1(&unchanged));
+            }
+            kept.push(entry);
+        }
+    }
+    set_meta(new, "managedFields", Value::Array(kept));
+}
 
 fn str_at<'a>(obj: &'a Value, path: &[&str]) -> &'a str {
     path.iter()

@@ -24,9 +24,16 @@ fn zone(i: usize) -> serde_json::Value {
 /// The `le` upper bound below which a fraction `q` of the histogram's samples fall.
 fn quantile(metrics: &str, name: &str, q: f64) -> Option<f64> {
     let mut buckets: Vec<(f64, f64)> = Vec::new();
-    for line in metrics.lines().filter(|l| l.starts_with(&format!("{name}_bucket"))) {
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket")))
+    {
         let le = line.split("le=\"").nth(1)?.split('"').next()?;
-        let le: f64 = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+        let le: f64 = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
         let v: f64 = line.rsplit(' ').next()?.parse().ok()?;
         buckets.push((le, v));
     }
@@ -36,7 +43,10 @@ fn quantile(metrics: &str, name: &str, q: f64) -> Option<f64> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let nodes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(500);
     let pods: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
     let qps: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);
@@ -45,12 +55,16 @@ async fn main() {
     api.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
     for n in 0..nodes {
         let name = format!("node-{n:04}");
-        api.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}));
-        api.put(json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        api.put(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}),
+        );
+        api.put(
+            json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
             "metadata": {"name": name}, "topologyPolicies": ["None"],
             "attributes": [{"name": "topologyManagerPolicy", "value": "none"}],
-            "zones": [zone(0), zone(1)]}));
+            "zones": [zone(0), zone(1)]}),
+        );
     }
     for p in 0..pods {
         api.put(json!({"apiVersion": "v1", "kind": "Pod",
@@ -84,7 +98,10 @@ async fn main() {
         let bound = api
             .list("v1", "Pod", Some(NS))
             .iter()
-            .filter(|p| p.pointer("/spec/nodeName").is_some_and(|n| n.as_str().is_some_and(|s| !s.is_empty())))
+            .filter(|p| {
+                p.pointer("/spec/nodeName")
+                    .is_some_and(|n| n.as_str().is_some_and(|s| !s.is_empty()))
+            })
             .count();
         if bound > 0 && first_bind.is_none() {
             first_bind = Some(start.elapsed());
@@ -99,21 +116,44 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let metrics = sched.metrics().unwrap();
     let reqs = api.requests();
-    let writes = |pred: &dyn Fn(&numaplane_e2e::fake_api::RecordedRequest) -> bool| reqs.iter().filter(|r| pred(r)).count();
+    let writes = |pred: &dyn Fn(&numaplane_e2e::fake_api::RecordedRequest) -> bool| {
+        reqs.iter().filter(|r| pred(r)).count()
+    };
     let bindings = writes(&|r| r.method == "POST" && r.path.ends_with("/binding"));
-    let events = writes(&|r| (r.method == "POST" || r.path.contains("/events/")) && r.path.contains("events") && r.method != "GET");
+    let events = writes(&|r| {
+        (r.method == "POST" || r.path.contains("/events/")) && r.path.contains("events") && r.method != "GET"
+    });
     let status = writes(&|r| r.method == "PATCH" && r.path.ends_with("/status"));
     let all_writes = writes(&|r| r.method != "GET");
     let first = first_bind.unwrap_or(total);
     let after_first = total.saturating_sub(first).as_secs_f64().max(1e-9);
-    println!("numaplane-scheduler run: {nodes} nodes x 2 zones, {pods} pending pods, client QPS {qps} (burst {})", qps * 2);
+    println!(
+        "numaplane-scheduler run: {nodes} nodes x 2 zones, {pods} pending pods, client QPS {qps} (burst {})",
+        qps * 2
+    );
     println!("  bound              {bound}/{pods}");
-    println!("  all bound after    {:.2} s from process start ({:.0} pods/s)", total.as_secs_f64(), bound as f64 / total.as_secs_f64());
-    println!("  first bind after   {:.3} s; then {:.0} pods/s", first.as_secs_f64(), (bound.saturating_sub(1)) as f64 / after_first);
+    println!(
+        "  all bound after    {:.2} s from process start ({:.0} pods/s)",
+        total.as_secs_f64(),
+        bound as f64 / total.as_secs_f64()
+    );
+    println!(
+        "  first bind after   {:.3} s; then {:.0} pods/s",
+        first.as_secs_f64(),
+        (bound.saturating_sub(1)) as f64 / after_first
+    );
     let q = |x| quantile(&metrics, "numaplane_scheduler_e2e_scheduling_duration_seconds", x);
-    println!("  queue-to-bind      p50 <= {:?} s, p99 <= {:?} s (histogram bucket bounds)", q(0.5), q(0.99));
+    println!(
+        "  queue-to-bind      p50 <= {:?} s, p99 <= {:?} s (histogram bucket bounds)",
+        q(0.5),
+        q(0.99)
+    );
     let d = |x| quantile(&metrics, "numaplane_scheduler_decision_duration_seconds", x);
-    println!("  decision           p50 <= {:?} s, p99 <= {:?} s", d(0.5), d(0.99));
+    println!(
+        "  decision           p50 <= {:?} s, p99 <= {:?} s",
+        d(0.5),
+        d(0.99)
+    );
     println!(
         "  API writes         {all_writes} total: {bindings} bindings, {events} event writes, {status} status patches = {:.2} writes per bound pod",
         all_writes as f64 / bound.max(1) as f64

@@ -54,7 +54,10 @@ impl Env {
         namespaces
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}})).unwrap(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
+                )
+                .unwrap(),
             )
             .await
             .unwrap();
@@ -206,7 +209,9 @@ impl Env {
     async fn cleanup(&self) {
         let client = self.target.client();
         let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
-        let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await;
+        let _ = pods
+            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .await;
         let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
         let nodes: Api<Node> = Api::all(client.clone());
         for n in &self.nodes {
@@ -227,7 +232,10 @@ fn key(p: &Pod) -> String {
 }
 
 fn node_of(p: &Pod) -> String {
-    p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
 }
 
 fn record(p: &Pod) -> Allocation {
@@ -253,12 +261,26 @@ fn assert_not_oversubscribed(bound: &[Pod]) {
             let zones = c.numa_nodes.clone().expect("single-numa-node gives an affinity");
             assert_eq!(zones.len(), 1, "{}: {zones:?}", key(p));
             let spec = p.spec.as_ref().unwrap();
-            let req = spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap();
+            let req = spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap();
             let n: i64 = req["cpu"].0.parse().unwrap();
             *cpu.entry((node_of(p), zones[0])).or_default() += n;
             for id in c.devices.get(GPU).into_iter().flatten() {
-                assert!(id.starts_with(&format!("g{}", zones[0])), "{id} outside zone {}", zones[0]);
-                assert!(gpus.insert((node_of(p), id.clone())), "{id} on {} given twice", node_of(p));
+                assert!(
+                    id.starts_with(&format!("g{}", zones[0])),
+                    "{id} outside zone {}",
+                    zones[0]
+                );
+                assert!(
+                    gpus.insert((node_of(p), id.clone())),
+                    "{id} on {} given twice",
+                    node_of(p)
+                );
             }
         }
     }
@@ -271,21 +293,37 @@ fn assert_not_oversubscribed(bound: &[Pod]) {
 /// creation time, then name) against the nodes and NRTs as the API serves them.
 async fn predicted(env: &Env) -> BTreeMap<String, Option<String>> {
     let client = env.target.client();
-    let nodes: Vec<Node> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.unwrap().items;
-    let nrts: Vec<NodeResourceTopology> =
-        Api::<NodeResourceTopology>::all(client).list(&ListParams::default()).await.unwrap().items;
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let nrts: Vec<NodeResourceTopology> = Api::<NodeResourceTopology>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     let mut cluster = Cluster::new();
-    for n in nodes.iter().filter(|n| env.nodes.contains(n.metadata.name.as_ref().unwrap())) {
+    for n in nodes
+        .iter()
+        .filter(|n| env.nodes.contains(n.metadata.name.as_ref().unwrap()))
+    {
         cluster.apply_node(n).unwrap();
     }
-    for t in nrts.iter().filter(|t| env.nodes.contains(t.metadata.name.as_ref().unwrap())) {
+    for t in nrts
+        .iter()
+        .filter(|t| env.nodes.contains(t.metadata.name.as_ref().unwrap()))
+    {
         cluster.apply_nrt(t).unwrap();
     }
     let mut pods = env.pods().await;
     pods.sort_by_key(|p| {
         (
             std::cmp::Reverse(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
-            p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond()),
+            p.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
             key(p),
         )
     });
@@ -314,7 +352,11 @@ fn watch_for_unrecorded_bindings(env: &Env) -> (Arc<Mutex<Vec<String>>>, tokio::
         while let Some(ev) = s.next().await {
             if let Ok(p) = ev
                 && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-                && !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ANNOTATION))
+                && !p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANNOTATION))
             {
                 sink.lock().unwrap().push(key(&p));
             }
@@ -334,7 +376,12 @@ async fn binds_every_pod_that_fits_where_the_model_predicts() {
     let sched = env.start(&[]).await;
     let bound = env.wait_bound(20, &sched).await;
     for p in &bound {
-        assert_eq!(Some(node_of(p)), expected[&key(p)], "{} placed off the model", key(p));
+        assert_eq!(
+            Some(node_of(p)),
+            expected[&key(p)],
+            "{} placed off the model",
+            key(p)
+        );
     }
     assert_not_oversubscribed(&bound);
     // The 4 that fit nowhere are reported as kube-scheduler does.
@@ -361,38 +408,74 @@ async fn binds_every_pod_that_fits_where_the_model_predicts() {
                     .as_ref()?
                     .iter()
                     .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    .and_then(|c| (c.reason.as_deref() == Some("Unschedulable")).then(|| c.message.clone().unwrap_or_default()))
+                    .and_then(|c| {
+                        (c.reason.as_deref() == Some("Unschedulable"))
+                            .then(|| c.message.clone().unwrap_or_default())
+                    })
             })
             .collect();
         if conditions.len() == 4 {
-            assert!(conditions.iter().all(|m| m.starts_with("0/5 nodes are available: ")), "{conditions:?}");
+            assert!(
+                conditions
+                    .iter()
+                    .all(|m| m.starts_with("0/5 nodes are available: ")),
+                "{conditions:?}"
+            );
             break;
         }
-        assert!(Instant::now() < deadline, "conditions: {conditions:?}\n{}", sched.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "conditions: {conditions:?}\n{}",
+            sched.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
     let deadline = Instant::now() + WAIT;
     loop {
         let evs = events.list(&ListParams::default()).await.unwrap().items;
-        let failed = evs.iter().filter(|e| e.reason.as_deref() == Some("FailedScheduling")).count();
-        let scheduled = evs.iter().filter(|e| e.reason.as_deref() == Some("Scheduled")).count();
+        let failed = evs
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+            .count();
+        let scheduled = evs
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+            .count();
         if failed >= 4 && scheduled >= 20 {
-            let e = evs.iter().find(|e| e.reason.as_deref() == Some("FailedScheduling")).unwrap();
+            let e = evs
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+                .unwrap();
             assert_eq!(e.type_.as_deref(), Some("Warning"));
             assert_eq!(e.reporting_controller.as_deref(), Some("numaplane-scheduler"));
-            assert!(e.note.as_deref().unwrap_or_default().contains("nodes are available"));
+            assert!(
+                e.note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("nodes are available")
+            );
             break;
         }
-        assert!(Instant::now() < deadline, "events: {failed} failed, {scheduled} scheduled");
+        assert!(
+            Instant::now() < deadline,
+            "events: {failed} failed, {scheduled} scheduled"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(unrecorded.lock().unwrap().is_empty(), "bound without record: {:?}", unrecorded.lock().unwrap());
+    assert!(
+        unrecorded.lock().unwrap().is_empty(),
+        "bound without record: {:?}",
+        unrecorded.lock().unwrap()
+    );
     watch.abort();
     if let Some(fake) = env.target.fake() {
         // One write per bound pod on the binding path; no PATCH of the pod itself.
         let reqs = fake.requests();
-        let bindings = reqs.iter().filter(|r| r.method == "POST" && r.path.ends_with("/binding")).count();
+        let bindings = reqs
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/binding"))
+            .count();
         assert_eq!(bindings, 20);
         let pod_patches = reqs
             .iter()
@@ -524,7 +607,13 @@ async fn two_replicas_one_leader_and_a_takeover() {
     env.create_pods("first", 8, 2, 1).await;
     let bound = env.wait_bound(8, &a).await;
     assert_not_oversubscribed(&bound);
-    let leader_of = |s: &Agent| metric_value(&s.metrics().unwrap_or_default(), "numaplane_scheduler_leader", &[]);
+    let leader_of = |s: &Agent| {
+        metric_value(
+            &s.metrics().unwrap_or_default(),
+            "numaplane_scheduler_leader",
+            &[],
+        )
+    };
     let (la, lb) = (leader_of(&a), leader_of(&b));
     assert_eq!(
         [la, lb].iter().filter(|v| **v == Some(1.0)).count(),
@@ -532,7 +621,11 @@ async fn two_replicas_one_leader_and_a_takeover() {
         "exactly one leader: a={la:?} b={lb:?}"
     );
     // Kill the leader: the other takes over within the lease duration and schedules the rest.
-    let (leader, follower) = if la == Some(1.0) { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let (leader, follower) = if la == Some(1.0) {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
     leader.kill();
     let killed = Instant::now();
     env.create_pods("second", 8, 2, 1).await;
@@ -540,7 +633,11 @@ async fn two_replicas_one_leader_and_a_takeover() {
         .wait_metric("numaplane_scheduler_leader", &[], WAIT, |v| v == 1.0)
         .await
         .unwrap();
-    assert!(killed.elapsed() < Duration::from_secs(4 + 2 + 5), "takeover took {:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(4 + 2 + 5),
+        "takeover took {:?}",
+        killed.elapsed()
+    );
     let bound = env.wait_bound(16, follower).await;
     assert_not_oversubscribed(&bound);
     env.cleanup().await;

@@ -53,16 +53,27 @@ pub enum Input {
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// A Binding finished.
-    Bound_ {
-        /// `namespace/name`.
-        key: String,
-        /// The UID the Binding was pinned to.
-        uid: Option<String>,
-        /// The node.
-        node: String,
-        /// Outcome.
-        result: Result<(), BindError>,
-    },
+    Bound_(Box<BindDone>),
+}
+
+/// The outcome of one Binding, with what its report needs: the pod's queue entry may be gone
+/// by then (the pending watch reports a bound pod as deleted from its selector).
+#[derive(Debug)]
+pub struct BindDone {
+    /// `namespace/name`.
+    pub key: String,
+    /// The UID the Binding was pinned to.
+    pub uid: Option<String>,
+    /// The node.
+    pub node: String,
+    /// The pod as decided.
+    pub pod: Pod,
+    /// Scheduler name.
+    pub profile: String,
+    /// When the pod entered the queue.
+    pub enqueued: Instant,
+    /// Outcome.
+    pub result: Result<(), BindError>,
 }
 
 /// A pod waiting to be scheduled.
@@ -392,12 +403,7 @@ impl Engine {
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
             }
-            Input::Bound_ {
-                key,
-                uid,
-                node,
-                result,
-            } => self.on_bound(key, uid, node, result),
+            Input::Bound_(done) => self.on_bound(*done),
         }
     }
 
@@ -622,21 +628,26 @@ impl Engine {
                     self.cluster.assume_at(&spec, &decision, self.now_ms());
                     let (ns, name) = (spec.namespace.clone(), spec.name.clone());
                     let uid = p.pod.metadata.uid.clone();
+                    let pod = p.pod.clone();
                     self.in_flight += 1;
                     let writer = self.writer.clone();
                     let tx = self.tx.clone();
                     let key = q.key.clone();
+                    let enqueued = q.enqueued;
                     tokio::spawn(async move {
                         let result = writer
                             .bind(&ns, &name, uid.as_deref(), &node, annotation.as_deref())
                             .await;
                         // The loop is gone only at shutdown; nothing to report to then.
-                        let _ = tx.send(Input::Bound_ {
+                        let _ = tx.send(Input::Bound_(Box::new(BindDone {
                             key,
                             uid,
                             node,
+                            pod,
+                            profile,
+                            enqueued,
                             result,
-                        });
+                        })));
                     });
                     tracing::debug!(pod = %q.key, node = ?decision.node, "binding");
                 }
@@ -692,31 +703,31 @@ impl Engine {
         p.last_event = Some((message, now));
     }
 
-    fn on_bound(&mut self, key: String, uid: Option<String>, node: String, result: Result<(), BindError>) {
+    fn on_bound(&mut self, done: BindDone) {
+        let BindDone {
+            key,
+            uid,
+            node,
+            pod,
+            profile,
+            enqueued,
+            result,
+        } = done;
         self.in_flight = self.in_flight.saturating_sub(1);
-        let profile = self
-            .pending
-            .get(&key)
-            .map(|p| p.profile.clone())
-            .unwrap_or_default();
         match result {
             Ok(()) => {
                 self.metrics.attempt("scheduled", &profile);
-                if let Some(q) = self.queue.done(&key) {
-                    self.metrics
-                        .e2e_latency
-                        .observe(q.enqueued.elapsed().as_secs_f64());
-                }
-                if let Some(p) = self.pending.remove(&key) {
-                    self.writer.event(
-                        &p.profile,
-                        &p.pod,
-                        EventType::Normal,
-                        "Scheduled",
-                        "Binding",
-                        format!("Successfully assigned {key} to {node}"),
-                    );
-                }
+                self.metrics.e2e_latency.observe(enqueued.elapsed().as_secs_f64());
+                self.queue.done(&key);
+                self.pending.remove(&key);
+                self.writer.event(
+                    &profile,
+                    &pod,
+                    EventType::Normal,
+                    "Scheduled",
+                    "Binding",
+                    format!("Successfully assigned {key} to {node}"),
+                );
             }
             Err(e) => {
                 Metrics::count(&self.metrics.binding_errors, e.reason());
