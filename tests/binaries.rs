@@ -58,15 +58,8 @@ fn build(package: &str, env: &str) -> Result<PathBuf, String> {
         .parent()
         .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "numaplane-e2e",
-        "-p",
-        package,
-    ])
-    .args(["--bin", package, "--profile", profile]);
+    cmd.args(["build", "--quiet", "-p", "numaplane-e2e", "-p", package])
+        .args(["--bin", package, "--profile", profile]);
     let target_dir = if above.join("CACHEDIR.TAG").exists() {
         above.to_owned()
     } else {

@@ -1677,7 +1677,10 @@ impl State {
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = Value::String(node);
-        if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+        if let Some(annotations) = binding
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+        {
             let meta = &mut new["metadata"];
             if !meta["annotations"].is_object() {
                 meta["annotations"] = json!({});

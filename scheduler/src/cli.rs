@@ -25,7 +25,7 @@ pub enum Command {
     /// Schedule pods offline against a cluster described in files; no API server needed.
     Simulate(SimulateArgs),
     /// Serve as a secondary scheduler: watch, queue, decide, bind with the allocation record.
-    Run(crate::live::config::ServeArgs),
+    Run(Box<crate::live::config::ServeArgs>),
 }
 
 /// Output format of `simulate`.

@@ -195,7 +195,10 @@ pub enum NrtError {
     #[error("NUMA layout rejected")]
     NumaLayout(#[source] TopologyManagerError),
     /// The zones of one resource add up to more than the model's arithmetic bound.
-    #[error("resource {resource}: {field} summed over the zones exceeds {}", MAX_NODE_AMOUNT)]
+    #[error(
+        "resource {resource}: {field} summed over the zones exceeds {}",
+        MAX_NODE_AMOUNT
+    )]
     AmountOverflow {
         /// Resource name.
         resource: String,
@@ -326,7 +329,10 @@ impl NumaTopology {
             return Err(NrtError::TooManyZones { zones: zones.len() });
         }
         for (field, pick) in [
-            ("capacity", (|z: &NumaZone| &z.capacity) as fn(&NumaZone) -> &Dense),
+            (
+                "capacity",
+                (|z: &NumaZone| &z.capacity) as fn(&NumaZone) -> &Dense,
+            ),
             ("allocatable", |z: &NumaZone| &z.allocatable),
             ("available", |z: &NumaZone| &z.available),
         ] {
@@ -334,12 +340,13 @@ impl NumaTopology {
             for z in &zones {
                 for (rid, v) in pick(z).iter() {
                     let sum = sums.entry(rid).or_default();
-                    *sum = sum.checked_add(v).filter(|s| *s <= MAX_NODE_AMOUNT).ok_or_else(|| {
-                        NrtError::AmountOverflow {
+                    *sum = sum
+                        .checked_add(v)
+                        .filter(|s| *s <= MAX_NODE_AMOUNT)
+                        .ok_or_else(|| NrtError::AmountOverflow {
                             resource: res.name(rid).to_owned(),
                             field,
-                        }
-                    })?;
+                        })?;
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! newer NRTs until the NRT's pod-set fingerprint shows the kubelet counted the pod; then the
 //! NRT alone counts it (never twice). Also expiry, failed bindings, deleted pods, restarts,
 //! and the cached aggregate message of a pod that fits nowhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use numaplane::{fingerprint, nrt::NodeResourceTopology};
@@ -99,7 +100,8 @@ fn ids(v: &[&str]) -> Vec<String> {
 fn setup() -> (Cluster, Config) {
     let mut c = Cluster::new();
     c.apply_node(&node()).unwrap();
-    c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[])).unwrap();
+    c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[]))
+        .unwrap();
     (c, Config::default())
 }
 
@@ -120,7 +122,8 @@ fn assumption_survives_an_nrt_that_does_not_show_the_pod() {
     assert_eq!(zones(&c), [(4, vec![]), (8, ids(&["g2", "g3"]))]);
     // The exporter publishes again before the kubelet admitted the pod: same numbers, pod
     // not in the fingerprint. The assumption must still hold.
-    c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[])).unwrap();
+    c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[]))
+        .unwrap();
     assert!(c.is_assumed("ns/a"));
     assert_eq!(zones(&c), [(4, vec![]), (8, ids(&["g2", "g3"]))]);
 }
@@ -132,10 +135,15 @@ fn nrt_that_shows_the_pod_confirms_it_without_counting_twice() {
     place(&mut c, &cfg, &a, 0);
     c.apply_pod(&bound(&a, "Pending")).unwrap();
     // The kubelet admitted it: the NRT shows it and its fingerprint names it.
-    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["ns/a"])).unwrap();
+    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["ns/a"]))
+        .unwrap();
     assert!(!c.is_assumed("ns/a"));
     assert_eq!(c.assumption_stats.confirmed, 1);
-    assert_eq!(zones(&c), [(4, vec![]), (8, ids(&["g2", "g3"]))], "not 0 CPUs: counted once");
+    assert_eq!(
+        zones(&c),
+        [(4, vec![]), (8, ids(&["g2", "g3"]))],
+        "not 0 CPUs: counted once"
+    );
 }
 
 #[test]
@@ -147,7 +155,8 @@ fn only_the_pods_the_fingerprint_shows_are_confirmed() {
     assert_eq!(place(&mut c, &cfg, &b, 1), ids(&["g1"]));
     assert_eq!(zones(&c), [(4, vec![]), (8, ids(&["g2", "g3"]))]);
     // The kubelet admitted a but not b yet.
-    c.apply_nrt(&nrt([6, 8], [&["g1"], &["g2", "g3"]], &["ns/a"])).unwrap();
+    c.apply_nrt(&nrt([6, 8], [&["g1"], &["g2", "g3"]], &["ns/a"]))
+        .unwrap();
     assert!(!c.is_assumed("ns/a"));
     assert!(c.is_assumed("ns/b"));
     assert_eq!(zones(&c), [(4, vec![]), (8, ids(&["g2", "g3"]))]);
@@ -158,9 +167,14 @@ fn nrt_with_unknown_pods_keeps_every_assumption() {
     let (mut c, cfg) = setup();
     place(&mut c, &cfg, &pod_json("a", "4", "2"), 0);
     // A fingerprint of pods this scheduler does not know: nothing can be confirmed.
-    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["other/x", "ns/a"])).unwrap();
+    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["other/x", "ns/a"]))
+        .unwrap();
     assert!(c.is_assumed("ns/a"));
-    assert_eq!(zones(&c), [(0, vec![]), (8, ids(&["g2", "g3"]))], "pessimistic: counted twice");
+    assert_eq!(
+        zones(&c),
+        [(0, vec![]), (8, ids(&["g2", "g3"]))],
+        "pessimistic: counted twice"
+    );
 }
 
 #[test]
@@ -190,7 +204,8 @@ fn assumed_devices_are_not_chosen_twice_across_nrt_updates() {
     for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
         seen.extend(place(&mut c, &cfg, &pod_json(name, "1", "1"), i as u64));
         // An unchanged NRT arrives between decisions.
-        c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[])).unwrap();
+        c.apply_nrt(&nrt([8, 8], [&["g0", "g1"], &["g2", "g3"]], &[]))
+            .unwrap();
     }
     seen.sort();
     assert_eq!(seen, ids(&["g0", "g1", "g2", "g3"]));
@@ -206,12 +221,16 @@ fn restart_restores_unreflected_placements_only() {
     // After a restart: both pods are bound; the NRT shows a (Running) but not b (Pending).
     c.apply_pod(&bound(&a, "Running")).unwrap();
     c.apply_pod(&bound(&b, "Pending")).unwrap();
-    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["ns/a"])).unwrap();
+    c.apply_nrt(&nrt([4, 8], [&[], &["g2", "g3"]], &["ns/a"]))
+        .unwrap();
     for v in [&a, &b] {
         let p = PodSpec::from_pod(&mut c.res, &bound(v, "x")).unwrap();
         c.restore_assumption(&p, 0);
     }
-    assert!(!c.is_assumed("ns/a"), "running pods are already counted by the NRT");
+    assert!(
+        !c.is_assumed("ns/a"),
+        "running pods are already counted by the NRT"
+    );
     assert!(c.is_assumed("ns/b"));
     assert_eq!(zones(&c), [(4, vec![]), (4, vec![])]);
 }
