@@ -294,6 +294,11 @@ impl Agent {
         http_get(self.metrics, path)
     }
 
+    /// The address it serves on (`--listen` / `--metrics-address`).
+    pub fn addr(&self) -> SocketAddr {
+        self.metrics
+    }
+
     /// The current metrics text.
     pub fn metrics(&self) -> Result<String, HarnessError> {
         Ok(self.http_get("/metrics")?.1)
@@ -380,6 +385,23 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), HarnessEr
         stream,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
+    read_response(stream)
+}
+
+/// Minimal HTTP/1.1 POST of a JSON body, as kube-scheduler calls an extender: (status, body).
+/// Blocking: call it from `spawn_blocking` in async tests.
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> Result<(u16, String), HarnessError> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    read_response(stream)
+}
+
+fn read_response(mut stream: TcpStream) -> Result<(u16, String), HarnessError> {
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let status = response

@@ -26,6 +26,9 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Serve as a secondary scheduler: watch, queue, decide, bind with the allocation record.
     Run(Box<crate::live::config::ServeArgs>),
+    /// Serve kube-scheduler's extender verbs (filter, prioritize, bind) for clusters that keep
+    /// kube-scheduler; see docs/extender.md.
+    Extender(Box<crate::live::config::ServeArgs>),
 }
 
 /// Output format of `simulate`.
@@ -72,13 +75,14 @@ pub fn run(cli: Cli) -> ExitCode {
         .try_init();
     match cli.command {
         Command::Simulate(args) => run_simulate(&args),
-        Command::Run(args) => run_live(&args),
+        Command::Run(args) => run_live(&args, false),
+        Command::Extender(args) => run_live(&args, true),
     }
 }
 
-fn run_live(args: &crate::live::config::ServeArgs) -> ExitCode {
+fn run_live(args: &crate::live::config::ServeArgs, extender: bool) -> ExitCode {
     let cfg = match args.resolve() {
-        Ok(c) => c,
+        Ok(c) => crate::live::config::ServeConfig { extender, ..c },
         Err(e) => {
             eprintln!("numaplane-scheduler: {}", numaplane::error_chain(&e));
             return ExitCode::from(EXIT_CONFIG);

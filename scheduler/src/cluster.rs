@@ -1110,6 +1110,19 @@ impl Cluster {
         self.recompute(&node);
     }
 
+    /// The decision for `pod` on `node`, chosen by someone else (kube-scheduler, in extender
+    /// mode): the NUMA side is predicted again against the current zones and assumptions, and
+    /// the devices are chosen. Node-level fit is the caller's; a node without an NRT is
+    /// judged as [`Self::topology_verdict`] judges it, so `filter` and `bind` agree. `Err` carries the verdict that
+    /// says why the node cannot admit the pod now.
+    pub fn decide_on(&self, cfg: &Config, pod: &PodSpec, node: &str) -> Result<Decision, NodeVerdict> {
+        let verdict = self.topology_verdict(cfg, pod, node);
+        if !verdict.feasible {
+            return Err(verdict);
+        }
+        Ok(self.decision_on(pod, node.to_owned(), verdict.score.unwrap_or(0)))
+    }
+
     /// Like [`Self::schedule`] without explanations, for a live loop that retries pods: when
     /// no node fits, the "0/N nodes are available" message comes from per-node failure
     /// categories cached by pod shape, so only nodes changed since the last attempt are

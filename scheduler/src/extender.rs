@@ -61,6 +61,13 @@ pub enum ExtenderError {
         #[source]
         source: PodError,
     },
+    /// The index is not ready to judge nodes (caches syncing, or this replica is not the
+    /// leader): an empty index would reject or pass nodes wrongly.
+    #[error("numaplane extender is not serving yet: {why}")]
+    NotReady {
+        /// Why.
+        why: &'static str,
+    },
     /// A binding request with a required field empty.
     #[error("binding request has an empty {field}")]
     ValidateBinding {
@@ -277,14 +284,23 @@ pub fn validate_binding(args: &ExtenderBindingArgs) -> Result<(), ExtenderError>
 /// The request's Pod as the scheduling model sees it. Needs the cluster's interner
 /// (`&mut cluster.res`): a resource no node has yet gets its id here.
 pub fn decode_pod(res: &mut Resources, args: &ExtenderArgs) -> Result<PodSpec, ExtenderError> {
+    model_pod(res, &pod_object(args)?)
+}
+
+/// The request's Pod as a v1 Pod.
+pub fn pod_object(args: &ExtenderArgs) -> Result<Pod, ExtenderError> {
     let raw = args
         .pod
         .as_ref()
         .filter(|v| !v.is_null())
         .ok_or(ExtenderError::MissingPod)?;
     // `&Value` is a Deserializer: no copy of the pod.
-    let pod = Pod::deserialize(raw).map_err(|source| ExtenderError::DecodePod { source })?;
-    PodSpec::from_pod(res, &pod).map_err(|source| ExtenderError::ModelPod { source })
+    Pod::deserialize(raw).map_err(|source| ExtenderError::DecodePod { source })
+}
+
+/// A v1 Pod as the scheduling model sees it.
+pub fn model_pod(res: &mut Resources, pod: &Pod) -> Result<PodSpec, ExtenderError> {
+    PodSpec::from_pod(res, pod).map_err(|source| ExtenderError::ModelPod { source })
 }
 
 /// The `FailedNodes` text for a rejected node.

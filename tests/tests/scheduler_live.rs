@@ -25,7 +25,7 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 use numaplane::{fingerprint, nrt::NodeResourceTopology};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{Agent, ApiTarget, http_post, metric_value, unique_name};
 use numaplane_scheduler::{
     allocation::{ANNOTATION, Allocation},
     cluster::{Cluster, Config},
@@ -135,12 +135,18 @@ impl Env {
 
     /// Creates pending pods `name-<i>` (Guaranteed: `cpu` CPUs, 1Gi, `gpus` GPUs).
     async fn create_pods(&self, name: &str, count: usize, cpu: u32, gpus: u32) {
+        self.create_pods_for(name, count, cpu, gpus, "numaplane-scheduler")
+            .await;
+    }
+
+    /// [`Self::create_pods`] with another `schedulerName`.
+    async fn create_pods_for(&self, name: &str, count: usize, cpu: u32, gpus: u32, scheduler: &str) {
         let pods: Api<Pod> = Api::namespaced(self.target.client(), &self.ns);
         for i in 0..count {
             let pod: Pod = serde_json::from_value(json!({
                 "metadata": {"name": format!("{name}-{i}"), "labels": {"numaplane.io/e2e": "true"}},
                 "spec": {
-                    "schedulerName": "numaplane-scheduler",
+                    "schedulerName": scheduler,
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
                         "requests": {"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()},
@@ -671,4 +677,181 @@ async fn bad_configuration_exits_64_with_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("noSuchField"), "{stderr}");
+}
+
+/// POSTs `body` to the extender as kube-scheduler does: (status, body as JSON or as a string).
+async fn post(ext: &Agent, path: &'static str, body: String) -> (u16, serde_json::Value) {
+    let addr = ext.addr();
+    let (status, text) = tokio::task::spawn_blocking(move || http_post(addr, path, &body))
+        .await
+        .unwrap()
+        .unwrap();
+    let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, value)
+}
+
+async fn pod_json(env: &Env, name: &str) -> serde_json::Value {
+    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    serde_json::to_value(pods.get(name).await.unwrap()).unwrap()
+}
+
+fn bind_args(env: &Env, pod: &serde_json::Value, node: &str) -> String {
+    json!({
+        "PodName": pod["metadata"]["name"], "PodNamespace": env.ns,
+        "PodUID": pod["metadata"]["uid"], "Node": node
+    })
+    .to_string()
+}
+
+/// kube-scheduler's side of the extender protocol, played by the test: `filter` in both request
+/// shapes, `prioritize`, then `bind`. A bind's placement is seen by the next filter before any
+/// NRT shows it; a bind onto a node that can no longer admit the pod is refused; a pod no filter
+/// brought is fetched; bad requests get the protocol's error replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extender_filters_prioritizes_and_binds_with_the_record() {
+    // A scheduler name nobody serves: on a real cluster the pods stay pending for the test.
+    const UNSERVED: &str = "numaplane-e2e-unserved";
+    let env = Env::new(2).await;
+    let (n0, n1) = (env.nodes[0].clone(), env.nodes[1].clone());
+    env.create_pods_for("ext", 5, 3, 1, UNSERVED).await;
+    let mut ext = Agent::spawn_scheduler("extender", &env.args(&[])).unwrap();
+    ext.wait_serving(WAIT).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while ext.http_get("/readyz").map(|r| r.0).unwrap_or(0) != 200 {
+        assert!(Instant::now() < deadline, "not ready: {}", ext.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // filter, NodeNames shape (nodeCacheCapable: true).
+    let pod0 = pod_json(&env, "ext-0").await;
+    let (status, reply) = post(
+        &ext,
+        "/filter",
+        json!({"Pod": pod0, "NodeNames": [n0, n1]}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["NodeNames"], json!([n0, n1]), "{reply}");
+    assert_eq!(reply["FailedNodes"], json!({}));
+    assert_eq!(reply["Error"], "");
+    assert!(reply["Nodes"].is_null());
+
+    // filter, Nodes shape: the passing Node objects come back as sent.
+    let nodes: Vec<serde_json::Value> = futures::future::join_all(env.nodes.iter().map(|n| async {
+        let api: Api<Node> = Api::all(env.target.client());
+        serde_json::to_value(api.get(n).await.unwrap()).unwrap()
+    }))
+    .await;
+    let (_, reply) = post(
+        &ext,
+        "/filter",
+        json!({"Pod": pod0, "Nodes": {"metadata": {}, "items": nodes}}).to_string(),
+    )
+    .await;
+    assert_eq!(reply["Nodes"]["items"], json!(nodes), "{reply}");
+    assert!(reply["NodeNames"].is_null());
+
+    // prioritize: one 0..=10 score per candidate, in order.
+    let (status, reply) = post(
+        &ext,
+        "/prioritize",
+        json!({"Pod": pod0, "NodeNames": [n0, n1]}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let hosts: Vec<&str> = reply
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["Host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, [n0.as_str(), n1.as_str()]);
+    assert!(
+        reply
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| (0..=10).contains(&h["Score"].as_i64().unwrap()))
+    );
+
+    // bind ext-0 and ext-1 to n0: one 3-CPU pod per 4-CPU zone.
+    for name in ["ext-0", "ext-1"] {
+        let pod = pod_json(&env, name).await;
+        let (_, reply) = post(
+            &ext,
+            "/filter",
+            json!({"Pod": pod, "NodeNames": [n0]}).to_string(),
+        )
+        .await;
+        assert_eq!(reply["NodeNames"], json!([n0]), "{name}: {reply}");
+        let (status, reply) = post(&ext, "/bind", bind_args(&env, &pod, &n0)).await;
+        assert_eq!((status, &reply), (200, &json!({"Error": ""})), "{name}");
+        let bound = pod_json(&env, name).await;
+        assert_eq!(bound["spec"]["nodeName"], n0.as_str());
+        let p: Pod = serde_json::from_value(bound).unwrap();
+        assert_eq!(record(&p).node, n0);
+    }
+
+    // ext-2: n0 is full by the assumptions alone (its NRT still shows every zone free).
+    let pod2 = pod_json(&env, "ext-2").await;
+    let (_, reply) = post(
+        &ext,
+        "/filter",
+        json!({"Pod": pod2, "NodeNames": [n0, n1]}).to_string(),
+    )
+    .await;
+    assert_eq!(reply["NodeNames"], json!([n1]), "{reply}");
+    let why = reply["FailedNodes"][&n0].as_str().unwrap();
+    assert!(why.contains("cpu"), "{why}");
+    // A racing kube-scheduler binds it to n0 anyway: refused, not bound.
+    let (_, reply) = post(&ext, "/bind", bind_args(&env, &pod2, &n0)).await;
+    let err = reply["Error"].as_str().unwrap();
+    assert!(err.contains("can no longer admit"), "{err}");
+    assert!(pod_json(&env, "ext-2").await["spec"]["nodeName"].is_null());
+
+    // ext-3 was never filtered here (another replica answered): fetched, bound with the record.
+    let pod3 = pod_json(&env, "ext-3").await;
+    let (_, reply) = post(&ext, "/bind", bind_args(&env, &pod3, &n1)).await;
+    assert_eq!(reply, json!({"Error": ""}));
+    let p3: Pod = serde_json::from_value(pod_json(&env, "ext-3").await).unwrap();
+    assert_eq!(record(&p3).node, n1);
+
+    // A bind for a recreated pod (other UID) is refused.
+    let mut pod4 = pod_json(&env, "ext-4").await;
+    pod4["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000000");
+    let (_, reply) = post(&ext, "/bind", bind_args(&env, &pod4, &n1)).await;
+    let err = reply["Error"].as_str().unwrap();
+    assert!(err.contains("UID"), "{err}");
+    assert!(pod_json(&env, "ext-4").await["spec"]["nodeName"].is_null());
+
+    // Bad requests: the protocol's error replies, never a dropped connection.
+    let (status, reply) = post(&ext, "/filter", "{".to_owned()).await;
+    assert_eq!(status, 200);
+    assert!(!reply["Error"].as_str().unwrap().is_empty());
+    let (status, _) = post(&ext, "/prioritize", "{".to_owned()).await;
+    assert_eq!(status, 400);
+    let (status, reply) = post(&ext, "/bind", json!({"PodName": "", "Node": n0}).to_string()).await;
+    assert_eq!(status, 200);
+    assert!(reply["Error"].as_str().unwrap().contains("PodName"), "{reply}");
+    let (status, reply) = post(&ext, "/filter", json!({"NodeNames": [n0]}).to_string()).await;
+    assert_eq!(status, 200);
+    assert!(reply["Error"].as_str().unwrap().contains("no Pod"), "{reply}");
+    let (status, _) = post(&ext, "/preempt", "{}".to_owned()).await;
+    assert_eq!(status, 404);
+
+    let text = ext.metrics().unwrap();
+    let calls = |verb, result| {
+        metric_value(
+            &text,
+            "numaplane_scheduler_extender_requests_total",
+            &[("verb", verb), ("result", result)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(calls("bind", "ok"), 3.0, "{text}");
+    assert!(calls("bind", "error") >= 3.0, "{text}");
+    assert!(calls("filter", "ok") >= 5.0, "{text}");
+    assert!(calls("filter", "error") >= 2.0, "{text}");
+    assert_not_oversubscribed(&env.bound().await);
+    env.cleanup().await;
 }

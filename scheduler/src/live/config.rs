@@ -160,6 +160,8 @@ pub struct ServeConfig {
     pub assume_timeout: Duration,
     /// Bindings in flight.
     pub bind_concurrency: usize,
+    /// Extender mode: serve kube-scheduler's extender verbs instead of watching pending pods.
+    pub extender: bool,
 }
 
 impl ServeConfig {
@@ -371,6 +373,7 @@ impl ServeArgs {
             backoff: Backoff { initial, max },
             assume_timeout,
             bind_concurrency,
+            extender: false,
         })
     }
 }

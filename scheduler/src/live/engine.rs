@@ -14,6 +14,10 @@ use kube::runtime::{events::EventType, watcher};
 use numaplane::nrt::NodeResourceTopology;
 use tokio::sync::{mpsc, watch};
 
+mod extender;
+
+pub use self::extender::{BindReply, ExtenderBindDone, ExtenderCall};
+
 use super::{
     api::{BindError, Writer},
     config::ServeConfig,
@@ -54,6 +58,10 @@ pub enum Input {
     WatchError(Stream, String),
     /// A Binding finished.
     Bound_(Box<BindDone>),
+    /// An extender call (extender mode).
+    Extender(ExtenderCall),
+    /// A Binding of an extender `bind` finished.
+    ExtenderBound(Box<ExtenderBindDone>),
 }
 
 /// The outcome of one Binding, with what its report needs: the pod's queue entry may be gone
@@ -94,6 +102,8 @@ pub struct Health {
     pub synced: std::sync::atomic::AtomicBool,
     /// Unix ms of the loop's last turn.
     pub heartbeat_ms: std::sync::atomic::AtomicU64,
+    /// This replica leads (or election is off).
+    pub leading: std::sync::atomic::AtomicBool,
 }
 
 /// Decisions made per turn before looking at inputs again.
@@ -109,7 +119,9 @@ pub struct Engine {
     /// Bound, non-terminal pods of ours that carry the record and are still `Pending`:
     /// restored as assumptions when this replica starts leading.
     recorded: HashMap<String, PodSpec>,
-    init: HashMap<Stream, Vec<serde_json::Value>>,
+    init: HashMap<Stream, InitBuffer>,
+    /// Extender mode: pods of recent `filter` calls, by key, for the `bind` that follows.
+    extender_pods: HashMap<String, extender::SeenPod>,
     synced: BTreeSet<Stream>,
     streams: usize,
     leader: watch::Receiver<bool>,
@@ -162,9 +174,16 @@ impl Engine {
     ) -> Self {
         let mut cluster = Cluster::new();
         let model = cfg.model(&mut cluster.res);
-        let streams = 3 + cfg.scheduler_names.len();
+        let streams = 3 + if cfg.extender {
+            0
+        } else {
+            cfg.scheduler_names.len()
+        };
         let leading = *leader.borrow();
         metrics.leader.set(i64::from(leading));
+        health
+            .leading
+            .store(leading, std::sync::atomic::Ordering::Relaxed);
         Engine {
             queue: SchedulingQueue::new(cfg.backoff),
             model,
@@ -172,6 +191,7 @@ impl Engine {
             pending: HashMap::new(),
             recorded: HashMap::new(),
             init: HashMap::new(),
+            extender_pods: HashMap::new(),
             synced: BTreeSet::new(),
             streams,
             leader,
@@ -230,6 +250,9 @@ impl Engine {
                     }
                     self.leading = now_leader;
                     self.metrics.leader.set(i64::from(now_leader));
+                    self.health
+                        .leading
+                        .store(now_leader, std::sync::atomic::Ordering::Relaxed);
                     if now_leader {
                         tracing::info!("leading: scheduling starts once caches are synced");
                         self.on_leading();
@@ -258,6 +281,7 @@ impl Engine {
 
     /// Expires old assumptions and refreshes gauges.
     fn housekeeping(&mut self) {
+        self.expire_extender_pods();
         let now = self.now_ms();
         let timeout = u64::try_from(self.cfg.assume_timeout.as_millis()).unwrap_or(u64::MAX);
         let expired = self.cluster.expire_assumptions(now, timeout);
@@ -404,31 +428,25 @@ impl Engine {
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
             }
             Input::Bound_(done) => self.on_bound(*done),
+            Input::Extender(call) => self.on_extender(call),
+            Input::ExtenderBound(done) => self.on_extender_bound(*done),
         }
     }
 
     fn on_event<K>(&mut self, stream: Stream, ev: watcher::Event<K>)
     where
-        K: serde::Serialize + serde::de::DeserializeOwned + Apply,
+        K: Apply,
     {
         match ev {
             watcher::Event::Init => {
-                self.init.insert(stream, Vec::new());
+                self.init.insert(stream, K::empty_buffer());
             }
             watcher::Event::InitApply(obj) => {
-                // Kept as JSON so one buffer type serves every kind.
-                if let Ok(v) = serde_json::to_value(&obj) {
-                    self.init.entry(stream).or_default().push(v);
-                }
+                let buffer = self.init.entry(stream).or_insert_with(K::empty_buffer);
+                obj.buffer(buffer);
             }
             watcher::Event::InitDone => {
-                let objs: Vec<K> = self
-                    .init
-                    .remove(&stream)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|v| serde_json::from_value(v).ok())
-                    .collect();
+                let objs = self.init.remove(&stream).map(K::take_buffer).unwrap_or_default();
                 K::reset(self, stream, objs);
                 let first = self.synced.insert(stream);
                 if first && self.synced.len() >= self.streams {
@@ -616,14 +634,7 @@ impl Engine {
             let profile = p.profile.clone();
             match decision.node.clone() {
                 Some(node) => {
-                    let annotation = match decision.allocation.as_ref().map(|a| a.to_annotation()) {
-                        Some(Ok(a)) => Some(a),
-                        Some(Err(e)) => {
-                            tracing::error!(pod = %q.key, error = %numaplane::error_chain(&e), "cannot encode the allocation record; binding without it");
-                            None
-                        }
-                        None => None,
-                    };
+                    let annotation = self.annotation_of(&q.key, &decision);
                     let spec = spec.clone();
                     self.cluster.assume_at(&spec, &decision, self.now_ms());
                     let (ns, name) = (spec.namespace.clone(), spec.name.clone());
@@ -657,6 +668,18 @@ impl Engine {
                     self.report_unschedulable(&q.key, decision.message);
                 }
             }
+        }
+    }
+
+    /// The allocation record of a decision, encoded for the Binding.
+    fn annotation_of(&self, key: &str, decision: &crate::cluster::Decision) -> Option<String> {
+        match decision.allocation.as_ref().map(|a| a.to_annotation()) {
+            Some(Ok(a)) => Some(a),
+            Some(Err(e)) => {
+                tracing::error!(pod = %key, error = %numaplane::error_chain(&e), "cannot encode the allocation record; binding without it");
+                None
+            }
+            None => None,
         }
     }
 
@@ -765,8 +788,26 @@ pub enum EngineError {
     LostLeadership,
 }
 
+/// Objects of one (re)list, held until the list is complete so the index is
+/// reset in one step; one variant per kind so nothing is re-encoded or lost.
+#[derive(Debug)]
+pub enum InitBuffer {
+    /// Nodes.
+    Nodes(Vec<Node>),
+    /// NRTs.
+    Nrts(Vec<NodeResourceTopology>),
+    /// Pods (bound or pending).
+    Pods(Vec<Pod>),
+}
+
 /// How a watched kind changes the loop's state.
 pub trait Apply: Sized {
+    /// An empty relist buffer for this kind.
+    fn empty_buffer() -> InitBuffer;
+    /// Adds one listed object to the buffer.
+    fn buffer(self, buffer: &mut InitBuffer);
+    /// The listed objects (none if the buffer holds another kind).
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self>;
     /// An added or modified object.
     fn apply(self, e: &mut Engine, stream: Stream);
     /// A deleted object.
@@ -776,6 +817,21 @@ pub trait Apply: Sized {
 }
 
 impl Apply for Node {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Nodes(Vec::new())
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Nodes(v) => v.push(self),
+            other => *other = InitBuffer::Nodes(vec![self]),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Nodes(v) => v,
+            _ => Vec::new(),
+        }
+    }
     fn apply(self, e: &mut Engine, _: Stream) {
         if let Err(err) = e.cluster.apply_node(&self) {
             e.cluster.anomalies.invalid_nodes += 1;
@@ -794,6 +850,21 @@ impl Apply for Node {
 }
 
 impl Apply for NodeResourceTopology {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Nrts(Vec::new())
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Nrts(v) => v.push(self),
+            other => *other = InitBuffer::Nrts(vec![self]),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Nrts(v) => v,
+            _ => Vec::new(),
+        }
+    }
     fn apply(self, e: &mut Engine, _: Stream) {
         if let Err(err) = e.cluster.apply_nrt(&self) {
             tracing::warn!(
@@ -816,6 +887,21 @@ impl Apply for NodeResourceTopology {
 }
 
 impl Apply for Pod {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Pods(Vec::new())
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Pods(v) => v.push(self),
+            other => *other = InitBuffer::Pods(vec![self]),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Pods(v) => v,
+            _ => Vec::new(),
+        }
+    }
     fn apply(self, e: &mut Engine, stream: Stream) {
         match stream {
             Stream::Pending(i) => e.apply_pending(i, self),

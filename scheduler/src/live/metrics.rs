@@ -46,6 +46,22 @@ pub struct TopologyLabels {
     pub state: &'static str,
 }
 
+/// `verb` (filter, prioritize, bind) and `result` (ok, error) of an extender call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtenderLabels {
+    /// The verb.
+    pub verb: &'static str,
+    /// ok or error.
+    pub result: &'static str,
+}
+
+/// `verb` of an extender call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    /// The verb.
+    pub verb: &'static str,
+}
+
 /// `version` of the build.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -82,6 +98,10 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Watch stream errors by resource.
     pub watch_errors: Family<ReasonLabels, Counter>,
+    /// Extender calls by verb and result.
+    pub extender_requests: Family<ExtenderLabels, Counter>,
+    /// Extender call latency by verb.
+    pub extender_latency: Family<VerbLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -108,6 +128,10 @@ impl Metrics {
             writes_dropped: Family::default(),
             leader: Gauge::default(),
             watch_errors: Family::default(),
+            extender_requests: Family::default(),
+            extender_latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+            }),
             registry: Registry::default(),
         };
         registry.register(
@@ -177,6 +201,17 @@ impl Metrics {
             "Watch stream errors by resource",
             m.watch_errors.clone(),
         );
+        registry.register(
+            "extender_requests",
+            "Extender calls by verb (filter, prioritize, bind) and result (ok, error)",
+            m.extender_requests.clone(),
+        );
+        registry.register_with_unit(
+            "extender_request_duration",
+            "Time to answer one extender call, by verb",
+            Unit::Seconds,
+            m.extender_latency.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -202,6 +237,17 @@ impl Metrics {
                 profile: profile.to_owned(),
             })
             .inc();
+    }
+
+    /// Records one extender call.
+    pub fn extender_call(&self, verb: &'static str, ok: bool, seconds: f64) {
+        let result = if ok { "ok" } else { "error" };
+        self.extender_requests
+            .get_or_create(&ExtenderLabels { verb, result })
+            .inc();
+        self.extender_latency
+            .get_or_create(&VerbLabels { verb })
+            .observe(seconds);
     }
 
     /// Counts one bounded reason in `family`.

@@ -1,6 +1,8 @@
-//! `numaplane-scheduler run`: the live scheduler. Watches feed one loop ([`engine`]) that owns
-//! the cluster index and the queue; Bindings carry the allocation record; one Lease elects the
-//! replica that schedules; `/metrics`, `/healthz`, `/readyz` are always served.
+//! `numaplane-scheduler run` and `extender`: the live scheduler. Watches feed one loop
+//! ([`engine`]) that owns the cluster index and the queue; Bindings carry the allocation
+//! record; one Lease elects the replica that schedules; `/metrics`, `/healthz`, `/readyz` are
+//! always served. In extender mode there is no pending-pod watch: kube-scheduler's calls
+//! ([`extender_http`]) reach the same loop.
 //!
 //! Everything here is I/O around the pure model: the decisions themselves are plain calls into
 //! [`crate::cluster::Cluster`].
@@ -8,6 +10,7 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+pub mod extender_http;
 pub mod metrics;
 pub mod server;
 
@@ -216,17 +219,25 @@ pub async fn shutdown_signal() {
 pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
-    let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), None).await?;
-    tracing::info!(%addr, "serving /metrics /healthz /readyz");
     let client = client(&cfg).await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let extra = cfg
+        .extender
+        .then(|| extender_http::routes(tx.clone(), client.clone(), metrics.clone()));
+    let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), extra).await?;
+    if cfg.extender {
+        tracing::info!(%addr, "serving the extender verbs (filter, prioritize, bind) and /metrics /healthz /readyz");
+    } else {
+        tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    }
     let identity = cfg
         .leader_election
         .as_ref()
         .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
     let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
-    let (tx, rx) = mpsc::unbounded_channel();
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
-    spawn_watches(&mut tasks, &client, &cfg.scheduler_names, &tx);
+    let pending_names: &[String] = if cfg.extender { &[] } else { &cfg.scheduler_names };
+    spawn_watches(&mut tasks, &client, pending_names, &tx);
     tasks.spawn(async move {
         aux_task.await;
         "event writer"

@@ -80,9 +80,19 @@ pub async fn serve(
         };
         reply
     });
+    // An extender replica that does not lead would answer every call with an error: it is
+    // kept out of the Service instead.
+    let require_leader = extra.is_some();
     let readyz = warp::path("readyz").and(warp::path::end()).map(move || {
-        let reply: Box<dyn warp::Reply> = if health.synced.load(std::sync::atomic::Ordering::Relaxed) {
+        let synced = health.synced.load(std::sync::atomic::Ordering::Relaxed);
+        let leading = health.leading.load(std::sync::atomic::Ordering::Relaxed);
+        let reply: Box<dyn warp::Reply> = if synced && (leading || !require_leader) {
             Box::new(warp::reply::with_status("ok\n", StatusCode::OK))
+        } else if synced {
+            Box::new(warp::reply::with_status(
+                "not the leader\n",
+                StatusCode::SERVICE_UNAVAILABLE,
+            ))
         } else {
             Box::new(warp::reply::with_status(
                 "caches not synced yet\n",
