@@ -1,6 +1,6 @@
 //! Command-line interface of `numaplane-scheduler`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -55,6 +55,10 @@ pub struct SimulateArgs {
     /// Output format.
     #[arg(short = 'o', long, env = "NUMAPLANE_OUTPUT", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Per-node verdicts in the report: for pods that fit nowhere (failed), for every pod
+    /// (all: slower, every node evaluated afresh per pod), or none.
+    #[arg(long, env = "NUMAPLANE_SIM_EXPLAIN", value_enum, default_value_t = simulate::Explain::Failed)]
+    pub explain: simulate::Explain,
 }
 
 /// Runs the parsed command line.
@@ -128,18 +132,23 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         Ok(i) => i.pods,
         Err(e) => return fail(&e),
     };
-    let report = simulate::simulate(cluster, pods, &config);
-    match args.output {
-        Output::Table => print!("{}", simulate::render_table(&report)),
-        Output::Json => match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("numaplane-scheduler: rendering JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+    let report = simulate::simulate(cluster, pods, &config, args.explain);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.output {
+        Output::Table => out.write_all(simulate::render_table(&report).as_bytes()),
+        Output::Json => serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n")),
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`| head`) is the reader's choice, not a failure worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("numaplane-scheduler: writing the report: {e}");
+            ExitCode::FAILURE
+        }
     }
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

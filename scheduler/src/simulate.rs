@@ -36,6 +36,22 @@ pub enum SimulateError {
         /// Parser message.
         message: String,
     },
+    /// A YAML file did not parse.
+    #[error("{path}: {message}")]
+    ParseYaml {
+        /// File path.
+        path: String,
+        /// Parser message (its first line) with the place.
+        message: String,
+    },
+    /// A file is larger than [`MAX_INPUT_BYTES`].
+    #[error("{path} is {bytes} bytes, more than the {MAX_INPUT_BYTES} bytes simulate reads")]
+    TooLarge {
+        /// File path.
+        path: String,
+        /// Its size.
+        bytes: u64,
+    },
     /// The config file is invalid.
     #[error("config {path}: {message}")]
     ParseConfig {
@@ -93,6 +109,25 @@ pub struct Inputs {
     pub skipped: Vec<String>,
 }
 
+/// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; parsing
+/// keeps the whole tree in memory, so a bound keeps a wrong path from exhausting the machine.
+pub const MAX_INPUT_BYTES: u64 = 4 << 30;
+
+/// The YAML budget for `len` bytes of text. serde-saphyr's defaults (1,024 documents, 250,000
+/// YAML nodes, 64 MiB of scalars) stop at about 400 nodes with NRTs. Here every limit grows
+/// with the input: without aliases a document needs at least 4 bytes (`---\n`), a YAML node
+/// at least one, and scalars cannot hold more bytes than the text. So a real dump of any size
+/// passes, while the defence against expansion attacks (alias counts and the alias/anchor
+/// ratio, nesting depth) is kept as serde-saphyr sets it: memory stays linear in the input.
+fn yaml_budget(len: usize) -> serde_saphyr::Budget {
+    let mut b = serde_saphyr::Budget::default();
+    b.max_documents = b.max_documents.max(len / 4 + 1);
+    b.max_nodes = b.max_nodes.max(len.saturating_add(1));
+    b.max_events = b.max_events.max(len.saturating_mul(3));
+    b.max_total_scalar_bytes = b.max_total_scalar_bytes.max(len);
+    b
+}
+
 fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, SimulateError> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -113,28 +148,65 @@ fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, Sim
         }
         return Ok(out);
     }
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(yaml_budget(text.len()));
     let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| SimulateError::ParseDocument {
-            path: path.to_owned(),
-            index: 0,
-            message: e.to_string(),
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+            // The first line names the place; the rest is a source snippet.
+            let full = e.to_string();
+            let first = full.lines().next().unwrap_or_default();
+            let mut message = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+            if message.contains("budget breached") {
+                message.push_str(
+                    " (the YAML expands far beyond its own size, e.g. through aliases; refused as hostile input)",
+                );
+            }
+            SimulateError::ParseYaml {
+                path: path.to_owned(),
+                message,
+            }
         })?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
-/// Reads objects from files; `List` kinds are flattened.
+fn read_text(path: &Path) -> Result<String, SimulateError> {
+    let shown = path.display().to_string();
+    let len = std::fs::metadata(path)
+        .map_err(|source| SimulateError::ReadFile {
+            path: shown.clone(),
+            source,
+        })?
+        .len();
+    if len > MAX_INPUT_BYTES {
+        return Err(SimulateError::TooLarge {
+            path: shown,
+            bytes: len,
+        });
+    }
+    std::fs::read_to_string(path).map_err(|source| SimulateError::ReadFile { path: shown, source })
+}
+
+/// Reads objects from files; `List` kinds (`kubectl get -o yaml|json`) are flattened, nested
+/// lists too.
 pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> {
     let mut inputs = Inputs::default();
     for p in paths {
         let path = p.as_ref().display().to_string();
-        let text = std::fs::read_to_string(p.as_ref()).map_err(|source| SimulateError::ReadFile {
-            path: path.clone(),
-            source,
-        })?;
-        let mut docs = split_documents(&text, &path)?;
+        let text = read_text(p.as_ref())?;
+        let docs = split_documents(&text, &path)?;
+        drop(text);
+        // Depth-first over documents and list items, in input order, moving (not copying)
+        // each object out of its list.
+        let mut stack: Vec<std::vec::IntoIter<serde_json::Value>> = vec![docs.into_iter()];
         let mut index = 0;
-        while let Some(doc) = (!docs.is_empty()).then(|| docs.remove(0)) {
-            index += 1;
+        while let Some(top) = stack.last_mut() {
+            let Some(mut doc) = top.next() else {
+                stack.pop();
+                continue;
+            };
+            if stack.len() == 1 {
+                index += 1;
+            }
             let kind = doc
                 .get("kind")
                 .and_then(serde_json::Value::as_str)
@@ -149,11 +221,17 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
-                k if k.ends_with("List") => {
-                    if let Some(items) = doc.get("items").and_then(serde_json::Value::as_array) {
-                        docs.splice(0..0, items.iter().cloned());
+                k if k.ends_with("List") => match doc.get_mut("items").map(serde_json::Value::take) {
+                    Some(serde_json::Value::Array(items)) => stack.push(items.into_iter()),
+                    Some(serde_json::Value::Null) | None => {}
+                    Some(_) => {
+                        return Err(SimulateError::ParseDocument {
+                            path: path.clone(),
+                            index,
+                            message: format!("{kind}: items is not a list"),
+                        });
                     }
-                }
+                },
                 other => inputs
                     .skipped
                     .push(format!("{path}: document {index}: kind {other:?} ignored")),
@@ -213,8 +291,21 @@ pub struct Summary {
     pub unschedulable: usize,
 }
 
+/// Which per-node verdicts the report holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Explain {
+    /// Every node's verdict, for pods that fit nowhere only (the chosen node's for the
+    /// others). Placed pods take the fast decision path.
+    #[default]
+    Failed,
+    /// Every node's verdict for every pod (each pod is evaluated afresh on every node).
+    All,
+    /// No per-node verdicts: each pod's result, message and placement only.
+    None,
+}
+
 /// Runs the simulation.
-pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -> Report {
+pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
     let mut cluster = Cluster::new();
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
     for n in &cluster_inputs.nodes {
@@ -265,8 +356,12 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile) -
     for p in &pods {
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
-                let decision = cluster.schedule(&config, &spec, true);
+                // Without `All`, a pod that fits nowhere is still explained by `schedule`.
+                let mut decision = cluster.schedule(&config, &spec, explain == Explain::All);
                 cluster.assume(&spec, &decision);
+                if explain == Explain::None {
+                    decision.nodes.clear();
+                }
                 results.push(PodResult {
                     decision,
                     error: None,
