@@ -224,7 +224,8 @@ pub struct NodeEvents {
 }
 
 impl NodeEvents {
-    /// Events regarding `node_name`, reported by `instance` (the agent's pod name).
+    /// Events regarding `node_name`, reported by `instance` (the agent's pod name; required by
+    /// the events.k8s.io API).
     pub fn new(client: Client, node_name: &str, instance: Option<String>) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),

@@ -490,11 +490,14 @@ impl Agent {
                     metrics.clone(),
                 )));
                 publisher = Some(p);
-                events = Some(NodeEvents::new(
-                    client.clone(),
-                    &args.node_name,
-                    args.pod_name.clone(),
-                ));
+                // events.k8s.io requires a reporting instance (422 without one): outside a
+                // pod, the node name identifies this agent just as well.
+                let instance = args
+                    .pod_name
+                    .clone()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| format!("numaplane-exporter-{}", args.node_name));
+                events = Some(NodeEvents::new(client.clone(), &args.node_name, Some(instance)));
             }
         }
         Ok(Self {
@@ -571,6 +574,10 @@ impl Agent {
                 Ok(scan) => scan,
                 Err(e) => {
                     self.metrics.scan(label, e.kind());
+                    // Readiness first: the Event below is an API call, and until it returns
+                    // the probe must already say what the metric says.
+                    self.health
+                        .set_not_ready(format!("scan failed: {}", numaplane::error_chain(&e)));
                     self.metrics.stale.set(1);
                     let delay = match &e {
                         ScanError::ReadKubelet(pe) if pe.code() == Some(tonic::Code::ResourceExhausted) => {
@@ -605,8 +612,6 @@ impl Agent {
                     } else {
                         tracing::debug!(error = %numaplane::error_chain(&e), retry_in = ?delay, "scan failed again");
                     }
-                    self.health
-                        .set_not_ready(format!("scan failed: {}", numaplane::error_chain(&e)));
                     schedule_retry(&mut retry, &self.triggers, delay);
                     continue;
                 }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 const SOON: Duration = Duration::from_secs(10);
 const MANAGER: &str = "numaplane-exporter";
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+const NRT_API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 
 /// A server plus a client built from its kubeconfig file, the way the exporter builds one.
 async fn setup() -> (FakeApiServer, Client, tempfile::TempDir) {
@@ -764,4 +765,303 @@ async fn metadata_only_requests_get_partial_objects() {
         .find(RecordedRequest::is_watch)
         .unwrap();
     assert!(watch.header("accept").unwrap().contains("PartialObjectMetadata"));
+}
+
+// ===== "What a real API server (v1.36.2) answers" (verified-facts.md), one test per line =====
+
+#[tokio::test]
+async fn fact_pod_field_selectors_work_and_unsupported_ones_are_400() {
+    let (server, client, _dir) = setup().await;
+    let mut pending = pod("p", "", "Pending");
+    pending["spec"]["schedulerName"] = json!("numaplane-scheduler");
+    server.put(pending);
+    let mut other = pod("q", "", "Pending");
+    other["spec"]["schedulerName"] = json!("default-scheduler");
+    server.put(other);
+    server.put(pod("done", "n1", "Succeeded"));
+    server.put(pod("run", "n1", "Running"));
+    let pods: Api<Pod> = Api::all(client);
+    let names = |l: kube::core::ObjectList<Pod>| l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>();
+    let ours = pods
+        .list(&ListParams::default().fields("spec.schedulerName=numaplane-scheduler,spec.nodeName="))
+        .await
+        .unwrap();
+    assert_eq!(names(ours), ["p"]);
+    let live = pods
+        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+        .await
+        .unwrap();
+    let mut live = names(live);
+    live.sort();
+    assert_eq!(live, ["p", "q", "run"]);
+    let err = api_status(
+        pods.list(&ListParams::default().fields("spec.priority=1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
+    assert_eq!(err.message, "field label not supported: spec.priority");
+    // Watches check it too; other kinds have their own lists.
+    match pods
+        .watch(&WatchParams::default().fields("spec.priority=1"), "0")
+        .await
+    {
+        Ok(_) => panic!("a watch with an unsupported field label must fail"),
+        Err(e) => assert_eq!(api_status(e).code, 400),
+    }
+    let nodes: Api<Node> = Api::all(pods.clone().into_client());
+    assert!(
+        nodes
+            .list(&ListParams::default().fields("spec.unschedulable=false"))
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        api_status(
+            nodes
+                .list(&ListParams::default().fields("spec.nodeName="))
+                .await
+                .unwrap_err()
+        )
+        .code,
+        400
+    );
+}
+
+/// POST pods/NAME/binding through kube-rs's raw request path, as the scheduler sends it.
+async fn post_binding(client: &Client, name: &str, body: Value) -> Result<Value, kube::Error> {
+    let req = http::Request::post(format!("/api/v1/namespaces/default/pods/{name}/binding"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    client.request::<Value>(req).await
+}
+
+#[tokio::test]
+async fn fact_binding_is_201_copies_annotations_and_conflicts_on_bound_or_other_uid() {
+    let (server, client, _dir) = setup().await;
+    let stored = server.put(pod("b", "", "Pending"));
+    let uid = stored["metadata"]["uid"].as_str().unwrap().to_owned();
+    let binding = |uid: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": "b", "uid": uid, "annotations": {"numaplane.io/allocation": "{\"v\":1}"}},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    };
+    // A UID other than the pod's: 409, nothing written.
+    let err = api_status(
+        post_binding(&client, "b", binding("not-the-uid", "nowhere"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    assert!(err.message.contains("Precondition failed"), "{}", err.message);
+    // The target node is not checked: binding to a node that does not exist succeeds.
+    let status = post_binding(&client, "b", binding(&uid, "nowhere"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status["kind"].as_str(), status["status"].as_str()),
+        (Some("Status"), Some("Success"))
+    );
+    let bound: Pod = Api::namespaced(client.clone(), "default").get("b").await.unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("nowhere"));
+    assert_eq!(
+        bound.metadata.annotations.unwrap()["numaplane.io/allocation"],
+        "{\"v\":1}"
+    );
+    let created = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/binding"))
+        .unwrap();
+    assert_eq!(created.status, 201);
+    // Already bound: 409 with the real message.
+    let err = api_status(
+        post_binding(&client, "b", binding(&uid, "other"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    assert_eq!(err.message, "pod b is already assigned to node \"nowhere\"");
+}
+
+#[tokio::test]
+async fn fact_status_strategic_merge_patch_merges_conditions_by_type() {
+    let (server, client, _dir) = setup().await;
+    let mut p = pod("u", "", "Pending");
+    p["status"]["conditions"] = json!([
+        {"type": "PodScheduled", "status": "Unknown"},
+        {"type": "DisruptionTarget", "status": "False", "reason": "Kept"}
+    ]);
+    server.put(p);
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": "0/3 nodes are available"}]}});
+    pods.patch_status("u", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+    let conds = pods.get("u").await.unwrap().status.unwrap().conditions.unwrap();
+    assert_eq!(conds.len(), 2, "merged by type, not replaced: {conds:?}");
+    let scheduled = conds.iter().find(|c| c.type_ == "PodScheduled").unwrap();
+    assert_eq!(
+        (scheduled.status.as_str(), scheduled.reason.as_deref()),
+        ("False", Some("Unschedulable"))
+    );
+    assert!(conds.iter().any(|c| c.reason.as_deref() == Some("Kept")));
+    // A JSON merge patch replaces the list, as on a real server.
+    pods.patch_status("u", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let conds = pods.get("u").await.unwrap().status.unwrap().conditions.unwrap();
+    assert_eq!(conds.len(), 1);
+}
+
+#[tokio::test]
+async fn fact_events_k8s_io_require_event_time_and_reporting_instance() {
+    let (_server, client, _dir) = setup().await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let event = |instance: Option<&str>| {
+        serde_json::from_value(json!({
+            "metadata": {"name": "e1"},
+            "eventTime": "2026-11-25T10:00:00.000000Z",
+            "reportingController": "numaplane.io/scheduler",
+            "reportingInstance": instance,
+            "action": "Scheduling", "reason": "FailedScheduling", "type": "Warning",
+            "regarding": {"kind": "Pod", "namespace": "default", "name": "p"}
+        }))
+        .unwrap()
+    };
+    let err = api_status(
+        events
+            .create(&PostParams::default(), &event(None))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        "Event.events.k8s.io \"e1\" is invalid: reportingInstance: Required value"
+    );
+    events
+        .create(&PostParams::default(), &event(Some("replica-1")))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn fact_watch_from_a_too_old_version_is_200_then_one_410_error_event() {
+    let (server, _client, _dir) = setup().await;
+    server.put(pod("a", "n1", "Running"));
+    server.put(pod("b", "n1", "Running"));
+    server.compact_history();
+    let current = server.resource_version();
+    let addr = server.addr();
+    let (status, body) = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(SOON)).unwrap();
+        write!(
+            s,
+            "GET /api/v1/pods?watch=true&resourceVersion=1&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {FAKE_TOKEN}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let status: u16 = out.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, out)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    let line = body
+        .lines()
+        .find(|l| l.contains("\"ERROR\""))
+        .unwrap_or_else(|| panic!("no ERROR event in {body}"));
+    let ev: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(ev["object"]["kind"], "Status");
+    assert_eq!(ev["object"]["code"], 410);
+    assert_eq!(ev["object"]["reason"], "Expired");
+    // "too old resource version: <asked> (<oldest version still served>)".
+    let message = ev["object"]["message"].as_str().unwrap();
+    let oldest: u64 = message
+        .strip_prefix("too old resource version: 1 (")
+        .and_then(|r| r.strip_suffix(')'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected message {message:?}"));
+    assert!(
+        oldest > 1 && oldest <= current + 1,
+        "{message} (current {current})"
+    );
+}
+
+#[tokio::test]
+async fn fact_lease_create_existing_is_409_already_exists_and_stale_put_is_409_conflict() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_server, client, _dir) = setup().await;
+    let leases: Api<Lease> = Api::namespaced(client, "default");
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "numaplane-scheduler"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}))
+    .unwrap();
+    let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let err = api_status(leases.create(&PostParams::default(), &lease).await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
+    let mut mine = created.clone();
+    mine.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    leases
+        .replace("numaplane-scheduler", &PostParams::default(), &mine)
+        .await
+        .unwrap();
+    // `created` still has the old resourceVersion.
+    let err = api_status(
+        leases
+            .replace("numaplane-scheduler", &PostParams::default(), &created)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert!(
+        err.message.ends_with(
+            "the object has been modified; please apply your changes to the latest version and try again"
+        ),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn fact_nrt_crd_refuses_bad_quantities_with_422_and_prunes_unknown_fields() {
+    let (server, client, _dir) = setup().await;
+    server.install_nrt_crd();
+    let api: Api<NodeResourceTopology> = Api::all(client);
+    let mut bad = json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"}, "topologyPolicies": ["None"],
+        "zones": [{"name": "node-0", "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "x4", "allocatable": "4", "available": "4"}]}]});
+    let params = PatchParams::apply(MANAGER);
+    let err = api_status(api.patch("n1", &params, &Patch::Apply(&bad)).await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert!(
+        err.message.starts_with(
+            "NodeResourceTopology.topology.node.k8s.io \"n1\" is invalid: zones[0].resources[0].capacity: Invalid value: \"x4\""
+        ),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("should match '^(\\+|-)?"), "{}", err.message);
+    assert!(
+        server
+            .get(NRT_API_VERSION, "NodeResourceTopology", None, "n1")
+            .is_none()
+    );
+    // Fixed, plus a field the schema does not know: stored without it.
+    bad["zones"][0]["resources"][0]["capacity"] = json!("4");
+    bad["zones"][0]["resources"][0]["vendorExtra"] = json!("x");
+    bad["extra"] = json!(1);
+    api.patch("n1", &params, &Patch::Apply(&bad)).await.unwrap();
+    let stored = server
+        .get(NRT_API_VERSION, "NodeResourceTopology", None, "n1")
+        .unwrap();
+    assert!(stored.get("extra").is_none());
+    assert!(stored["zones"][0]["resources"][0].get("vendorExtra").is_none());
+    assert_eq!(stored["zones"][0]["resources"][0]["capacity"], "4");
 }
