@@ -1,6 +1,7 @@
 //! numaplane shared vocabulary: the kubelet gRPC APIs, the NodeResourceTopology types and CRD,
 //! exact Kubernetes quantities and the pod-set fingerprint.
 
+pub mod allocation;
 pub mod crd;
 pub mod fingerprint;
 pub mod nrt;

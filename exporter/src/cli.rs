@@ -47,6 +47,9 @@ pub enum Command {
     /// Run the agent: read the kubelet, publish the NodeResourceTopology, serve metrics.
     /// With `--once --dry-run`, print the object it would publish and exit.
     Run(Box<crate::run::RunArgs>),
+    /// Run the node-side allocator alone: one kubelet device plugin per pool, steering the
+    /// kubelet to the devices the scheduler recorded (see docs/allocator.md).
+    DevicePlugin(Box<crate::allocator::DevicePluginArgs>),
 }
 
 /// Arguments of `topology`.
@@ -96,6 +99,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Topology(args) => topology(&args),
         Command::Run(args) => run_agent(*args),
+        Command::DevicePlugin(args) => run_device_plugin(*args),
     }
 }
 
@@ -117,6 +121,27 @@ fn run_agent(args: crate::run::RunArgs) -> ExitCode {
     };
     let view = crate::accounting::MachineView::from(&machine);
     match runtime.block_on(crate::run::run(args, view)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));
+            if e.is_config() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn run_device_plugin(args: crate::allocator::DevicePluginArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("numaplane-exporter: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::allocator::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));

@@ -2,6 +2,7 @@
 //! publishes one NodeResourceTopology per node and serves Prometheus metrics.
 
 pub mod accounting;
+pub mod allocator;
 pub mod backoff;
 pub mod cli;
 pub mod kubelet_config;

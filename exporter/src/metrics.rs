@@ -142,6 +142,8 @@ pub struct Metrics {
     pub errors: Family<KindLabels, Counter>,
     /// Constant 1 with the agent's configuration as labels.
     pub info: Family<InfoLabels, Gauge>,
+    /// The node-side allocator's (zero while no pool is configured).
+    pub allocator: crate::allocator::metrics::AllocatorMetrics,
 }
 
 impl Default for Metrics {
@@ -154,7 +156,11 @@ impl Metrics {
     /// Registers every family under the `numaplane_exporter` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("numaplane_exporter");
+        let allocator = crate::allocator::metrics::AllocatorMetrics::register(
+            registry.sub_registry_with_prefix("allocator"),
+        );
         let m = Self {
+            allocator,
             zone_capacity: Family::default(),
             zone_allocatable: Family::default(),
             zone_available: Family::default(),

@@ -272,7 +272,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
     }
 }
 
-async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunError> {
+pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunError> {
     let config_error = |message: String| RunError::KubeConfig {
         path: path.cloned(),
         message,
@@ -741,7 +741,7 @@ fn schedule_retry(pending: &mut Option<tokio::task::JoinHandle<()>>, triggers: &
 }
 
 /// Resolves on SIGTERM (kubelet stopping the pod) or SIGINT.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -91,27 +91,7 @@ pub struct ContainerPlacement {
     pub explanation: String,
 }
 
-/// Container role.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ContainerKind {
-    /// Regular init container.
-    Init,
-    /// Restartable init container.
-    Sidecar,
-    /// App container.
-    App,
-}
-
-impl ContainerKind {
-    fn noun(self) -> &'static str {
-        match self {
-            ContainerKind::Init => "init container",
-            ContainerKind::Sidecar => "sidecar container",
-            ContainerKind::App => "container",
-        }
-    }
-}
+pub use numaplane::allocation::ContainerKind;
 
 /// A predicted admission.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -1,0 +1,126 @@
+//! Metrics of the node-side allocator, registered under `numaplane_exporter_allocator_`.
+//! Labels are bounded: the resource name and a fixed outcome set; pod names never appear.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// `resource` and `outcome`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// Extended resource name.
+    pub resource: String,
+    /// A bounded outcome.
+    pub outcome: &'static str,
+}
+
+/// `resource` and `state` (used, free).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabels {
+    /// Extended resource name.
+    pub resource: String,
+    /// used or free.
+    pub state: &'static str,
+}
+
+/// `resource`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// Extended resource name.
+    pub resource: String,
+}
+
+/// `reason` of an ignored record.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// malformed, other_node, unknown_device.
+    pub reason: &'static str,
+}
+
+/// Every allocator metric.
+#[derive(Debug)]
+pub struct AllocatorMetrics {
+    /// `GetPreferredAllocation` calls by outcome: honoured, no_candidate, not_honourable.
+    pub preferred: Family<OutcomeLabels, Counter>,
+    /// Time to answer `GetPreferredAllocation` (the wait for a lagging pod watch included).
+    pub preferred_latency: Histogram,
+    /// `Allocate` calls by outcome (ok; an `Allocate` is never failed by our state).
+    pub allocate: Family<OutcomeLabels, Counter>,
+    /// Containers whose devices differ from the recorded plan.
+    pub mismatches: Family<ResourceLabels, Counter>,
+    /// Slots (or devices) used and free, per pool.
+    pub slots: Family<SlotLabels, Gauge>,
+    /// Registrations with the kubelet by outcome: ok, error.
+    pub registrations: Family<OutcomeLabels, Counter>,
+    /// Records ignored for steering, by reason.
+    pub records_ignored: Family<ReasonLabels, Counter>,
+    /// Reconciliations (pod-resources `List` against the records) by outcome: ok, error.
+    pub resyncs: Family<OutcomeLabels, Counter>,
+}
+
+impl AllocatorMetrics {
+    /// Registers every family in `registry` (a sub-registry of the exporter's).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = AllocatorMetrics {
+            preferred: Family::default(),
+            preferred_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
+            allocate: Family::default(),
+            mismatches: Family::default(),
+            slots: Family::default(),
+            registrations: Family::default(),
+            records_ignored: Family::default(),
+            resyncs: Family::default(),
+        };
+        registry.register(
+            "preferred_allocations",
+            "GetPreferredAllocation calls by outcome (honoured: the recorded plan was returned; no_candidate; not_honourable)",
+            m.preferred.clone(),
+        );
+        registry.register_with_unit(
+            "preferred_allocation_duration",
+            "Time to answer GetPreferredAllocation",
+            Unit::Seconds,
+            m.preferred_latency.clone(),
+        );
+        registry.register("allocations", "Allocate calls by outcome", m.allocate.clone());
+        registry.register(
+            "mismatches",
+            "Containers whose devices (per pod-resources) differ from the scheduler's record",
+            m.mismatches.clone(),
+        );
+        registry.register(
+            "slots",
+            "Devices or slots per pool, used and free",
+            m.slots.clone(),
+        );
+        registry.register(
+            "registrations",
+            "Registrations with the kubelet by outcome",
+            m.registrations.clone(),
+        );
+        registry.register(
+            "records_ignored",
+            "Allocation records ignored for steering, by reason (malformed, other_node, unknown_device)",
+            m.records_ignored.clone(),
+        );
+        registry.register(
+            "resyncs",
+            "Reconciliations of pod-resources against the records, by outcome",
+            m.resyncs.clone(),
+        );
+        m
+    }
+
+    /// Counts one outcome for `resource` in `family`.
+    pub fn count(family: &Family<OutcomeLabels, Counter>, resource: &str, outcome: &'static str) {
+        family
+            .get_or_create(&OutcomeLabels {
+                resource: resource.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,508 @@
+//! The node-side allocator: one kubelet device plugin per configured pool, steering the
+//! kubelet to the devices the scheduler recorded on the pod (`numaplane.io/allocation`), with
+//! pod-resources as the truth for what is held. Hosted by `numaplane-exporter run --pools` or
+//! run alone as `numaplane-exporter device-plugin`. See docs/allocator.md.
+
+pub mod metrics;
+pub mod plugin;
+pub mod pools;
+pub mod records;
+pub mod steer;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource as _};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use self::plugin::{Holders, PluginState};
+use self::pools::Pool;
+use self::records::SharedRecords;
+use crate::metrics::Metrics;
+use crate::podresources::KubeletClient;
+
+/// Default kubelet device-plugin directory.
+pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+
+/// Flags of `device-plugin` (and the pool flags `run` shares).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevicePluginArgs {
+    /// Pools file (YAML); see docs/allocator.md.
+    #[arg(long, env = "NUMAPLANE_POOLS")]
+    pub pools: PathBuf,
+    /// The kubelet's device-plugin directory (its `kubelet.sock` and our sockets).
+    #[arg(long, env = "NUMAPLANE_DEVICE_PLUGIN_DIR", default_value = DEFAULT_DIR)]
+    pub device_plugin_dir: PathBuf,
+    /// This node's name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Kubeconfig; default: in-cluster, then $KUBECONFIG.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Read the machine (PCI inventory) from this hwloc XML file instead of the live system.
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_XML")]
+    pub topology_xml: Option<PathBuf>,
+    /// The kubelet pod-resources socket.
+    #[arg(long, env = "NUMAPLANE_PODRESOURCES_SOCKET", default_value = crate::podresources::DEFAULT_SOCKET)]
+    pub podresources_socket: PathBuf,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2113")]
+    pub metrics_address: SocketAddr,
+    /// How often pod-resources is read to reconcile holders, slots and records.
+    #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub resync_interval: Duration,
+    /// Timeout of one kubelet call.
+    #[arg(long, env = "NUMAPLANE_CALL_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub call_timeout: Duration,
+    /// This agent's pod name, reported in Events.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+}
+
+/// Why the allocator cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocatorError {
+    /// Bad pools file.
+    #[error("bad --pools")]
+    Pools(#[from] pools::PoolsError),
+    /// The machine cannot be read.
+    #[error("cannot load the machine topology")]
+    LoadMachine(#[source] numaplane_topology::TopologyError),
+    /// Bad kubeconfig.
+    #[error("cannot build the API client")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Bad pod-resources socket.
+    #[error("bad --podresources-socket")]
+    Socket(#[source] crate::podresources::PodResourcesError),
+    /// The metrics server cannot start.
+    #[error("cannot start the metrics server")]
+    Server(#[source] crate::server::ServerError),
+    /// A supervised task ended.
+    #[error("task {0} ended unexpectedly")]
+    TaskEnded(&'static str),
+}
+
+impl AllocatorError {
+    /// Bad configuration (exit 64) rather than a runtime failure.
+    pub fn is_config(&self) -> bool {
+        !matches!(self, Self::TaskEnded(_))
+    }
+}
+
+/// What the allocator's tasks share.
+#[derive(Clone)]
+pub struct Shared {
+    node: String,
+    records: SharedRecords,
+    holders: Holders,
+    metrics: Arc<Metrics>,
+    recorder: Option<Recorder>,
+}
+
+/// What the allocator runs with.
+#[derive(Debug, Clone)]
+pub struct AllocatorConfig {
+    /// Resolved pools.
+    pub pools: Vec<Pool>,
+    /// The kubelet's device-plugin directory.
+    pub dir: PathBuf,
+    /// This node.
+    pub node: String,
+    /// Reporting instance of Events (the pod name).
+    pub instance: String,
+    /// Reconciliation interval.
+    pub resync: Duration,
+}
+
+/// Starts the allocator into `tasks`: the record watch (when there is an API client), one
+/// plugin per pool (served and kept registered) and the reconciliation loop.
+pub fn start(
+    tasks: &mut JoinSet<&'static str>,
+    cfg: AllocatorConfig,
+    client: Option<Client>,
+    kubelet: KubeletClient,
+    metrics: Arc<Metrics>,
+) {
+    let AllocatorConfig {
+        pools,
+        dir,
+        node,
+        instance,
+        resync,
+    } = cfg;
+    let recorder = client.as_ref().map(|c| {
+        Recorder::new(
+            c.clone(),
+            Reporter {
+                controller: "numaplane-exporter".to_owned(),
+                instance: Some(instance),
+            },
+        )
+    });
+    let shared = Shared {
+        node: node.clone(),
+        records: SharedRecords::default(),
+        holders: Holders::default(),
+        metrics: metrics.clone(),
+        recorder,
+    };
+    if let Some(client) = client {
+        let s = shared.clone();
+        tasks.spawn(async move {
+            watch_records(client, s).await;
+            "allocation record watch"
+        });
+    }
+    let mut health = Vec::new();
+    for pool in pools {
+        let pool = Arc::new(pool);
+        let (tx, rx) = watch::channel(plugin::device_list(&pool, &BTreeSet::new()));
+        health.push((pool.clone(), tx));
+        let state = PluginState {
+            pool,
+            node: node.clone(),
+            records: shared.records.clone(),
+            holders: shared.holders.clone(),
+            devices: rx,
+            metrics: metrics.clone(),
+        };
+        let dir = dir.clone();
+        tasks.spawn(async move {
+            keep_registered(dir, state).await;
+            "device plugin"
+        });
+    }
+    let s = shared;
+    tasks.spawn(async move {
+        reconcile_loop(kubelet, s, health, resync).await;
+        "allocator reconciliation"
+    });
+}
+
+/// Feeds the record view from the node's pods; reports records it ignores.
+async fn watch_records(client: Client, shared: Shared) {
+    let api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default()
+        .fields(&crate::pod_watch::node_selector(&shared.node))
+        .any_semantic();
+    let mut events = std::pin::pin!(watcher(api, cfg).default_backoff());
+    let mut listed: Vec<Pod> = Vec::new();
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(p)) => {
+                if let Some(why) = shared.records.apply(&p, &shared.node) {
+                    report_ignored(&shared, &p, &why).await;
+                }
+            }
+            Ok(watcher::Event::Delete(p)) => shared.records.delete(&p),
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(p)) => listed.push(p),
+            Ok(watcher::Event::InitDone) => {
+                let pods = std::mem::take(&mut listed);
+                for (key, why) in shared.records.reset(&pods, &shared.node) {
+                    if let Some(p) = pods.iter().find(|p| records::key(p) == key) {
+                        report_ignored(&shared, p, &why).await;
+                    }
+                }
+            }
+            Err(e) => {
+                shared.metrics.error("allocator_pod_watch");
+                tracing::warn!(error = %numaplane::error_chain(&e), "pod watch of the allocator failed; retrying");
+            }
+        }
+    }
+}
+
+async fn report_ignored(shared: &Shared, pod: &Pod, why: &records::Ignored) {
+    shared
+        .metrics
+        .allocator
+        .records_ignored
+        .get_or_create(&metrics::ReasonLabels { reason: why.reason() })
+        .inc();
+    tracing::warn!(pod = %records::key(pod), reason = why.reason(), "{}", why.message());
+    pod_event(
+        shared,
+        pod,
+        EventType::Warning,
+        "AllocationRecordIgnored",
+        why.message(),
+    )
+    .await;
+}
+
+async fn pod_event(shared: &Shared, pod: &Pod, type_: EventType, reason: &str, note: String) {
+    let Some(recorder) = &shared.recorder else {
+        return;
+    };
+    let ev = KubeEvent {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Allocate".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
+        shared.metrics.error("event");
+        tracing::warn!(error = %numaplane::error_chain(&e), "cannot publish an Event");
+    }
+}
+
+/// Serves the pool's plugin and keeps it registered: re-serves and re-registers when our
+/// socket disappears (the kubelet cleans the directory when it restarts), when the kubelet's
+/// socket is recreated, or when the server stops; failures back off from 1 s to 30 s.
+async fn keep_registered(dir: PathBuf, state: PluginState) {
+    let resource = state.pool.resource.clone();
+    let metrics = state.metrics.clone();
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let served = match plugin::serve(&dir, state.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                metrics.error("device_plugin_serve");
+                tracing::warn!(error = %numaplane::error_chain(&e), retry_in = ?backoff, "cannot serve the device plugin");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        let kubelet_id = socket_identity(&dir.join(plugin::KUBELET_SOCKET));
+        match plugin::register(&dir, &state.pool, Duration::from_secs(10)).await {
+            Ok(()) => {
+                metrics::AllocatorMetrics::count(&metrics.allocator.registrations, &resource, "ok");
+                tracing::info!(resource = %resource, socket = %served.socket.display(), "registered with the kubelet");
+                backoff = Duration::from_secs(1);
+            }
+            Err(e) => {
+                metrics::AllocatorMetrics::count(&metrics.allocator.registrations, &resource, "error");
+                tracing::warn!(error = %numaplane::error_chain(&e), retry_in = ?backoff, "registration failed; retrying");
+                served.stop();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let ours = served.socket.exists();
+            let kubelet_same = socket_identity(&dir.join(plugin::KUBELET_SOCKET)) == kubelet_id;
+            if !ours || !kubelet_same || served.finished() {
+                tracing::info!(resource = %resource, socket_present = ours, kubelet_same, "kubelet restarted or our socket is gone: registering again");
+                break;
+            }
+        }
+        served.stop();
+    }
+}
+
+/// A file's identity (device, inode): a recreated socket has a new one.
+fn socket_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Every `resync`: reads pod-resources, updates who holds what, republishes slot health for
+/// cluster-shared pools, counts slots, and reports pods whose devices differ from their record.
+async fn reconcile_loop(
+    kubelet: KubeletClient,
+    shared: Shared,
+    pools: Vec<(
+        Arc<Pool>,
+        watch::Sender<Vec<numaplane::proto::deviceplugin::Device>>,
+    )>,
+    resync: Duration,
+) {
+    let mut reported: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut tick = tokio::time::interval(resync);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let list = match kubelet.list().await {
+            Ok(l) => l,
+            Err(e) => {
+                for (pool, _) in &pools {
+                    metrics::AllocatorMetrics::count(
+                        &shared.metrics.allocator.resyncs,
+                        &pool.resource,
+                        "error",
+                    );
+                }
+                tracing::warn!(error = %numaplane::error_chain(&e), "allocator cannot read pod-resources; retrying");
+                continue;
+            }
+        };
+        let resources: BTreeSet<&str> = pools.iter().map(|(p, _)| p.resource.as_str()).collect();
+        // resource → pod key → container → IDs.
+        let mut held: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
+            BTreeMap::new();
+        for p in &list.pod_resources {
+            let key = format!("{}/{}", p.namespace, p.name);
+            for c in &p.containers {
+                for d in &c.devices {
+                    if resources.contains(d.resource_name.as_str()) && !d.device_ids.is_empty() {
+                        held.entry(d.resource_name.clone())
+                            .or_default()
+                            .entry(key.clone())
+                            .or_default()
+                            .entry(c.name.clone())
+                            .or_default()
+                            .extend(d.device_ids.iter().cloned());
+                    }
+                }
+            }
+        }
+        {
+            let mut h = shared
+                .holders
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            h.clear();
+            for (res, pods) in &held {
+                h.insert(res.clone(), pods.keys().cloned().collect());
+            }
+        }
+        for (pool, _) in &pools {
+            metrics::AllocatorMetrics::count(&shared.metrics.allocator.resyncs, &pool.resource, "ok");
+            let total = pool.slot_ids().len();
+            let used: BTreeSet<&String> = held
+                .get(&pool.resource)
+                .into_iter()
+                .flat_map(|pods| pods.values())
+                .flat_map(|cs| cs.values())
+                .flatten()
+                .collect();
+            let used_n = used.len().min(total);
+            for (state, n) in [("used", used_n), ("free", total - used_n)] {
+                shared
+                    .metrics
+                    .allocator
+                    .slots
+                    .get_or_create(&metrics::SlotLabels {
+                        resource: pool.resource.clone(),
+                        state,
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        // Mismatches: a container whose devices differ from its record.
+        let planned: Vec<(String, records::Recorded)> = shared
+            .records
+            .read(|v| v.pods.iter().map(|(k, r)| (k.clone(), r.clone())).collect());
+        let live: BTreeSet<&String> = held.values().flat_map(|pods| pods.keys()).collect();
+        reported.retain(|(k, _, _)| live.contains(k) || planned.iter().any(|(p, _)| p == k));
+        for (key, rec) in &planned {
+            for c in &rec.record.containers {
+                for (res, ids) in &c.devices {
+                    let Some(actual) = held
+                        .get(res)
+                        .and_then(|pods| pods.get(key))
+                        .and_then(|cs| cs.get(&c.name))
+                    else {
+                        continue;
+                    };
+                    let want: BTreeSet<String> = ids.iter().cloned().collect();
+                    if &want == actual || !reported.insert((key.clone(), c.name.clone(), res.clone())) {
+                        continue;
+                    }
+                    shared
+                        .metrics
+                        .allocator
+                        .mismatches
+                        .get_or_create(&metrics::ResourceLabels {
+                            resource: res.clone(),
+                        })
+                        .inc();
+                    let note = format!(
+                        "container {} got {res} {} but the scheduler planned {}",
+                        c.name,
+                        actual.iter().cloned().collect::<Vec<_>>().join(","),
+                        ids.join(",")
+                    );
+                    tracing::warn!(pod = %key, "{note}");
+                    if let Some((ns, name)) = key.split_once('/') {
+                        let pod: Pod = Pod {
+                            metadata: kube::api::ObjectMeta {
+                                namespace: Some(ns.to_owned()),
+                                name: Some(name.to_owned()),
+                                uid: Some(rec.uid.clone()).filter(|u| !u.is_empty()),
+                                ..Default::default()
+                            },
+                            ..Default::default()
+                        };
+                        pod_event(&shared, &pod, EventType::Warning, "AllocationMismatch", note).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `numaplane-exporter device-plugin`: the allocator alone, with its own metrics server.
+pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
+    let machine =
+        crate::cli::load_machine(args.topology_xml.as_deref()).map_err(AllocatorError::LoadMachine)?;
+    let pools = pools::load(&args.pools, &machine)?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(crate::server::Health::default());
+    let (addr, server) = crate::server::serve(
+        args.metrics_address,
+        metrics.clone(),
+        health.clone(),
+        args.resync_interval
+            .saturating_mul(10)
+            .max(Duration::from_secs(30)),
+    )
+    .await
+    .map_err(AllocatorError::Server)?;
+    tracing::info!(%addr, pools = pools.len(), "serving /metrics, /healthz and /readyz");
+    let client = crate::run::kube_client(args.kubeconfig.as_ref())
+        .await
+        .map_err(|e| AllocatorError::Client(Box::new(e)))?;
+    let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
+        .map_err(AllocatorError::Socket)?;
+    let instance = args
+        .pod_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("numaplane-exporter-{}", args.node_name));
+    let mut tasks = JoinSet::new();
+    let cfg = AllocatorConfig {
+        pools,
+        dir: args.device_plugin_dir.clone(),
+        node: args.node_name.clone(),
+        instance,
+        resync: args.resync_interval,
+    };
+    start(&mut tasks, cfg, Some(client), kubelet, metrics);
+    let h = health.clone();
+    tasks.spawn(async move {
+        loop {
+            h.beat();
+            h.set_ready();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let ended = tokio::select! {
+        ended = tasks.join_next() => ended,
+        () = crate::run::shutdown_signal() => {
+            tracing::info!("signal received: stopping");
+            tasks.abort_all();
+            server.abort();
+            return Ok(());
+        }
+    };
+    server.abort();
+    tasks.abort_all();
+    Err(AllocatorError::TaskEnded(match ended {
+        Some(Ok(name)) => name,
+        _ => "panicked task",
+    }))
+}

@@ -1,0 +1,374 @@
+//! One kubelet device plugin (v1beta1) per pool: served on a Unix socket in the kubelet's
+//! device-plugin directory and registered on its `kubelet.sock`.
+//!
+//! `GetPreferredAllocation` returns the scheduler's recorded plan ([`super::steer`]) or no
+//! preference. `Allocate` is pod-agnostic: it hands out the IDs the kubelet chose (environment
+//! variable, device nodes, CDI names) and never fails because of our own state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use numaplane::proto::deviceplugin::{
+    self as dp, device_plugin_server::DevicePlugin, registration_client::RegistrationClient,
+};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use super::metrics::AllocatorMetrics;
+use super::pools::Pool;
+use super::records::SharedRecords;
+use super::steer::{self, Candidate, Miss};
+
+/// Device plugin API version we speak.
+pub const API_VERSION: &str = "v1beta1";
+/// The kubelet's registration socket in the device-plugin directory.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// How long `GetPreferredAllocation` waits for a lagging pod watch before answering "no
+/// preference" (the kubelet's own call is bounded by its RPC timeout).
+pub const WATCH_LAG_WAIT: Duration = Duration::from_secs(1);
+
+/// Pods that hold devices of each resource per the last pod-resources `List` (they are being
+/// or have been admitted, so their plans are no longer candidates).
+pub type Holders = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// What one pool's plugin serves from.
+#[derive(Clone)]
+pub struct PluginState {
+    /// The pool.
+    pub pool: Arc<Pool>,
+    /// This node.
+    pub node: String,
+    /// The records of this node's pods.
+    pub records: SharedRecords,
+    /// Who holds what, from pod-resources.
+    pub holders: Holders,
+    /// The device list sent on `ListAndWatch` (health changes republish it).
+    pub devices: watch::Receiver<Vec<dp::Device>>,
+    /// Metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl std::fmt::Debug for PluginState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginState")
+            .field("resource", &self.pool.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The device list of `pool`, every slot healthy except `unhealthy`.
+pub fn device_list(pool: &Pool, unhealthy: &BTreeSet<String>) -> Vec<dp::Device> {
+    pool.slot_ids()
+        .into_iter()
+        .map(|(id, dev)| dp::Device {
+            health: if unhealthy.contains(&id) {
+                "Unhealthy"
+            } else {
+                "Healthy"
+            }
+            .to_owned(),
+            topology: dev.numa_node.map(|n| dp::TopologyInfo {
+                nodes: vec![dp::NumaNode { id: i64::from(n) }],
+            }),
+            id,
+        })
+        .collect()
+}
+
+fn metrics(state: &PluginState) -> &AllocatorMetrics {
+    &state.metrics.allocator
+}
+
+impl PluginState {
+    /// Candidates for `resource`: pods with a plan for it that hold none of it yet.
+    fn candidates(&self) -> Vec<Candidate> {
+        let resource = &self.pool.resource;
+        let holding = self
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(resource)
+            .cloned()
+            .unwrap_or_default();
+        self.records.read(|v| {
+            v.pods
+                .iter()
+                .filter(|(k, _)| !holding.contains(*k))
+                .map(|(k, r)| Candidate {
+                    key: k.clone(),
+                    created_ms: r.created_ms,
+                    plans: r
+                        .record
+                        .containers
+                        .iter()
+                        .filter_map(|c| c.devices.get(resource).cloned())
+                        .filter(|ids| !ids.is_empty())
+                        .collect(),
+                })
+                .filter(|c| !c.plans.is_empty())
+                .collect()
+        })
+    }
+
+    /// The answer for one container, waiting once for a lagging watch.
+    async fn prefer(&self, req: &steer::Request) -> Vec<String> {
+        let resource = &self.pool.resource;
+        let deadline = Instant::now() + WATCH_LAG_WAIT;
+        loop {
+            match steer::choose(&self.candidates(), req) {
+                Ok(choice) => {
+                    AllocatorMetrics::count(&metrics(self).preferred, resource, "honoured");
+                    tracing::debug!(resource = %resource, pod = %choice.key, devices = ?choice.devices, "preferred allocation from the record");
+                    return choice.devices;
+                }
+                Err(miss) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        let outcome = match miss {
+                            Miss::NoCandidate => "no_candidate",
+                            Miss::NotHonourable => "not_honourable",
+                        };
+                        AllocatorMetrics::count(&metrics(self).preferred, resource, outcome);
+                        tracing::info!(resource = %resource, outcome, available = ?req.available, size = req.size, "no recorded plan fits; the kubelet keeps its own choice");
+                        return Vec::new();
+                    }
+                    // The pod being admitted may not have reached our watch yet.
+                    self.records.changed(deadline - now).await;
+                }
+            }
+        }
+    }
+
+    fn allocate_one(&self, ids: &[String]) -> dp::ContainerAllocateResponse {
+        let pool = &self.pool;
+        let mut envs = std::collections::HashMap::new();
+        envs.insert(pool.env.clone(), ids.join(","));
+        let mut devices = Vec::new();
+        let mut cdi_devices = Vec::new();
+        let mut seen = BTreeSet::new();
+        for id in ids {
+            // Unknown IDs (not ours) still get their env entry: bookkeeping never fails Allocate.
+            let Some(dev) = pool.device_of(id) else {
+                tracing::warn!(resource = %pool.resource, id = %id, "Allocate names an ID this pool does not offer");
+                continue;
+            };
+            if !seen.insert(dev.id.clone()) {
+                continue;
+            }
+            for t in &pool.device_specs {
+                devices.push(dp::DeviceSpec {
+                    container_path: t.container_path.replace("{device}", &dev.id),
+                    host_path: t.host_path.replace("{device}", &dev.id),
+                    permissions: t.permissions.clone().unwrap_or_else(|| "rw".to_owned()),
+                });
+            }
+            for c in &pool.cdi_devices {
+                cdi_devices.push(dp::CdiDevice {
+                    name: c.replace("{device}", &dev.id),
+                });
+            }
+        }
+        dp::ContainerAllocateResponse {
+            envs,
+            mounts: Vec::new(),
+            devices,
+            annotations: std::collections::HashMap::new(),
+            cdi_devices,
+        }
+    }
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<dp::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for PluginState {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<dp::Empty>,
+    ) -> Result<Response<dp::DevicePluginOptions>, Status> {
+        Ok(Response::new(dp::DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
+    }
+
+    type ListAndWatchStream = DeviceStream;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<dp::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let rx = self.devices.clone();
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let devices = rx.borrow_and_update().clone();
+            Some((Ok(dp::ListAndWatchResponse { devices }), (rx, false)))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<dp::PreferredAllocationRequest>,
+    ) -> Result<Response<dp::PreferredAllocationResponse>, Status> {
+        let t0 = Instant::now();
+        let mut container_responses = Vec::new();
+        for c in request.into_inner().container_requests {
+            let req = steer::Request {
+                available: c.available_device_i_ds,
+                must_include: c.must_include_device_i_ds,
+                size: usize::try_from(c.allocation_size).unwrap_or(0),
+            };
+            container_responses.push(dp::ContainerPreferredAllocationResponse {
+                device_i_ds: self.prefer(&req).await,
+            });
+        }
+        metrics(self)
+            .preferred_latency
+            .observe(t0.elapsed().as_secs_f64());
+        Ok(Response::new(dp::PreferredAllocationResponse {
+            container_responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<dp::AllocateRequest>,
+    ) -> Result<Response<dp::AllocateResponse>, Status> {
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|c| self.allocate_one(&c.devices_ids))
+            .collect();
+        AllocatorMetrics::count(&metrics(self).allocate, &self.pool.resource, "ok");
+        Ok(Response::new(dp::AllocateResponse { container_responses }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<dp::PreStartContainerRequest>,
+    ) -> Result<Response<dp::PreStartContainerResponse>, Status> {
+        Ok(Response::new(dp::PreStartContainerResponse {}))
+    }
+}
+
+/// Why a plugin could not be served or registered (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// Our socket cannot be created.
+    #[error("serving the {resource} plugin on {socket}")]
+    Listen {
+        /// Resource.
+        resource: String,
+        /// Socket path.
+        socket: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kubelet's registration socket cannot be reached.
+    #[error("connecting to the kubelet at {socket}")]
+    Connect {
+        /// Socket path.
+        socket: PathBuf,
+        /// Cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The kubelet refused the registration.
+    #[error("registering {resource} with the kubelet")]
+    Register {
+        /// Resource.
+        resource: String,
+        /// Cause.
+        #[source]
+        source: Status,
+    },
+}
+
+/// A served plugin: the server task and the socket it owns.
+#[derive(Debug)]
+pub struct Served {
+    /// Our socket.
+    pub socket: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Stops serving and removes the socket.
+    pub fn stop(self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Whether the server task ended.
+    pub fn finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+/// Serves `state` on `<dir>/<pool socket>` (a stale file there is replaced).
+pub fn serve(dir: &Path, state: PluginState) -> Result<Served, PluginError> {
+    let socket = dir.join(state.pool.socket_name());
+    let listen_err = |source| PluginError::Listen {
+        resource: state.pool.resource.clone(),
+        socket: socket.clone(),
+        source,
+    };
+    match std::fs::remove_file(&socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(listen_err(e)),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(&socket).map_err(listen_err)?;
+    let service = dp::device_plugin_server::DevicePluginServer::new(state);
+    let task = tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        if let Err(e) = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming)
+            .await
+        {
+            tracing::warn!(error = %e, "device plugin server stopped");
+        }
+    });
+    Ok(Served { socket, task })
+}
+
+/// Registers the pool's plugin with the kubelet at `<dir>/kubelet.sock`.
+pub async fn register(dir: &Path, pool: &Pool, timeout: Duration) -> Result<(), PluginError> {
+    let kubelet = dir.join(KUBELET_SOCKET);
+    let endpoint = tonic::transport::Endpoint::try_from(format!("unix://{}", kubelet.display()))
+        .map_err(|source| PluginError::Connect {
+            socket: kubelet.clone(),
+            source,
+        })?
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let channel = endpoint.connect().await.map_err(|source| PluginError::Connect {
+        socket: kubelet.clone(),
+        source,
+    })?;
+    RegistrationClient::new(channel)
+        .register(dp::RegisterRequest {
+            version: API_VERSION.to_owned(),
+            endpoint: pool.socket_name(),
+            resource_name: pool.resource.clone(),
+            options: Some(dp::DevicePluginOptions {
+                pre_start_required: false,
+                get_preferred_allocation_available: true,
+            }),
+        })
+        .await
+        .map_err(|source| PluginError::Register {
+            resource: pool.resource.clone(),
+            source,
+        })?;
+    Ok(())
+}

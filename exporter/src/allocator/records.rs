@@ -1,0 +1,242 @@
+//! The allocation records of the pods bound to this node, from a node-scoped pod watch: what
+//! `GetPreferredAllocation` steers by and what reconciliation compares with the kubelet.
+//! A record that is malformed or names another node is ignored for steering (metric, log,
+//! and one Event on the pod).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt as _;
+use numaplane::allocation::{ANNOTATION, Allocation};
+use tokio::sync::Notify;
+
+/// One pod that carries a usable record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// Pod UID.
+    pub uid: String,
+    /// Creation time, ms since the epoch.
+    pub created_ms: i64,
+    /// The record.
+    pub record: Allocation,
+}
+
+/// What the pod watch knows.
+#[derive(Debug, Default)]
+pub struct RecordView {
+    /// Non-terminal pods of this node with a valid record for this node, by `namespace/name`.
+    pub pods: BTreeMap<String, Recorded>,
+    /// Keys of pods whose record was found unusable, with why (reported once per version).
+    pub rejected: BTreeMap<String, String>,
+    /// The first list completed.
+    pub synced: bool,
+}
+
+/// Shared handle, with a wake-up for waiters (a lagging watch is waited for, briefly).
+#[derive(Debug, Default, Clone)]
+pub struct SharedRecords {
+    view: Arc<Mutex<RecordView>>,
+    changed: Arc<Notify>,
+}
+
+/// Why a pod's record is not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ignored {
+    /// The annotation does not parse.
+    Malformed(String),
+    /// The record names another node (a failed Binding can leave a stale one).
+    OtherNode(String),
+}
+
+impl Ignored {
+    /// Metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Ignored::Malformed(_) => "malformed",
+            Ignored::OtherNode(_) => "other_node",
+        }
+    }
+
+    /// For logs and Events.
+    pub fn message(&self) -> String {
+        match self {
+            Ignored::Malformed(e) => format!("allocation record ignored: {e}"),
+            Ignored::OtherNode(n) => {
+                format!("allocation record ignored: it names node {n}, not the node the pod is bound to")
+            }
+        }
+    }
+}
+
+/// `namespace/name`.
+pub fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// The usable record of `pod` on `node`: `Ok(None)` when it has none or is terminal.
+pub fn record_of(pod: &Pod, node: &str) -> Result<Option<Recorded>, Ignored> {
+    let terminal = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    let Some(raw) = pod.annotations().get(ANNOTATION) else {
+        return Ok(None);
+    };
+    if terminal || pod.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let record = Allocation::parse(raw).map_err(|e| Ignored::Malformed(numaplane::error_chain(&e)))?;
+    if record.node != node {
+        return Err(Ignored::OtherNode(record.node));
+    }
+    Ok(Some(Recorded {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        created_ms: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_millisecond()),
+        record,
+    }))
+}
+
+impl SharedRecords {
+    /// Reads the view.
+    pub fn read<R>(&self, f: impl FnOnce(&RecordView) -> R) -> R {
+        f(&self
+            .view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    fn write<R>(&self, f: impl FnOnce(&mut RecordView) -> R) -> R {
+        let r = f(&mut self
+            .view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner));
+        self.changed.notify_waiters();
+        r
+    }
+
+    /// Waits until the view changes or `timeout` passes.
+    pub async fn changed(&self, timeout: std::time::Duration) {
+        let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
+    }
+
+    /// Applies an added or modified pod. Returns why its record is ignored, the first time
+    /// that reason is seen for this pod.
+    pub fn apply(&self, pod: &Pod, node: &str) -> Option<Ignored> {
+        let k = key(pod);
+        let outcome = record_of(pod, node);
+        self.write(|v| match outcome {
+            Ok(Some(r)) => {
+                v.rejected.remove(&k);
+                v.pods.insert(k, r);
+                None
+            }
+            Ok(None) => {
+                v.pods.remove(&k);
+                v.rejected.remove(&k);
+                None
+            }
+            Err(why) => {
+                v.pods.remove(&k);
+                let text = why.message();
+                let first = v.rejected.get(&k) != Some(&text);
+                v.rejected.insert(k, text);
+                first.then_some(why)
+            }
+        })
+    }
+
+    /// Forgets a deleted pod.
+    pub fn delete(&self, pod: &Pod) {
+        let k = key(pod);
+        self.write(|v| {
+            v.pods.remove(&k);
+            v.rejected.remove(&k);
+        });
+    }
+
+    /// Replaces everything after a (re)list; returns the newly ignored records.
+    pub fn reset(&self, pods: &[Pod], node: &str) -> Vec<(String, Ignored)> {
+        let mut fresh = RecordView {
+            synced: true,
+            ..RecordView::default()
+        };
+        let mut ignored = Vec::new();
+        let before = self.read(|v| v.rejected.clone());
+        for p in pods {
+            let k = key(p);
+            match record_of(p, node) {
+                Ok(Some(r)) => {
+                    fresh.pods.insert(k, r);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    let text = why.message();
+                    if before.get(&k) != Some(&text) {
+                        ignored.push((k.clone(), why));
+                    }
+                    fresh.rejected.insert(k, text);
+                }
+            }
+        }
+        self.write(|v| *v = fresh);
+        ignored
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, annotation: Option<&str>, phase: &str) -> Pod {
+        let mut meta = json!({"name": name, "namespace": "ns", "uid": format!("u-{name}"),
+            "creationTimestamp": "2026-11-25T10:00:00Z"});
+        if let Some(a) = annotation {
+            meta["annotations"] = json!({ANNOTATION: a});
+        }
+        serde_json::from_value(
+            json!({"metadata": meta, "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": phase}}),
+        )
+        .unwrap()
+    }
+
+    fn record(node: &str) -> String {
+        json!({"version": "v1", "node": node, "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "a", "kind": "app", "numaNodes": [0],
+                "devices": {"example.com/gpu": ["g1"]}}]})
+        .to_string()
+    }
+
+    #[test]
+    fn records_are_kept_ignored_or_dropped() {
+        let s = SharedRecords::default();
+        assert_eq!(s.apply(&pod("a", Some(&record("n1")), "Pending"), "n1"), None);
+        assert!(s.read(|v| v.pods.contains_key("ns/a")));
+        let why = s.apply(&pod("b", Some(&record("n2")), "Pending"), "n1").unwrap();
+        assert_eq!(why.reason(), "other_node");
+        // Reported once per pod and reason.
+        assert_eq!(s.apply(&pod("b", Some(&record("n2")), "Pending"), "n1"), None);
+        let why = s.apply(&pod("c", Some("{"), "Pending"), "n1").unwrap();
+        assert_eq!(why.reason(), "malformed");
+        assert_eq!(s.apply(&pod("d", None, "Pending"), "n1"), None);
+        // Terminal pods hold nothing to steer.
+        s.apply(&pod("a", Some(&record("n1")), "Succeeded"), "n1");
+        assert!(s.read(|v| v.pods.is_empty()));
+        let ignored = s.reset(
+            &[
+                pod("a", Some(&record("n1")), "Running"),
+                pod("b", Some(&record("n2")), "Pending"),
+            ],
+            "n1",
+        );
+        assert!(ignored.is_empty(), "b was reported already");
+        assert!(s.read(|v| v.synced && v.pods.contains_key("ns/a")));
+    }
+}
