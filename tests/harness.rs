@@ -219,6 +219,17 @@ impl Agent {
         )
     }
 
+    /// Starts `numaplane-exporter <subcommand>` with `args`; `--metrics-address` is added.
+    pub fn spawn_exporter(subcommand: &str, args: &[String]) -> Result<Self, HarnessError> {
+        Self::spawn_binary(
+            crate::binaries::exporter(),
+            subcommand,
+            args,
+            "--metrics-address",
+            "info,numaplane_exporter=debug",
+        )
+    }
+
     /// Starts `numaplane-scheduler <subcommand>` with `args`; `--listen` is added.
     pub fn spawn_scheduler(subcommand: &str, args: &[String]) -> Result<Self, HarnessError> {
         Self::spawn_binary(

@@ -5,5 +5,6 @@
 pub mod binaries;
 pub mod exporter_vectors;
 pub mod fake_api;
+pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod harness;

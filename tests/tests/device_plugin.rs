@@ -1,0 +1,374 @@
+//! `numaplane-exporter device-plugin` against a fake kubelet (device-plugin registration and
+//! admission with the device manager's rules, plus pod-resources) and an API server (the
+//! HTTP-level fake, or a real cluster with `NUMAPLANE_E2E_KUBECONFIG`: pods are created bound
+//! to a fake node name and never run).
+//!
+//! Checked: registration, options and topology; the kubelet's choice steered to the recorded
+//! devices; a record that cannot be honoured leaves the kubelet's choice, counted as a mismatch
+//! with an Event; re-registration after a kubelet restart; a slot pool under 1,000 create and
+//! delete cycles with no leak and no failed Allocate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use numaplane::allocation::ANNOTATION;
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
+};
+use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+const GPU: &str = "example.com/gpu";
+const CAM: &str = "example.com/cam";
+
+struct Env {
+    api: ApiTarget,
+    ns: String,
+    node: String,
+    dir: tempfile::TempDir,
+    dp: FakeDeviceKubelet,
+    podres: FakeKubelet,
+    agent: Agent,
+}
+
+impl Env {
+    /// GPUs g0..g3 on NUMA 0 and g4..g7 on NUMA 1; one camera shared by 2 containers.
+    async fn new() -> Env {
+        let api = ApiTarget::start().await.unwrap();
+        let ns = unique_name("np-dp");
+        let node = unique_name("np-dp-node");
+        let namespaces: Api<Namespace> = Api::all(api.client());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pools = dir.path().join("pools.yaml");
+        let gpus: Vec<_> = (0..8)
+            .map(|i| json!({"id": format!("g{i}"), "numaNode": i / 4}))
+            .collect();
+        std::fs::write(
+            &pools,
+            serde_json::to_string(&json!({"pools": [
+                {"resource": GPU, "devices": gpus, "deviceSpecs": [{"containerPath": "/dev/{device}", "hostPath": "/dev/fake-{device}"}]},
+                {"resource": CAM, "capacity": 2, "devices": [{"id": "cam", "numaNode": 0}], "cdiDevices": ["example.com/cam={device}"]}
+            ]}))
+            .unwrap(),
+        )
+        .unwrap();
+        let plugins = dir.path().join("device-plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+        let podres = FakeKubelet::start(
+            &dir.path().join("podres.sock"),
+            AllocatableResourcesResponse::default(),
+            vec![],
+            FakeKubeletOptions::default(),
+        )
+        .await
+        .unwrap();
+        let args: Vec<String> = [
+            "--pools",
+            pools.to_str().unwrap(),
+            "--device-plugin-dir",
+            plugins.to_str().unwrap(),
+            "--node-name",
+            &node,
+            "--kubeconfig",
+            api.kubeconfig().to_str().unwrap(),
+            "--podresources-socket",
+            dir.path().join("podres.sock").to_str().unwrap(),
+            "--resync-interval",
+            "100ms",
+            "--topology-xml",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../topology/tests/fixtures/2numa.xml"
+            ),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+        agent.wait_serving(WAIT).await.unwrap();
+        dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+        dp.wait_registered(CAM, 1, WAIT).await.unwrap();
+        Env {
+            api,
+            ns,
+            node,
+            dir,
+            dp,
+            podres,
+            agent,
+        }
+    }
+
+    /// A pod bound to the node, with a record planning `plan` GPUs for container `app`.
+    async fn pod_with_record(&self, name: &str, plan: &[&str], numa: u32) {
+        let record = json!({"version": "v1", "node": self.node, "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "app", "kind": "app", "numaNodes": [numa], "devices": {GPU: plan}}]});
+        self.create_pod(name, Some(record.to_string())).await;
+    }
+
+    async fn create_pod(&self, name: &str, record: Option<String>) {
+        let mut meta = json!({"name": name, "labels": {"numaplane.io/e2e": "true"}});
+        if let Some(r) = record {
+            meta["annotations"] = json!({ANNOTATION: r});
+        }
+        let pod: Pod = serde_json::from_value(json!({"metadata": meta, "spec": {
+            "nodeName": self.node, "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}))
+        .unwrap();
+        Api::<Pod>::namespaced(self.api.client(), &self.ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}/{name}", self.ns)
+    }
+
+    /// Publishes what the fake device manager holds through pod-resources `List`.
+    fn sync_podresources(&self) {
+        let mut pods = Vec::new();
+        for (pod, containers) in self.dp.all_held() {
+            let (ns, name) = pod.split_once('/').unwrap();
+            pods.push(PodResources {
+                name: name.to_owned(),
+                namespace: ns.to_owned(),
+                containers: containers
+                    .into_iter()
+                    .map(|(c, res)| ContainerResources {
+                        name: c,
+                        devices: res
+                            .into_iter()
+                            .map(|(r, ids)| ContainerDevices {
+                                resource_name: r,
+                                device_ids: ids,
+                                topology: Some(TopologyInfo {
+                                    nodes: vec![NumaNode { id: 0 }],
+                                }),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        self.podres.set_pods(pods);
+    }
+
+    async fn wait_metric(&self, name: &str, labels: &[(&str, &str)], pred: impl Fn(f64) -> bool) -> f64 {
+        self.agent.wait_metric(name, labels, WAIT, pred).await.unwrap()
+    }
+
+    async fn cleanup(&self) {
+        let pods: Api<Pod> = Api::namespaced(self.api.client(), &self.ns);
+        let _ = pods
+            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .await;
+        let _ = Api::<Namespace>::all(self.api.client())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+        let _ = &self.dir;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_with_topology_and_steers_the_kubelet_to_the_recorded_devices() {
+    let env = Env::new().await;
+    let opts = env.dp.options(GPU).unwrap();
+    assert!(opts.get_preferred_allocation_available);
+    let devices = env.dp.devices(GPU);
+    assert_eq!(devices.len(), 8);
+    let g5 = devices.iter().find(|d| d.id == "g5").unwrap();
+    assert_eq!(g5.topology.as_ref().unwrap().nodes[0].id, 1);
+    let slots: Vec<String> = env.dp.devices(CAM).into_iter().map(|d| d.id).collect();
+    assert_eq!(slots, ["cam-0", "cam-1"]);
+
+    // Pods planned in zone 0 on devices the kubelet would not pick by itself (it fills in
+    // ascending order: g0 first), and one whose plan (zone 1) the kubelet cannot honour when
+    // it aligns to zone 0.
+    env.pod_with_record("a", &["g3"], 0).await;
+    env.pod_with_record("b", &["g2"], 0).await;
+    let (got_a, resp) = env
+        .dp
+        .admit(&env.key("a"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got_a, ["g3"]);
+    assert_eq!(resp.envs["NUMAPLANE_DEVICES_EXAMPLE_COM_GPU"], "g3");
+    assert_eq!(resp.devices[0].host_path, "/dev/fake-g3");
+    env.sync_podresources();
+    let (got_b, _) = env
+        .dp
+        .admit(&env.key("b"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got_b, ["g2"], "ascending fill would have given g0");
+    env.sync_podresources();
+    // c: no plan fits what is offered; after the bounded wait, no preference.
+    env.pod_with_record("c", &["g6"], 1).await;
+    let (got_c, _) = env
+        .dp
+        .admit(&env.key("c"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got_c, ["g0"]);
+    env.sync_podresources();
+    env.wait_metric(
+        "numaplane_exporter_allocator_preferred_allocations_total",
+        &[("resource", GPU), ("outcome", "honoured")],
+        |v| v == 2.0,
+    )
+    .await;
+    env.wait_metric(
+        "numaplane_exporter_allocator_mismatches_total",
+        &[("resource", GPU)],
+        |v| v == 1.0,
+    )
+    .await;
+    let text = env.agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_allocator_preferred_allocations_total",
+            &[("resource", GPU), ("outcome", "not_honourable")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        if let Some(e) = list
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("AllocationMismatch"))
+        {
+            assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("c"));
+            assert!(e.note.as_deref().unwrap().contains("planned g6"), "{:?}", e.note);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no AllocationMismatch event"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The aligned set has exactly the size needed: the kubelet does not ask.
+    let before = env.dp.preferred_calls(GPU);
+    env.create_pod("d", None).await;
+    let (got_d, _) = env
+        .dp
+        .admit(&env.key("d"), "app", GPU, 4, Some(&[1]))
+        .await
+        .unwrap();
+    assert_eq!(got_d, ["g4", "g5", "g6", "g7"]);
+    assert_eq!(env.dp.preferred_calls(GPU), before);
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
+    let env = Env::new().await;
+    env.dp.restart().await.unwrap();
+    env.dp.wait_registered(GPU, 2, WAIT).await.unwrap();
+    env.dp.wait_registered(CAM, 2, WAIT).await.unwrap();
+    assert_eq!(env.dp.devices(GPU).len(), 8);
+    env.wait_metric(
+        "numaplane_exporter_allocator_registrations_total",
+        &[("resource", GPU), ("outcome", "ok")],
+        |v| v >= 2.0,
+    )
+    .await;
+
+    // A malformed record and one for another node: ignored, with a metric and an Event.
+    env.create_pod("bad", Some("{not json".to_owned())).await;
+    let other = json!({"version": "v1", "node": "elsewhere", "policy": "none", "scope": "container",
+        "containers": [{"name": "app", "kind": "app", "devices": {GPU: ["g1"]}}]});
+    env.create_pod("other", Some(other.to_string())).await;
+    env.wait_metric(
+        "numaplane_exporter_allocator_records_ignored_total",
+        &[("reason", "malformed")],
+        |v| v == 1.0,
+    )
+    .await;
+    env.wait_metric(
+        "numaplane_exporter_allocator_records_ignored_total",
+        &[("reason", "other_node")],
+        |v| v == 1.0,
+    )
+    .await;
+    // Neither steers: the kubelet's own choice stands and Allocate works.
+    let (got, _) = env
+        .dp
+        .admit(&env.key("other"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got, ["g0"]);
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
+    let env = Env::new().await;
+    // One long-lived holder keeps a slot; the other slot is reused by pod after pod, each
+    // right after the previous one's deletion.
+    let (held, resp) = env
+        .dp
+        .admit(&env.key("long"), "app", CAM, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(resp.cdi_devices[0].name, "example.com/cam=cam");
+    for i in 0..1000 {
+        let key = env.key(&format!("short-{i}"));
+        let (got, _) = env.dp.admit(&key, "app", CAM, 1, Some(&[0])).await.unwrap();
+        assert_ne!(got, held, "cycle {i}: the held slot was handed out again");
+        // A third user must find no slot while both are held.
+        assert!(env.dp.admit("x/third", "app", CAM, 1, Some(&[0])).await.is_err());
+        env.dp.remove_pod(&key);
+    }
+    assert_eq!(env.dp.allocate_errors(), 0);
+    env.sync_podresources();
+    env.wait_metric(
+        "numaplane_exporter_allocator_slots",
+        &[("resource", CAM), ("state", "used")],
+        |v| v == 1.0,
+    )
+    .await;
+    env.dp.remove_pod(&env.key("long"));
+    env.sync_podresources();
+    env.wait_metric(
+        "numaplane_exporter_allocator_slots",
+        &[("resource", CAM), ("state", "free")],
+        |v| v == 2.0,
+    )
+    .await;
+    let text = env.agent.metrics().unwrap();
+    let allocates = metric_value(
+        &text,
+        "numaplane_exporter_allocator_allocations_total",
+        &[("resource", CAM), ("outcome", "ok")],
+    )
+    .unwrap();
+    assert_eq!(allocates, 1001.0);
+    env.cleanup().await;
+}
