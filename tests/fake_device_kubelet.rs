@@ -10,7 +10,8 @@
 //!   answer ∩ aligned, fill from aligned; otherwise take every aligned device, ask over the
 //!   rest, then fill unaligned, then no-topology. `GetPreferredAllocation` is therefore not
 //!   called when the aligned set has exactly the size needed;
-//! - without an answer the fill is in ascending ID order (the real kubelet's is Go map order);
+//! - without an answer the fill is in ascending ID order, or descending with
+//!   [`FakeDeviceKubelet::set_fill_descending`] (the real kubelet's is Go map order);
 //! - one `Allocate` per container and resource.
 //!
 //! `restart` behaves like a kubelet restart: the directory's sockets are removed and
@@ -49,6 +50,8 @@ struct State {
     allocated: BTreeMap<String, BTreeMap<String, (String, String)>>,
     preferred_calls: BTreeMap<String, usize>,
     allocate_errors: usize,
+    /// Fill in descending ID order (another arbitrary order, like the kubelet's map order).
+    descending: bool,
 }
 
 struct Shared {
@@ -176,6 +179,11 @@ impl FakeDeviceKubelet {
         self.serve().await
     }
 
+    /// Fills without a preference in descending ID order from now on.
+    pub fn set_fill_descending(&self, on: bool) {
+        self.shared.state().descending = on;
+    }
+
     /// Registrations of `resource` so far.
     pub fn registrations(&self, resource: &str) -> usize {
         self.shared
@@ -284,7 +292,7 @@ impl FakeDeviceKubelet {
         count: usize,
         hint: Option<&[i64]>,
     ) -> Result<(Vec<String>, dp::ContainerAllocateResponse), String> {
-        let (plugin, available) = {
+        let (plugin, available, descending) = {
             let st = self.shared.state();
             let plugin = st
                 .plugins
@@ -301,7 +309,7 @@ impl FakeDeviceKubelet {
                 .into_iter()
                 .filter(|d| d.health == "Healthy" && !taken.contains_key(&d.id))
                 .collect();
-            (plugin, available)
+            (plugin, available, st.descending)
         };
         if available.len() < count {
             return Err(format!(
@@ -372,7 +380,12 @@ impl FakeDeviceKubelet {
                     }
                 }
             }
-            for id in &aligned {
+            let order: Vec<&String> = if descending {
+                aligned.iter().rev().collect()
+            } else {
+                aligned.iter().collect()
+            };
+            for id in order {
                 if chosen.len() < count && !chosen.contains(id) {
                     chosen.push(id.clone());
                 }
@@ -390,7 +403,14 @@ impl FakeDeviceKubelet {
                     }
                 }
             }
-            for id in unaligned.iter().chain(&no_topology) {
+            let mut order: Vec<&String> = unaligned.iter().collect();
+            let mut rest_nt: Vec<&String> = no_topology.iter().collect();
+            if descending {
+                order.reverse();
+                rest_nt.reverse();
+            }
+            order.extend(rest_nt);
+            for id in order {
                 if chosen.len() < count && !chosen.contains(id) {
                     chosen.push(id.clone());
                 }

@@ -119,8 +119,18 @@ fn run_agent(args: crate::run::RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let pools = match &args.pools {
+        Some(path) => match crate::allocator::pools::load(path, &machine) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("numaplane-exporter: bad --pools: {}", numaplane::error_chain(&e));
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        None => Vec::new(),
+    };
     let view = crate::accounting::MachineView::from(&machine);
-    match runtime.block_on(crate::run::run(args, view)) {
+    match runtime.block_on(crate::run::run(args, view, pools)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("numaplane-exporter: {}", numaplane::error_chain(&e));

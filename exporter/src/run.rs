@@ -118,6 +118,13 @@ pub struct RunArgs {
     /// This agent's pod name, reported in Events.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// Pools file: host the node-side allocator (one device plugin per pool) in this agent;
+    /// see docs/allocator.md.
+    #[arg(long, env = "NUMAPLANE_POOLS")]
+    pub pools: Option<PathBuf>,
+    /// The kubelet's device-plugin directory (with `--pools`).
+    #[arg(long, env = "NUMAPLANE_DEVICE_PLUGIN_DIR", default_value = crate::allocator::DEFAULT_DIR)]
+    pub device_plugin_dir: PathBuf,
 }
 
 /// Fingerprint method flag.
@@ -317,7 +324,11 @@ fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
 }
 
 /// Runs `run`. Returns after `--once`, on SIGTERM/SIGINT, or on a configuration error.
-pub async fn run(args: RunArgs, machine_view: MachineView) -> Result<(), RunError> {
+pub async fn run(
+    args: RunArgs,
+    machine_view: MachineView,
+    pools: Vec<crate::allocator::pools::Pool>,
+) -> Result<(), RunError> {
     let tm = topology_manager_settings(&args)?;
     let cfg = accounting_config(&args, &tm);
     let metrics = Arc::new(Metrics::new());
@@ -336,7 +347,10 @@ pub async fn run(args: RunArgs, machine_view: MachineView) -> Result<(), RunErro
     if args.once {
         return once(&args, cfg, scanner, metrics).await;
     }
-    Agent::start(args, cfg, scanner, metrics).await?.run().await
+    Agent::start(args, cfg, scanner, metrics, pools)
+        .await?
+        .run()
+        .await
 }
 
 /// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
@@ -420,6 +434,7 @@ impl Agent {
         cfg: AccountingConfig,
         scanner: Scanner,
         metrics: Arc<Metrics>,
+        pools: Vec<crate::allocator::pools::Pool>,
     ) -> Result<Self, RunError> {
         let health = Arc::new(Health::default());
         // Probes must tolerate the longest silent wait of the main loop: a resync period plus
@@ -499,6 +514,32 @@ impl Agent {
                     .unwrap_or_else(|| format!("numaplane-exporter-{}", args.node_name));
                 events = Some(NodeEvents::new(client.clone(), &args.node_name, Some(instance)));
             }
+        }
+        if !pools.is_empty() {
+            let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
+                .map_err(RunError::Socket)?;
+            let instance = args
+                .pod_name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| format!("numaplane-exporter-{}", args.node_name));
+            let allocator = crate::allocator::AllocatorConfig {
+                pools,
+                dir: args.device_plugin_dir.clone(),
+                node: args.node_name.clone(),
+                instance,
+                resync: args.resync_interval.min(Duration::from_secs(2)),
+            };
+            let mut set = tokio::task::JoinSet::new();
+            crate::allocator::start(&mut set, allocator, kube.clone(), kubelet, metrics.clone());
+            let m = metrics.clone();
+            tasks.push(tokio::spawn(async move {
+                // The allocator's tasks loop forever; one that ends is a bug worth a loud line.
+                while let Some(ended) = set.join_next().await {
+                    m.error("allocator_task_ended");
+                    tracing::error!(task = ?ended.ok(), "a node-side allocator task ended");
+                }
+            }));
         }
         Ok(Self {
             args,

@@ -305,6 +305,10 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     let other = json!({"version": "v1", "node": "elsewhere", "policy": "none", "scope": "container",
         "containers": [{"name": "app", "kind": "app", "devices": {GPU: ["g1"]}}]});
     env.create_pod("other", Some(other.to_string())).await;
+    let node = env.node.clone();
+    let unknown = json!({"version": "v1", "node": node, "policy": "none", "scope": "container",
+        "containers": [{"name": "app", "kind": "app", "devices": {GPU: ["g99"]}}]});
+    env.create_pod("unknown", Some(unknown.to_string())).await;
     env.wait_metric(
         "numaplane_exporter_allocator_records_ignored_total",
         &[("reason", "malformed")],
@@ -314,6 +318,12 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     env.wait_metric(
         "numaplane_exporter_allocator_records_ignored_total",
         &[("reason", "other_node")],
+        |v| v == 1.0,
+    )
+    .await;
+    env.wait_metric(
+        "numaplane_exporter_allocator_records_ignored_total",
+        &[("reason", "unknown_device")],
         |v| v == 1.0,
     )
     .await;

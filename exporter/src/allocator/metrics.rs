@@ -36,7 +36,7 @@ pub struct ResourceLabels {
 /// `reason` of an ignored record.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// malformed, other_node, unknown_device.
+    /// malformed, other_node, unknown_device (see `records::Ignored::reason`).
     pub reason: &'static str,
 }
 

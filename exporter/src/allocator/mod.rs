@@ -147,9 +147,18 @@ pub fn start(
             },
         )
     });
+    let known = pools
+        .iter()
+        .map(|p| {
+            (
+                p.resource.clone(),
+                p.slot_ids().into_iter().map(|(id, _)| id).collect(),
+            )
+        })
+        .collect();
     let shared = Shared {
         node: node.clone(),
-        records: SharedRecords::default(),
+        records: SharedRecords::new(known),
         holders: Holders::default(),
         metrics: metrics.clone(),
         recorder,

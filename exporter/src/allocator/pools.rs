@@ -249,6 +249,14 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsEr
         if spec.capacity == 0 {
             return Err(invalid(r, "capacity must be at least 1"));
         }
+        if spec.shared == Sharing::Cluster {
+            // Refused rather than accepted half-done: each node would offer every slot and
+            // the capacity would be exceeded across nodes.
+            return Err(invalid(
+                r,
+                "shared: cluster is not supported yet (slots are not coordinated across nodes)",
+            ));
+        }
         let mut devices: Vec<PoolDevice> = Vec::new();
         if let Some(m) = &spec.pci {
             let vendor = parse_hex(r, "vendor", &m.vendor)?;
@@ -423,7 +431,7 @@ mod tests {
     #[test]
     fn pci_match_and_static_devices_with_slots() {
         let pools = parse(
-            "pools:\n- resource: example.com/gpu\n  match: {vendor: \"10de\", class: \"0302\"}\n- resource: example.com/cam\n  capacity: 3\n  shared: cluster\n  devices: [{id: cam-a, numaNode: 1}, {id: cam-b}]\n",
+            "pools:\n- resource: example.com/gpu\n  match: {vendor: \"10de\", class: \"0302\"}\n- resource: example.com/cam\n  capacity: 3\n  shared: node\n  devices: [{id: cam-a, numaNode: 1}, {id: cam-b}]\n",
         )
         .unwrap();
         assert_eq!(pools[0].devices.len(), 2);
@@ -432,7 +440,7 @@ mod tests {
         let slots: Vec<String> = pools[0].slot_ids().into_iter().map(|(s, _)| s).collect();
         assert_eq!(slots, ["0000:3b:00.0", "0000:af:00.0"]);
         let cam = &pools[1];
-        assert_eq!(cam.shared, Sharing::Cluster);
+        assert_eq!(cam.shared, Sharing::Node);
         let slots: Vec<String> = cam.slot_ids().into_iter().map(|(s, _)| s).collect();
         assert_eq!(
             slots,

@@ -38,6 +38,8 @@ pub struct RecordView {
 pub struct SharedRecords {
     view: Arc<Mutex<RecordView>>,
     changed: Arc<Notify>,
+    /// The IDs each pool offers: a record planning others for a pool resource is unusable.
+    known: Arc<BTreeMap<String, std::collections::BTreeSet<String>>>,
 }
 
 /// Why a pod's record is not used.
@@ -47,6 +49,8 @@ pub enum Ignored {
     Malformed(String),
     /// The record names another node (a failed Binding can leave a stale one).
     OtherNode(String),
+    /// The record plans a device this node's pool does not offer: (resource, ID).
+    UnknownDevice(String, String),
 }
 
 impl Ignored {
@@ -55,6 +59,7 @@ impl Ignored {
         match self {
             Ignored::Malformed(_) => "malformed",
             Ignored::OtherNode(_) => "other_node",
+            Ignored::UnknownDevice(..) => "unknown_device",
         }
     }
 
@@ -65,6 +70,9 @@ impl Ignored {
             Ignored::OtherNode(n) => {
                 format!("allocation record ignored: it names node {n}, not the node the pod is bound to")
             }
+            Ignored::UnknownDevice(r, id) => {
+                format!("allocation record ignored: it plans {r} {id}, which this node does not offer")
+            }
         }
     }
 }
@@ -74,8 +82,13 @@ pub fn key(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
-/// The usable record of `pod` on `node`: `Ok(None)` when it has none or is terminal.
-pub fn record_of(pod: &Pod, node: &str) -> Result<Option<Recorded>, Ignored> {
+/// The usable record of `pod` on `node`: `Ok(None)` when it has none or is terminal. `known`
+/// holds the IDs of each pool resource; planned IDs of those resources must be among them.
+pub fn record_of(
+    pod: &Pod,
+    node: &str,
+    known: &BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Result<Option<Recorded>, Ignored> {
     let terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -90,6 +103,15 @@ pub fn record_of(pod: &Pod, node: &str) -> Result<Option<Recorded>, Ignored> {
     if record.node != node {
         return Err(Ignored::OtherNode(record.node));
     }
+    for c in &record.containers {
+        for (res, ids) in &c.devices {
+            if let Some(offered) = known.get(res)
+                && let Some(bad) = ids.iter().find(|id| !offered.contains(*id))
+            {
+                return Err(Ignored::UnknownDevice(res.clone(), bad.clone()));
+            }
+        }
+    }
     Ok(Some(Recorded {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         created_ms: pod
@@ -102,6 +124,14 @@ pub fn record_of(pod: &Pod, node: &str) -> Result<Option<Recorded>, Ignored> {
 }
 
 impl SharedRecords {
+    /// An empty view that checks planned IDs against `known` (resource → offered IDs).
+    pub fn new(known: BTreeMap<String, std::collections::BTreeSet<String>>) -> Self {
+        SharedRecords {
+            known: Arc::new(known),
+            ..SharedRecords::default()
+        }
+    }
+
     /// Reads the view.
     pub fn read<R>(&self, f: impl FnOnce(&RecordView) -> R) -> R {
         f(&self
@@ -128,7 +158,7 @@ impl SharedRecords {
     /// that reason is seen for this pod.
     pub fn apply(&self, pod: &Pod, node: &str) -> Option<Ignored> {
         let k = key(pod);
-        let outcome = record_of(pod, node);
+        let outcome = record_of(pod, node, &self.known);
         self.write(|v| match outcome {
             Ok(Some(r)) => {
                 v.rejected.remove(&k);
@@ -169,7 +199,7 @@ impl SharedRecords {
         let before = self.read(|v| v.rejected.clone());
         for p in pods {
             let k = key(p);
-            match record_of(p, node) {
+            match record_of(p, node, &self.known) {
                 Ok(Some(r)) => {
                     fresh.pods.insert(k, r);
                 }
@@ -212,6 +242,19 @@ mod tests {
             "containers": [{"name": "a", "kind": "app", "numaNodes": [0],
                 "devices": {"example.com/gpu": ["g1"]}}]})
         .to_string()
+    }
+
+    #[test]
+    fn records_planning_devices_the_pool_lacks_are_ignored() {
+        let known = BTreeMap::from([(
+            "example.com/gpu".to_owned(),
+            std::collections::BTreeSet::from(["g0".to_owned()]),
+        )]);
+        let s = SharedRecords::new(known);
+        let why = s.apply(&pod("a", Some(&record("n1")), "Pending"), "n1").unwrap();
+        assert_eq!(why.reason(), "unknown_device");
+        assert!(why.message().contains("g1"), "{}", why.message());
+        assert!(s.read(|v| v.pods.is_empty()));
     }
 
     #[test]
