@@ -43,6 +43,32 @@ pub mod attr {
     /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
     /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.
     pub const FREE_DEVICES_PREFIX: &str = "numaplane.io/free-devices.";
+    /// Node attribute prefix (numaplane extension) for a resource whose device slots are one
+    /// cluster-wide set (pools with `shared: cluster`): `numaplane.io/cluster-held.<resource
+    /// name>` → the comma-separated IDs that this node's pods hold (empty when none). Its
+    /// presence marks the resource cluster-shared: an ID held on one node is not free on any
+    /// other.
+    pub const CLUSTER_HELD_PREFIX: &str = "numaplane.io/cluster-held.";
+}
+
+/// The value of a device-ID list attribute ([`attr::FREE_DEVICES_PREFIX`],
+/// [`attr::CLUSTER_HELD_PREFIX`]): sorted, deduplicated, comma-separated.
+pub fn join_device_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
+    let set: std::collections::BTreeSet<&String> = ids.into_iter().collect();
+    set.into_iter().map(String::as_str).collect::<Vec<_>>().join(",")
+}
+
+/// Parses a device-ID list attribute value: trimmed, empty entries dropped, sorted, deduplicated.
+pub fn split_device_ids(value: &str) -> Vec<String> {
+    let mut ids: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
@@ -197,6 +223,21 @@ impl NodeResourceTopology {
     pub fn attribute(&self, name: &str) -> Option<&str> {
         find_attribute(self.attributes.as_deref(), name)
     }
+
+    /// The cluster-shared resources this node publishes ([`attr::CLUSTER_HELD_PREFIX`]), with
+    /// the IDs its pods hold (first attribute per resource).
+    pub fn cluster_held(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut out = std::collections::BTreeMap::new();
+        for a in self.attributes.iter().flatten() {
+            if let Some(resource) = a.name.strip_prefix(attr::CLUSTER_HELD_PREFIX)
+                && !resource.is_empty()
+            {
+                out.entry(resource.to_owned())
+                    .or_insert_with(|| split_device_ids(&a.value));
+            }
+        }
+        out
+    }
 }
 
 impl Zone {
@@ -275,6 +316,33 @@ mod tests {
             }
         }
         assert!(seen > 50, "only {seen} NRT objects found");
+    }
+
+    #[test]
+    fn cluster_held_ids_round_trip_through_the_attribute() {
+        let ids = ["lic-1".to_owned(), "lic-0".to_owned(), "lic-1".to_owned()];
+        let value = join_device_ids(&ids);
+        assert_eq!(value, "lic-0,lic-1");
+        let mut nrt = NodeResourceTopology::new("n1");
+        nrt.attributes = Some(vec![
+            AttributeInfo {
+                name: format!("{}example.com/lic", attr::CLUSTER_HELD_PREFIX),
+                value,
+            },
+            AttributeInfo {
+                name: format!("{}example.com/cam", attr::CLUSTER_HELD_PREFIX),
+                value: String::new(),
+            },
+            AttributeInfo {
+                name: attr::CLUSTER_HELD_PREFIX.to_owned(),
+                value: "x".into(),
+            },
+        ]);
+        let held = nrt.cluster_held();
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert_eq!(held["example.com/lic"], ["lic-0", "lic-1"]);
+        assert!(held["example.com/cam"].is_empty());
+        assert_eq!(split_device_ids(" a, ,b,a"), ["a", "b"]);
     }
 
     #[test]

@@ -137,6 +137,10 @@ pub struct AccountingConfig {
     pub topology_manager_scope: String,
     /// Kubelet `max-allowable-numa-nodes`, published as `topologyManagerMaxNUMANodes` when set.
     pub max_numa_nodes: Option<u32>,
+    /// Resources whose device slots are one cluster-wide set (allocator pools with
+    /// `shared: cluster`): the IDs this node's pods hold are published as a node attribute
+    /// ([`attr::CLUSTER_HELD_PREFIX`]) so the scheduler and the other nodes keep them off.
+    pub cluster_shared: BTreeSet<String>,
 }
 
 impl Default for AccountingConfig {
@@ -152,6 +156,7 @@ impl Default for AccountingConfig {
             topology_manager_policy: DEFAULT_TOPOLOGY_MANAGER_POLICY.to_owned(),
             topology_manager_scope: DEFAULT_TOPOLOGY_MANAGER_SCOPE.to_owned(),
             max_numa_nodes: None,
+            cluster_shared: BTreeSet::new(),
         }
     }
 }
@@ -1166,6 +1171,18 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES.to_owned(),
             value: max.to_string(),
+        });
+    }
+    for resource in &cfg.cluster_shared {
+        let held = acc
+            .used_device_ids
+            .get(resource)
+            .into_iter()
+            .flatten()
+            .filter(|id| publishable_device_id(id));
+        attributes.push(AttributeInfo {
+            name: format!("{}{resource}", attr::CLUSTER_HELD_PREFIX),
+            value: nrt::join_device_ids(held),
         });
     }
 

@@ -276,6 +276,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         topology_manager_policy: tm.policy.clone().unwrap_or_default(),
         topology_manager_scope: tm.scope.clone().unwrap_or_default(),
         max_numa_nodes: tm.max_numa_nodes,
+        cluster_shared: BTreeSet::new(),
     }
 }
 
@@ -330,7 +331,12 @@ pub async fn run(
     pools: Vec<crate::allocator::pools::Pool>,
 ) -> Result<(), RunError> {
     let tm = topology_manager_settings(&args)?;
-    let cfg = accounting_config(&args, &tm);
+    let mut cfg = accounting_config(&args, &tm);
+    cfg.cluster_shared = pools
+        .iter()
+        .filter(|p| p.shared == crate::allocator::pools::Sharing::Cluster)
+        .map(|p| p.resource.clone())
+        .collect();
     let metrics = Arc::new(Metrics::new());
     metrics.set_info(
         &args.node_name,

@@ -74,7 +74,13 @@ struct BoundPod {
     /// Charged by [`Cluster::assume_at`] and not yet seen bound by the pod watch: a failed
     /// binding undoes it.
     assumed_only: bool,
+    /// Device IDs its allocation record (or our assumption) names for its node, per
+    /// resource: for cluster-shared resources they are kept off every other node.
+    claims: Claims,
 }
+
+/// Device IDs per resource that one pod holds or is about to hold.
+type Claims = Vec<(ResId, Vec<String>)>;
 
 impl BoundPod {
     fn new(res: &Resources, spec: &PodSpec, node: String, starting: bool) -> Self {
@@ -105,6 +111,7 @@ impl BoundPod {
             guaranteed_exclusive,
             extended,
             assumed_only: false,
+            claims: Vec::new(),
         }
     }
 
@@ -172,6 +179,8 @@ pub struct Anomalies {
     pub invalid_pods: u64,
     /// Nodes that could not be indexed.
     pub invalid_nodes: u64,
+    /// Bound pods whose allocation record does not parse (their devices are not claimed).
+    pub invalid_records: u64,
 }
 
 /// The cluster index.
@@ -202,6 +211,10 @@ pub struct Cluster {
     node_pods: HashMap<String, BTreeSet<String>>,
     /// Pending assumptions by pod key.
     assumed: HashMap<String, Assumption>,
+    /// Per cluster-shared resource, the nodes whose NRT publishes it.
+    shared_nodes: HashMap<ResId, BTreeSet<String>>,
+    /// Per device resource, the IDs each bound pod claims (pod key → node, IDs).
+    claims: HashMap<ResId, BTreeMap<String, (String, Vec<String>)>>,
     /// How assumptions ended.
     pub assumption_stats: AssumptionStats,
     /// Malformed input counters.
@@ -346,12 +359,16 @@ impl Cluster {
         let name = nrt.metadata.name.clone().unwrap_or_default();
         match NumaTopology::from_nrt(&mut self.res, nrt) {
             Ok(t) => {
-                self.published.insert(name.clone(), t);
+                let held = t.cluster_held.clone();
+                let old = self.published.insert(name.clone(), t).map(|o| o.cluster_held);
                 self.reconcile(&name);
                 self.recompute(&name);
+                self.set_shared(&name, old.unwrap_or_default(), &held);
                 Ok(())
             }
             Err(e) => {
+                let old = self.published.get(&name).map(|o| o.cluster_held.clone());
+                self.set_shared(&name, old.unwrap_or_default(), &BTreeMap::new());
                 *self
                     .anomalies
                     .invalid_nrt
@@ -374,8 +391,109 @@ impl Cluster {
     /// Removes an NRT.
     pub fn delete_nrt(&mut self, name: &str) {
         self.topologies.remove(name);
-        self.published.remove(name);
+        let old = self.published.remove(name).map(|o| o.cluster_held);
+        self.set_shared(name, old.unwrap_or_default(), &BTreeMap::new());
         self.touch_name(name);
+    }
+
+    /// Records which cluster-shared resources `node` publishes, with the IDs held there, and
+    /// refreshes the other nodes sharing a resource whose held IDs changed. Call after
+    /// `published` holds the node's new NRT (or none).
+    fn set_shared(
+        &mut self,
+        node: &str,
+        old: BTreeMap<ResId, Vec<String>>,
+        new: &BTreeMap<ResId, Vec<String>>,
+    ) {
+        for rid in old.keys().filter(|r| !new.contains_key(r)) {
+            if let Some(nodes) = self.shared_nodes.get_mut(rid) {
+                nodes.remove(node);
+                if nodes.is_empty() {
+                    self.shared_nodes.remove(rid);
+                }
+            }
+        }
+        for rid in new.keys() {
+            self.shared_nodes.entry(*rid).or_default().insert(node.to_owned());
+        }
+        // Unchanged held IDs need no refresh of the others (an NRT is republished often).
+        if old == *new {
+            return;
+        }
+        let changed: BTreeSet<ResId> = old
+            .keys()
+            .chain(new.keys())
+            .copied()
+            .filter(|r| old.get(r) != new.get(r))
+            .collect();
+        self.refresh_shared(&changed, node);
+    }
+
+    /// Recomputes every node sharing one of `rids`, except `except`.
+    fn refresh_shared(&mut self, rids: &BTreeSet<ResId>, except: &str) {
+        let nodes: BTreeSet<String> = rids
+            .iter()
+            .filter_map(|r| self.shared_nodes.get(r))
+            .flatten()
+            .filter(|n| n.as_str() != except)
+            .cloned()
+            .collect();
+        for n in nodes {
+            self.recompute(&n);
+        }
+    }
+
+    /// Updates the claims index for `key` from `old` to `new` (node, claims) and refreshes the
+    /// nodes sharing a resource whose claims changed.
+    fn index_claims(&mut self, key: &str, old: Option<(String, Claims)>, new: Option<(String, Claims)>) {
+        if old == new {
+            return;
+        }
+        let mut changed: BTreeSet<ResId> = BTreeSet::new();
+        if let Some((_, claims)) = &old {
+            for (rid, _) in claims {
+                if let Some(m) = self.claims.get_mut(rid) {
+                    m.remove(key);
+                    if m.is_empty() {
+                        self.claims.remove(rid);
+                    }
+                }
+                changed.insert(*rid);
+            }
+        }
+        if let Some((node, claims)) = new {
+            for (rid, ids) in claims {
+                self.claims
+                    .entry(rid)
+                    .or_default()
+                    .insert(key.to_owned(), (node.clone(), ids));
+                changed.insert(rid);
+            }
+        }
+        changed.retain(|r| self.shared_nodes.contains_key(r));
+        if !changed.is_empty() {
+            self.refresh_shared(&changed, "");
+        }
+    }
+
+    /// IDs of cluster-shared resource `rid` that are not free for `node`: held on another node
+    /// (its NRT) or claimed by a bound pod's record anywhere.
+    fn taken_in_cluster(&self, rid: ResId, node: &str) -> BTreeSet<&str> {
+        let mut out: BTreeSet<&str> = BTreeSet::new();
+        for other in self.shared_nodes.get(&rid).into_iter().flatten() {
+            if other != node
+                && let Some(ids) = self.published.get(other).and_then(|t| t.cluster_held.get(&rid))
+            {
+                out.extend(ids.iter().map(String::as_str));
+            }
+        }
+        // Claims on this node too: a pod bound here that the NRT does not show yet (after a
+        // restart it has no assumption), or one the kubelet gave other slots than recorded,
+        // keeps its planned slot off until it is gone. Under-use for a while, never over-use.
+        for (_, ids) in self.claims.get(&rid).into_iter().flat_map(|m| m.values()) {
+            out.extend(ids.iter().map(String::as_str));
+        }
+        out
     }
 
     /// Rebuilds the effective topology of `node`: the published one minus every pending
@@ -388,6 +506,12 @@ impl Cluster {
         for key in self.node_pods.get(node).into_iter().flatten() {
             if let Some(a) = self.assumed.get(key).filter(|a| a.node == node) {
                 take(&mut topo, a);
+            }
+        }
+        for rid in base.cluster_held.keys() {
+            let taken = self.taken_in_cluster(*rid, node);
+            if !taken.is_empty() {
+                strip(&mut topo, *rid, &taken);
             }
         }
         self.topologies
@@ -508,7 +632,8 @@ impl Cluster {
             self.assumption_stats.forgotten += 1;
         }
         if self.pods.get(key).is_some_and(|p| p.assumed_only) {
-            self.unbind(key);
+            let old = self.unbind(key);
+            self.index_claims(key, old, None);
         }
     }
 
@@ -564,15 +689,18 @@ impl Cluster {
         {
             self.assumption_stats.gone += 1;
         }
-        self.unbind(&key);
+        let old = self.unbind(&key);
+        let mut new = None;
         if let Some(node) = node {
-            let bound = BoundPod::new(&self.res, &spec, node.clone(), starting);
+            let mut bound = BoundPod::new(&self.res, &spec, node.clone(), starting);
+            bound.claims = self.record_claims(pod, &node);
+            new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
             self.node_pods
                 .entry(node.clone())
                 .or_default()
                 .insert(key.clone());
-            self.pods.insert(key, bound);
+            self.pods.insert(key.clone(), bound);
             if self.published.contains_key(&node) {
                 let before = self.assumed.len();
                 self.reconcile(&node);
@@ -581,7 +709,37 @@ impl Cluster {
                 }
             }
         }
+        self.index_claims(&key, old, new);
         Ok(())
+    }
+
+    /// The device IDs a bound pod's allocation record names for `node`. A record for another
+    /// node (a failed Binding's leftover) claims nothing; one that does not parse is counted.
+    fn record_claims(&mut self, pod: &Pod, node: &str) -> Claims {
+        let Some(value) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(numaplane::allocation::ANNOTATION))
+        else {
+            return Vec::new();
+        };
+        let record = match Allocation::parse(value) {
+            Ok(r) => r,
+            Err(e) => {
+                self.anomalies.invalid_records += 1;
+                tracing::debug!(
+                    pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default()),
+                    error = %numaplane::error_chain(&e),
+                    "allocation record ignored"
+                );
+                return Vec::new();
+            }
+        };
+        if record.node != node {
+            return Vec::new();
+        }
+        claims_of(&mut self.res, &record)
     }
 
     /// Removes a pod by `namespace/name`; its assumption, if any, ends.
@@ -589,20 +747,22 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.gone += 1;
         }
-        self.unbind(key);
+        let old = self.unbind(key);
+        self.index_claims(key, old, None);
     }
 
-    /// Removes the node-level charge of a pod.
-    fn unbind(&mut self, key: &str) {
-        if let Some(old) = self.pods.remove(key) {
-            if let Some(set) = self.node_pods.get_mut(&old.node) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.node_pods.remove(&old.node);
-                }
+    /// Removes the node-level charge of a pod; returns its node and claims (for
+    /// [`Self::index_claims`]).
+    fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
+        let old = self.pods.remove(key)?;
+        if let Some(set) = self.node_pods.get_mut(&old.node) {
+            set.remove(key);
+            if set.is_empty() {
+                self.node_pods.remove(&old.node);
             }
-            self.charge(&old.node, &old.request, -1);
         }
+        self.charge(&old.node, &old.request, -1);
+        Some((old.node, old.claims)).filter(|(_, c)| !c.is_empty())
     }
 
     /// Replaces the whole state (a watch restart's initial list).
@@ -1078,12 +1238,17 @@ impl Cluster {
         }
         let mut bound = BoundPod::new(&self.res, pod, node.clone(), true);
         bound.assumed_only = true;
+        if let Some(alloc) = &decision.allocation {
+            bound.claims = claims_of(&mut self.res, alloc);
+        }
+        let new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
         self.charge(&node, &bound.request, 1);
         self.node_pods.entry(node).or_default().insert(key.clone());
         self.pods.insert(key.clone(), bound);
         if let Some(a) = taken {
-            self.assumed.insert(key, a);
+            self.assumed.insert(key.clone(), a);
         }
+        self.index_claims(&key, None, new);
     }
 
     /// After a restart: re-assumes a bound pod that carries our allocation record and that its
@@ -1277,6 +1442,37 @@ fn take(topo: &mut NumaTopology, a: &Assumption) {
             free.retain(|d| !ids.contains(d));
         }
     }
+}
+
+/// Removes `ids` of resource `rid` from a topology's free IDs, and as many from each zone's
+/// available count: they are held on another node (cluster-shared slots).
+fn strip(topo: &mut NumaTopology, rid: ResId, ids: &BTreeSet<&str>) {
+    for z in &mut topo.zones {
+        if let Some(free) = z.free_devices.get_mut(&rid) {
+            let before = free.len();
+            free.retain(|d| !ids.contains(d.as_str()));
+            let removed = i64::try_from(before - free.len()).unwrap_or(i64::MAX);
+            z.available.sub_clamped(rid, removed);
+        }
+    }
+}
+
+/// The device IDs per resource that a record names, over all containers.
+fn claims_of(res: &mut Resources, record: &Allocation) -> Claims {
+    let mut by_res: BTreeMap<ResId, BTreeSet<String>> = BTreeMap::new();
+    for c in &record.containers {
+        for (name, ids) in &c.devices {
+            by_res
+                .entry(res.intern(name))
+                .or_default()
+                .extend(ids.iter().cloned());
+        }
+    }
+    by_res
+        .into_iter()
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(rid, ids)| (rid, ids.into_iter().collect()))
+        .collect()
 }
 
 /// `0/N nodes are available: 3 insufficient cpu on any single NUMA node, 2 node(s) had …`:

@@ -128,6 +128,9 @@ pub struct NumaTopology {
     /// Device resources whose IDs appear in several zones (devices attached to several NUMA
     /// nodes), which must be counted by ID union rather than by summing zones.
     pub shared_devices: std::collections::BTreeSet<ResId>,
+    /// Cluster-shared device resources (allocator pools with `shared: cluster`) and the IDs
+    /// this node's pods hold: an ID held on one node is not free on any other.
+    pub cluster_held: BTreeMap<ResId, Vec<String>>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -301,16 +304,7 @@ impl NumaTopology {
             for a in z.attributes.iter().flatten() {
                 if let Some(resource) = a.name.strip_prefix(nrt::attr::FREE_DEVICES_PREFIX) {
                     let rid = res.intern(resource);
-                    let mut ids: Vec<String> = a
-                        .value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect();
-                    ids.sort_unstable();
-                    ids.dedup();
-                    zone.free_devices.insert(rid, ids);
+                    zone.free_devices.insert(rid, nrt::split_device_ids(&a.value));
                 }
             }
             raw_costs.push(
@@ -444,9 +438,15 @@ impl NumaTopology {
                 }
             }
         }
+        let cluster_held = obj
+            .cluster_held()
+            .into_iter()
+            .map(|(name, ids)| (res.intern(&name), ids))
+            .collect();
         Ok(NumaTopology {
             masks,
             shared_devices,
+            cluster_held,
             policy: cfg.policy.unwrap_or(Policy::None),
             scope: cfg.scope.unwrap_or(Scope::Container),
             options,

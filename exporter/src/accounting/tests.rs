@@ -1007,3 +1007,39 @@ fn hostile_input_never_panics() {
     assert_eq!(acc.zones.len(), 2);
     assert!(!acc.anomalies.is_empty());
 }
+
+#[test]
+fn cluster_shared_resources_publish_the_ids_held_here() {
+    let lic = "example.com/lic";
+    let alloc = AllocatableResourcesResponse {
+        devices: vec![
+            dev(lic, "lic-0", &[0]),
+            dev(lic, "lic-1", &[0]),
+            dev(lic, "lic-2", &[1]),
+        ],
+        ..all_cpus()
+    };
+    let l = list(vec![
+        pod(
+            "ns",
+            "a",
+            vec![container(&[], vec![], vec![dev(lic, "lic-2", &[1])])],
+        ),
+        pod(
+            "ns",
+            "b",
+            vec![container(&[], vec![], vec![dev(lic, "lic-0", &[0])])],
+        ),
+    ]);
+    let mut c = cfg();
+    c.cluster_shared = [lic.to_owned(), "example.com/none".to_owned()].into();
+    let acc = account(&machine(), &alloc, &l, &c).expect("accounting succeeds");
+    let nrt = acc.to_nrt("n1");
+    let held = nrt.cluster_held();
+    assert_eq!(held[lic], ["lic-0", "lic-2"]);
+    // Declared but held nowhere: present and empty, so readers know it is cluster-shared.
+    assert!(held["example.com/none"].is_empty());
+    // Without the setting nothing is published.
+    assert!(run(&alloc, &l).to_nrt("n1").cluster_held().is_empty());
+    assert_eq!(free(&acc, "node-0", lic).as_deref(), Some("lic-1"));
+}

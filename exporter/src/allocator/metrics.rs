@@ -22,7 +22,7 @@ pub struct OutcomeLabels {
 pub struct SlotLabels {
     /// Extended resource name.
     pub resource: String,
-    /// used or free.
+    /// used, free or held_elsewhere.
     pub state: &'static str,
 }
 
@@ -93,7 +93,7 @@ impl AllocatorMetrics {
         );
         registry.register(
             "slots",
-            "Devices or slots per pool, used and free",
+            "Devices or slots per pool: used here, free, and (shared: cluster) held on other nodes",
             m.slots.clone(),
         );
         registry.register(

@@ -85,6 +85,14 @@ pub enum AllocatorError {
     /// The metrics server cannot start.
     #[error("cannot start the metrics server")]
     Server(#[source] crate::server::ServerError),
+    /// A `shared: cluster` pool outside `run`: only `run` publishes the slots its node holds.
+    #[error(
+        "pool {resource} has shared: cluster, which needs `numaplane-exporter run --pools` (the node's NRT publishes the slots held here)"
+    )]
+    ClusterPoolNeedsRun {
+        /// The pool's resource.
+        resource: String,
+    },
     /// A supervised task ended.
     #[error("task {0} ended unexpectedly")]
     TaskEnded(&'static str),
@@ -97,6 +105,9 @@ impl AllocatorError {
     }
 }
 
+/// Sends a pool's device list (with health) to its ListAndWatch streams.
+type DeviceList = watch::Sender<Vec<numaplane::proto::deviceplugin::Device>>;
+
 /// What the allocator's tasks share.
 #[derive(Clone)]
 pub struct Shared {
@@ -105,6 +116,8 @@ pub struct Shared {
     holders: Holders,
     metrics: Arc<Metrics>,
     recorder: Option<Recorder>,
+    /// Per `shared: cluster` resource, the slots other nodes' pods hold (from their NRTs).
+    elsewhere: Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>,
 }
 
 /// What the allocator runs with.
@@ -162,8 +175,9 @@ pub fn start(
         holders: Holders::default(),
         metrics: metrics.clone(),
         recorder,
+        elsewhere: Arc::default(),
     };
-    if let Some(client) = client {
+    if let Some(client) = client.clone() {
         let s = shared.clone();
         tasks.spawn(async move {
             watch_records(client, s).await;
@@ -171,10 +185,15 @@ pub fn start(
         });
     }
     let mut health = Vec::new();
+    let mut cluster = Vec::new();
     for pool in pools {
         let pool = Arc::new(pool);
         let (tx, rx) = watch::channel(plugin::device_list(&pool, &BTreeSet::new()));
-        health.push((pool.clone(), tx));
+        if pool.shared == pools::Sharing::Cluster {
+            cluster.push((pool.clone(), tx));
+        } else {
+            health.push((pool.clone(), tx));
+        }
         let state = PluginState {
             pool,
             node: node.clone(),
@@ -189,11 +208,106 @@ pub fn start(
             "device plugin"
         });
     }
+    let pool_list: Vec<Arc<Pool>> = health.iter().chain(&cluster).map(|(p, _)| p.clone()).collect();
+    if !cluster.is_empty() {
+        match client {
+            Some(client) => {
+                let s = shared.clone();
+                tasks.spawn(async move {
+                    watch_cluster_slots(client, s, cluster).await;
+                    "cluster slot watch"
+                });
+            }
+            None => {
+                // Without an API the other nodes cannot be seen; the senders are kept so the
+                // ListAndWatch streams stay open.
+                tracing::warn!("no API client: shared: cluster slots held on other nodes cannot be kept off");
+                health.extend(cluster);
+            }
+        }
+    }
     let s = shared;
     tasks.spawn(async move {
-        reconcile_loop(kubelet, s, health, resync).await;
+        reconcile_loop(kubelet, s, pool_list, health, resync).await;
         "allocator reconciliation"
     });
+}
+
+/// Keeps the slots of `shared: cluster` pools that other nodes' pods hold off this node: they
+/// are listed Unhealthy to the kubelet, which then never hands them out here. Other nodes
+/// publish what they hold in their NRTs ([`numaplane::nrt::attr::CLUSTER_HELD_PREFIX`]); the
+/// scheduler adds the records of pods not admitted yet, so this closes the window for pods that
+/// bypass it.
+async fn watch_cluster_slots(client: Client, shared: Shared, pools: Vec<(Arc<Pool>, DeviceList)>) {
+    use numaplane::nrt::NodeResourceTopology;
+    let api: Api<NodeResourceTopology> = Api::all(client);
+    let mut events =
+        std::pin::pin!(watcher(api, watcher::Config::default().any_semantic()).default_backoff());
+    // node → resource → held IDs, for every node but this one.
+    let mut held: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, BTreeMap<String, Vec<String>>>> = None;
+    let mut last: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let entry = |nrt: &NodeResourceTopology| {
+        let name = nrt.metadata.name.clone().unwrap_or_default();
+        (name != shared.node && !name.is_empty()).then(|| (name, nrt.cluster_held()))
+    };
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(nrt)) => {
+                if let Some((name, h)) = entry(&nrt) {
+                    held.insert(name, h);
+                }
+            }
+            Ok(watcher::Event::Delete(nrt)) => {
+                held.remove(nrt.metadata.name.as_deref().unwrap_or_default());
+            }
+            Ok(watcher::Event::Init) => {
+                listing = Some(BTreeMap::new());
+                continue;
+            }
+            Ok(watcher::Event::InitApply(nrt)) => {
+                if let (Some(l), Some((name, h))) = (listing.as_mut(), entry(&nrt)) {
+                    l.insert(name, h);
+                }
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(l) = listing.take() {
+                    held = l;
+                }
+            }
+            Err(e) => {
+                shared.metrics.error("allocator_nrt_watch");
+                tracing::warn!(error = %numaplane::error_chain(&e), "NRT watch of the allocator failed; retrying");
+                continue;
+            }
+        }
+        for (pool, tx) in &pools {
+            let known: BTreeSet<String> = pool.slot_ids().into_iter().map(|(id, _)| id).collect();
+            let elsewhere: BTreeSet<String> = held
+                .values()
+                .filter_map(|r| r.get(&pool.resource))
+                .flatten()
+                .filter(|id| known.contains(*id))
+                .cloned()
+                .collect();
+            if last.get(&pool.resource) == Some(&elsewhere) {
+                continue;
+            }
+            tracing::info!(
+                resource = %pool.resource,
+                held_elsewhere = %elsewhere.iter().cloned().collect::<Vec<_>>().join(","),
+                "cluster-shared slots held on other nodes changed"
+            );
+            tx.send_replace(plugin::device_list(pool, &elsewhere));
+            shared
+                .elsewhere
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(pool.resource.clone(), elsewhere.clone());
+            last.insert(pool.resource.clone(), elsewhere);
+        }
+    }
 }
 
 /// Feeds the record view from the node's pods; reports records it ignores.
@@ -323,10 +437,9 @@ fn socket_identity(path: &Path) -> Option<(u64, u64)> {
 async fn reconcile_loop(
     kubelet: KubeletClient,
     shared: Shared,
-    pools: Vec<(
-        Arc<Pool>,
-        watch::Sender<Vec<numaplane::proto::deviceplugin::Device>>,
-    )>,
+    pools: Vec<Arc<Pool>>,
+    // Held so the pools' ListAndWatch streams stay open.
+    _device_lists: Vec<(Arc<Pool>, DeviceList)>,
     resync: Duration,
 ) {
     let mut reported: BTreeSet<(String, String, String)> = BTreeSet::new();
@@ -337,7 +450,7 @@ async fn reconcile_loop(
         let list = match kubelet.list().await {
             Ok(l) => l,
             Err(e) => {
-                for (pool, _) in &pools {
+                for pool in &pools {
                     metrics::AllocatorMetrics::count(
                         &shared.metrics.allocator.resyncs,
                         &pool.resource,
@@ -348,7 +461,7 @@ async fn reconcile_loop(
                 continue;
             }
         };
-        let resources: BTreeSet<&str> = pools.iter().map(|(p, _)| p.resource.as_str()).collect();
+        let resources: BTreeSet<&str> = pools.iter().map(|p| p.resource.as_str()).collect();
         // resource → pod key → container → IDs.
         let mut held: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
             BTreeMap::new();
@@ -378,7 +491,7 @@ async fn reconcile_loop(
                 h.insert(res.clone(), pods.keys().cloned().collect());
             }
         }
-        for (pool, _) in &pools {
+        for pool in &pools {
             metrics::AllocatorMetrics::count(&shared.metrics.allocator.resyncs, &pool.resource, "ok");
             let total = pool.slot_ids().len();
             let used: BTreeSet<&String> = held
@@ -389,7 +502,18 @@ async fn reconcile_loop(
                 .flatten()
                 .collect();
             let used_n = used.len().min(total);
-            for (state, n) in [("used", used_n), ("free", total - used_n)] {
+            let elsewhere_n = shared
+                .elsewhere
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&pool.resource)
+                .map_or(0, |e| e.iter().filter(|id| !used.contains(id)).count());
+            let free_n = total.saturating_sub(used_n).saturating_sub(elsewhere_n);
+            let mut states = vec![("used", used_n), ("free", free_n)];
+            if pool.shared == pools::Sharing::Cluster {
+                states.push(("held_elsewhere", elsewhere_n));
+            }
+            for (state, n) in states {
                 shared
                     .metrics
                     .allocator
@@ -459,6 +583,11 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     let machine =
         crate::cli::load_machine(args.topology_xml.as_deref()).map_err(AllocatorError::LoadMachine)?;
     let pools = pools::load(&args.pools, &machine)?;
+    if let Some(p) = pools.iter().find(|p| p.shared == pools::Sharing::Cluster) {
+        return Err(AllocatorError::ClusterPoolNeedsRun {
+            resource: p.resource.clone(),
+        });
+    }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(crate::server::Health::default());
     let (addr, server) = crate::server::serve(

@@ -249,12 +249,11 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsEr
         if spec.capacity == 0 {
             return Err(invalid(r, "capacity must be at least 1"));
         }
-        if spec.shared == Sharing::Cluster {
-            // Refused rather than accepted half-done: each node would offer every slot and
-            // the capacity would be exceeded across nodes.
+        if spec.shared == Sharing::Cluster && spec.pci.is_some() {
+            // A cluster-wide slot must have the same ID on every node; PCI addresses are local.
             return Err(invalid(
                 r,
-                "shared: cluster is not supported yet (slots are not coordinated across nodes)",
+                "shared: cluster needs its devices listed by ID (the same IDs on every node), not matched from PCI",
             ));
         }
         let mut devices: Vec<PoolDevice> = Vec::new();
@@ -450,6 +449,12 @@ mod tests {
         assert!(cam.device_of("cam-b-3").is_none());
         assert!(cam.device_of("cam-c-0").is_none());
         assert_eq!(cam.socket_name(), "numaplane-example_com_cam.sock");
+        let shared = parse(
+            "pools:\n- resource: example.com/lic\n  capacity: 2\n  shared: cluster\n  devices: [{id: lic}]\n",
+        )
+        .unwrap();
+        assert_eq!(shared[0].shared, Sharing::Cluster);
+        assert_eq!(shared[0].slot_ids().len(), 2);
     }
 
     #[test]
@@ -497,6 +502,10 @@ mod tests {
             (
                 "pools:\n- resource: example.com/gpu\n  devices: [{id: a}]\n  deviceSpecs: [{containerPath: /dev/a, hostPath: /dev/a, permissions: rx}]\n",
                 "subset of rwm",
+            ),
+            (
+                "pools:\n- resource: example.com/gpu\n  shared: cluster\n  match: {vendor: \"10de\"}\n",
+                "listed by ID",
             ),
         ];
         for (yaml, want) in cases {

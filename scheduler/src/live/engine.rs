@@ -133,7 +133,7 @@ pub struct Engine {
     tx: mpsc::UnboundedSender<Input>,
     started: Instant,
     reported: AssumptionStats,
-    anomalies_reported: (u64, u64, std::collections::BTreeMap<String, u64>),
+    anomalies_reported: (u64, u64, u64, std::collections::BTreeMap<String, u64>),
     last_gauges: Option<Instant>,
 }
 
@@ -338,10 +338,11 @@ impl Engine {
         }
         self.reported = s;
         let a = &self.cluster.anomalies;
-        let (pods_before, nodes_before, nrt_before) = &mut self.anomalies_reported;
+        let (pods_before, nodes_before, records_before, nrt_before) = &mut self.anomalies_reported;
         for (kind, now_v, before) in [
             ("pod", a.invalid_pods, &mut *pods_before),
             ("node", a.invalid_nodes, &mut *nodes_before),
+            ("allocation_record", a.invalid_records, &mut *records_before),
         ] {
             if now_v > *before {
                 self.metrics
