@@ -222,7 +222,7 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
     }
     let mut sides = Vec::new();
     for n in &names {
-        sides.push(NodeSide::start(n, &api.kubeconfig()).await);
+        sides.push(NodeSide::start(n, api.kubeconfig()).await);
     }
     let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
     for n in &names {
@@ -357,7 +357,7 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
             .map(|(g, _)| g)
     })
     .await;
-    assert_eq!(got, [p0_slot.clone()]);
+    assert_eq!(got, std::slice::from_ref(&p0_slot));
     for s in &sides {
         let text = s.exporter.metrics().unwrap();
         assert_eq!(
