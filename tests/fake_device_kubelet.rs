@@ -281,6 +281,47 @@ impl FakeDeviceKubelet {
         }
     }
 
+    /// Asks the plugin of `resource` the kubelet's `GetPreferredAllocation` question for one
+    /// container directly (benchmarks); returns its answer.
+    pub async fn preferred(
+        &self,
+        resource: &str,
+        available: Vec<String>,
+        must_include: Vec<String>,
+        size: usize,
+    ) -> Result<Vec<String>, String> {
+        let mut client = {
+            let st = self.shared.state();
+            st.plugins
+                .get(resource)
+                .map(|p| p.client.clone())
+                .ok_or_else(|| format!("no plugin registered for {resource}"))?
+        };
+        *self
+            .shared
+            .state()
+            .preferred_calls
+            .entry(resource.to_owned())
+            .or_default() += 1;
+        let reply = client
+            .get_preferred_allocation(dp::PreferredAllocationRequest {
+                container_requests: vec![dp::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: available,
+                    must_include_device_i_ds: must_include,
+                    allocation_size: i32::try_from(size).unwrap_or(i32::MAX),
+                }],
+            })
+            .await
+            .map_err(|e| format!("GetPreferredAllocation: {e}"))?
+            .into_inner();
+        Ok(reply
+            .container_responses
+            .into_iter()
+            .next()
+            .map(|r| r.device_i_ds)
+            .unwrap_or_default())
+    }
+
     /// Admits one container's request of `count` devices of `resource` under the merged NUMA
     /// `hint` (None: no affinity), as the device manager does; returns the IDs allocated and
     /// the plugin's `Allocate` answer.
