@@ -385,33 +385,8 @@ impl FakeDeviceKubelet {
         }
         let mut client = plugin.client.clone();
         let mut chosen: Vec<String> = Vec::new();
-        let ask = |avail: Vec<String>, must: Vec<String>, size: usize| {
-            let mut client = client.clone();
-            let shared = self.shared.clone();
-            let res = resource.to_owned();
-            async move {
-                *shared.state().preferred_calls.entry(res).or_default() += 1;
-                let reply = client
-                    .get_preferred_allocation(dp::PreferredAllocationRequest {
-                        container_requests: vec![dp::ContainerPreferredAllocationRequest {
-                            available_device_i_ds: avail,
-                            must_include_device_i_ds: must,
-                            allocation_size: i32::try_from(size).unwrap_or(i32::MAX),
-                        }],
-                    })
-                    .await
-                    .map_err(|e| format!("GetPreferredAllocation: {e}"))?
-                    .into_inner();
-                Ok::<Vec<String>, String>(
-                    reply
-                        .container_responses
-                        .into_iter()
-                        .next()
-                        .map(|r| r.device_i_ds)
-                        .unwrap_or_default(),
-                )
-            }
-        };
+        let ask =
+            |avail: Vec<String>, must: Vec<String>, size: usize| self.preferred(resource, avail, must, size);
         if count < aligned.len() {
             if plugin.options.get_preferred_allocation_available {
                 let answer = ask(aligned.iter().cloned().collect(), Vec::new(), count).await?;

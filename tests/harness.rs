@@ -448,3 +448,55 @@ fn dechunk(body: &str) -> String {
         rest = tail[n..].trim_start_matches("\r\n");
     }
 }
+
+/// Arguments of `numaplane-exporter run` hosting the allocator, as the allocator tests and
+/// benches start it: the 2-NUMA hwloc fixture, policy `single-numa-node`, the given sockets,
+/// kubeconfig and pools file, and `extra` (e.g. a resync interval).
+pub fn allocator_exporter_args(
+    node: &str,
+    podresources_socket: &Path,
+    kubeconfig: &Path,
+    pools: &Path,
+    device_plugin_dir: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/2numa.xml"
+    );
+    let mut args: Vec<String> = vec![
+        "--node-name".into(),
+        node.into(),
+        "--podresources-socket".into(),
+        podresources_socket.display().to_string(),
+        "--topology-xml".into(),
+        fixture.into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--topology-manager-policy".into(),
+        "single-numa-node".into(),
+        "--pools".into(),
+        pools.display().to_string(),
+        "--device-plugin-dir".into(),
+        device_plugin_dir.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// Arguments of `numaplane-scheduler run` for a single unelected scheduler with a client
+/// budget that is not the limit.
+pub fn scheduler_run_args(kubeconfig: &Path) -> Vec<String> {
+    [
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--leader-elect=false",
+        "--kube-api-qps",
+        "1000",
+        "--kube-api-burst",
+        "1000",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}

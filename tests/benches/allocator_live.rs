@@ -23,7 +23,7 @@ use numaplane::proto::podresources::{
 use numaplane_e2e::fake_api::FakeApiServer;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::Agent;
+use numaplane_e2e::harness::{Agent, allocator_exporter_args};
 use serde_json::json;
 
 const NODE: &str = "bench-node";
@@ -168,26 +168,7 @@ fn main() {
             json!({"pools": [{"resource": CAM, "capacity": CAPACITY, "devices": devices}]}).to_string(),
         )
         .unwrap();
-        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../topology/tests/fixtures/2numa.xml");
-        let args: Vec<String> = [
-            "--node-name",
-            NODE,
-            "--podresources-socket",
-            dir.path().join("podres.sock").to_str().unwrap(),
-            "--topology-xml",
-            fixture,
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--topology-manager-policy",
-            "single-numa-node",
-            "--pools",
-            pools.to_str().unwrap(),
-            "--device-plugin-dir",
-            plugins.to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        let args = allocator_exporter_args(NODE, &dir.path().join("podres.sock"), &kubeconfig, &pools, &plugins, &[]);
         let mut agent = Agent::spawn_exporter("run", &args).unwrap();
         agent.wait_serving(Duration::from_secs(60)).await.unwrap();
         dp.wait_registered(CAM, 1, Duration::from_secs(60)).await.unwrap();

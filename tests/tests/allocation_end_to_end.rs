@@ -21,7 +21,9 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{
+    Agent, ApiTarget, allocator_exporter_args, metric_value, scheduler_run_args, unique_name,
+};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -114,31 +116,14 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
         json!({"pools": [{"resource": GPU, "devices": devices}]}).to_string(),
     )
     .unwrap();
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/2numa.xml"
-    );
-    let exporter_args: Vec<String> = [
-        "--node-name",
+    let exporter_args = allocator_exporter_args(
         &node,
-        "--podresources-socket",
-        dir.path().join("podres.sock").to_str().unwrap(),
-        "--topology-xml",
-        fixture,
-        "--kubeconfig",
-        api.kubeconfig().to_str().unwrap(),
-        "--resync-interval",
-        "200ms",
-        "--topology-manager-policy",
-        "single-numa-node",
-        "--pools",
-        pools.to_str().unwrap(),
-        "--device-plugin-dir",
-        plugins.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+        &dir.path().join("podres.sock"),
+        api.kubeconfig(),
+        &pools,
+        &plugins,
+        &["--resync-interval", "200ms"],
+    );
     let mut exporter = Agent::spawn_exporter("run", &exporter_args).unwrap();
     exporter.wait_serving(WAIT).await.unwrap();
     dp.wait_registered(GPU, 1, WAIT).await.unwrap();
@@ -153,18 +138,7 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let sched_args: Vec<String> = [
-        "--kubeconfig",
-        api.kubeconfig().to_str().unwrap(),
-        "--leader-elect=false",
-        "--kube-api-qps",
-        "1000",
-        "--kube-api-burst",
-        "1000",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let sched_args = scheduler_run_args(api.kubeconfig());
     let mut scheduler = Agent::spawn_scheduler("run", &sched_args).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
 

@@ -22,7 +22,9 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{
+    Agent, ApiTarget, allocator_exporter_args, metric_value, scheduler_run_args, unique_name,
+};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -81,31 +83,14 @@ impl NodeSide {
             .to_string(),
         )
         .unwrap();
-        let fixture = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../topology/tests/fixtures/2numa.xml"
-        );
-        let args: Vec<String> = [
-            "--node-name",
+        let args = allocator_exporter_args(
             name,
-            "--podresources-socket",
-            dir.path().join("podres.sock").to_str().unwrap(),
-            "--topology-xml",
-            fixture,
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--resync-interval",
-            "200ms",
-            "--topology-manager-policy",
-            "single-numa-node",
-            "--pools",
-            pools.to_str().unwrap(),
-            "--device-plugin-dir",
-            plugins.to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+            &dir.path().join("podres.sock"),
+            kubeconfig,
+            &pools,
+            &plugins,
+            &["--resync-interval", "200ms"],
+        );
         let mut exporter = Agent::spawn_exporter("run", &args).unwrap();
         exporter.wait_serving(WAIT).await.unwrap();
         dp.wait_registered(LIC, 1, WAIT).await.unwrap();
@@ -229,18 +214,7 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
         wait_for("both NRTs", async || nrts.get_opt(n).await.unwrap()).await;
     }
 
-    let sched_args: Vec<String> = [
-        "--kubeconfig",
-        api.kubeconfig().to_str().unwrap(),
-        "--leader-elect=false",
-        "--kube-api-qps",
-        "1000",
-        "--kube-api-burst",
-        "1000",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let sched_args = scheduler_run_args(api.kubeconfig());
     let mut scheduler = Agent::spawn_scheduler("run", &sched_args).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
 
