@@ -568,6 +568,9 @@ fn valid_device_resource(name: &str) -> bool {
     !name.is_empty() && name != RESOURCE_CPU && name != RESOURCE_MEMORY && !name.starts_with(HUGEPAGES_PREFIX)
 }
 
+/// The distance of a NUMA node to itself (ACPI SLIT `LOCAL_DISTANCE`).
+const LOCAL_DISTANCE: i64 = 10;
+
 /// Whether the scheduler can read the id back from the comma-separated, trimmed attribute.
 fn publishable_device_id(id: &str) -> bool {
     !id.is_empty() && !id.contains(',') && id.trim() == id
@@ -1038,6 +1041,14 @@ impl<'a, 'm> Accumulator<'a, 'm> {
             let name = nrt::zone_name(to);
             let value = i64::try_from(distance).map_err(|_| overflow("publishing distance", id, &name))?;
             costs.push(CostInfo { name, value });
+        }
+        // hwloc has no matrix on a one-node machine (and the kernel row may be missing): a zone
+        // is always at the local distance from itself, as RTE and NFD publish it.
+        if seen.insert(id) {
+            costs.push(CostInfo {
+                name: nrt::zone_name(id),
+                value: LOCAL_DISTANCE,
+            });
         }
         costs.sort_by(|a, b| a.name.cmp(&b.name));
 

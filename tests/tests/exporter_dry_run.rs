@@ -677,3 +677,33 @@ async fn kubelet_config_file_sets_topology_manager_attributes() {
     );
     kubelet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_numa_machine_publishes_its_local_cost() {
+    // hwloc reports no distance matrix for one NUMA node (the real capture in 1numa.xml has
+    // none); RTE and NFD publish `node-0: 10`, and so must we.
+    let dir = tempfile::tempdir().unwrap();
+    let xml = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/1numa.xml"
+    ));
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(
+        &socket,
+        AllocatableResourcesResponse {
+            cpu_ids: vec![0, 1],
+            ..Default::default()
+        },
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let run = run_exporter(base_args(&socket, &xml, CALL_TIMEOUT_OK), dir.path()).await;
+    let nrt = run.nrt("1numa.xml");
+    assert_eq!(nrt.zones.len(), 1);
+    let costs = nrt.zones[0].costs.as_ref().expect("costs published");
+    assert_eq!(costs.len(), 1, "{costs:?}");
+    assert_eq!((costs[0].name.as_str(), costs[0].value), ("node-0", 10));
+    kubelet.stop().await;
+}

@@ -2,6 +2,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use hwlocality::Topology;
 use hwlocality::object::TopologyObject;
@@ -23,7 +24,7 @@ pub(crate) fn from_system() -> Result<Machine, TopologyError> {
     let topology = configured_builder()?
         .build()
         .map_err(|source| TopologyError::DiscoverSystem { source })?;
-    machine_from_topology(&topology, "this host")
+    machine_from_topology(&topology, "this host", Some(Path::new(SYSFS_NODE_DIR)))
 }
 
 pub(crate) fn from_xml(xml: &str, origin: XmlOrigin) -> Result<Machine, TopologyError> {
@@ -37,7 +38,7 @@ pub(crate) fn from_xml(xml: &str, origin: XmlOrigin) -> Result<Machine, Topology
         origin: origin.clone(),
         source,
     })?;
-    machine_from_topology(&topology, &origin.to_string())
+    machine_from_topology(&topology, &origin.to_string(), None)
 }
 
 /// Builder settings shared by every source, so a host and its XML export give the same model.
@@ -70,7 +71,46 @@ struct NodeFacts {
     hugepages: Vec<HugepagePool>,
 }
 
-fn machine_from_topology(topology: &Topology, source: &str) -> Result<Machine, TopologyError> {
+/// Where Linux describes NUMA nodes (`node<N>/distance`).
+const SYSFS_NODE_DIR: &str = "/sys/devices/system/node";
+
+/// Gives every node without distances (hwloc reports no matrix on one-node machines) its
+/// kernel row from `sysfs_node_dir` when that can be read and matches the node list, as RTE and
+/// NFD read it. `nodes` sorted by id. Without a row the distances stay unknown (empty).
+fn fill_missing_distances(nodes: &mut [NumaNode], sysfs_node_dir: Option<&Path>) {
+    let Some(dir) = sysfs_node_dir else { return };
+    let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
+    for node in nodes.iter_mut().filter(|n| n.distances.is_empty()) {
+        if let Some(row) = read_sysfs_distances(dir, node.id, &ids) {
+            node.distances = row;
+        }
+    }
+}
+
+/// `node<id>/distance`: one value per online node, in ascending id order.
+fn read_sysfs_distances(dir: &Path, id: u32, ids: &[u32]) -> Option<Vec<Distance>> {
+    let path = dir.join(format!("node{id}/distance"));
+    let text = std::fs::read_to_string(&path).ok()?;
+    let values: Option<Vec<u64>> = text.split_whitespace().map(|v| v.parse().ok()).collect();
+    match values {
+        Some(values) if values.len() == ids.len() => Some(
+            ids.iter()
+                .zip(values)
+                .map(|(&node, value)| Distance { node, value })
+                .collect(),
+        ),
+        _ => {
+            tracing::debug!(path = %path.display(), "kernel distance row unusable; distances unknown");
+            None
+        }
+    }
+}
+
+fn machine_from_topology(
+    topology: &Topology,
+    source: &str,
+    sysfs_node_dir: Option<&Path>,
+) -> Result<Machine, TopologyError> {
     let facts = topology
         .objects_with_type(ObjectType::NUMANode)
         .map(node_facts)
@@ -99,6 +139,7 @@ fn machine_from_topology(topology: &Topology, source: &str) -> Result<Machine, T
         })
         .collect();
     numa_nodes.sort_by_key(|node| node.id);
+    fill_missing_distances(&mut numa_nodes, sysfs_node_dir);
 
     let pci_devices = read_pci_devices(topology)?;
 
@@ -356,5 +397,43 @@ mod tests {
                 count: 4
             }]
         );
+    }
+
+    fn node(id: u32, distances: Vec<Distance>) -> NumaNode {
+        NumaNode {
+            id,
+            cpus: vec![],
+            cores: vec![],
+            memory_bytes: 0,
+            hugepages: vec![],
+            distances,
+        }
+    }
+
+    #[test]
+    fn missing_distances_come_from_the_kernel_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        for (id, row) in [(0, "10 21\n"), (1, "21 10\n"), (2, "garbage\n")] {
+            std::fs::create_dir(dir.path().join(format!("node{id}"))).unwrap();
+            std::fs::write(dir.path().join(format!("node{id}/distance")), row).unwrap();
+        }
+        let mut nodes = vec![node(0, vec![]), node(1, vec![])];
+        fill_missing_distances(&mut nodes, Some(dir.path()));
+        assert_eq!(
+            nodes[1].distances,
+            [Distance { node: 0, value: 21 }, Distance { node: 1, value: 10 }]
+        );
+        // A row that does not match the node list, or no sysfs (XML): unknown.
+        let mut one = vec![node(2, vec![])];
+        fill_missing_distances(&mut one, Some(dir.path()));
+        assert!(one[0].distances.is_empty());
+        let mut one = vec![node(0, vec![])];
+        fill_missing_distances(&mut one, None);
+        assert!(one[0].distances.is_empty());
+        // hwloc's matrix is kept.
+        let hw = vec![Distance { node: 0, value: 11 }];
+        let mut kept = vec![node(0, hw.clone())];
+        fill_missing_distances(&mut kept, Some(dir.path()));
+        assert_eq!(kept[0].distances, hw);
     }
 }
