@@ -35,6 +35,9 @@ pub mod attr {
     pub const TOPOLOGY_MANAGER_SCOPE: &str = "topologyManagerScope";
     /// Kubelet `max-allowable-numa-nodes` policy option (integer > 1).
     pub const TOPOLOGY_MANAGER_MAX_NUMA_NODES: &str = "topologyManagerMaxNUMANodes";
+    /// Kubelet `prefer-closest-numa-nodes` policy option (`true`/`false`), upstream's naming
+    /// convention `topologyManagerOption<OptionNameCamel>`.
+    pub const TOPOLOGY_MANAGER_PREFER_CLOSEST: &str = "topologyManagerOptionPreferClosestNumaNodes";
     /// Pod-set fingerprint, `pfp0v001…`.
     pub const PODS_FINGERPRINT: &str = crate::fingerprint::ATTRIBUTE_FINGERPRINT;
     /// Which pods enter the fingerprint: `all` or `with-exclusive-resources`.

@@ -137,6 +137,8 @@ pub struct AccountingConfig {
     pub topology_manager_scope: String,
     /// Kubelet `max-allowable-numa-nodes`, published as `topologyManagerMaxNUMANodes` when set.
     pub max_numa_nodes: Option<u32>,
+    /// Kubelet `prefer-closest-numa-nodes`, published when set.
+    pub prefer_closest_numa_nodes: Option<bool>,
     /// Resources whose device slots are one cluster-wide set (allocator pools with
     /// `shared: cluster`): the IDs this node's pods hold are published as a node attribute
     /// ([`attr::CLUSTER_HELD_PREFIX`]) so the scheduler and the other nodes keep them off.
@@ -156,6 +158,7 @@ impl Default for AccountingConfig {
             topology_manager_policy: DEFAULT_TOPOLOGY_MANAGER_POLICY.to_owned(),
             topology_manager_scope: DEFAULT_TOPOLOGY_MANAGER_SCOPE.to_owned(),
             max_numa_nodes: None,
+            prefer_closest_numa_nodes: None,
             cluster_shared: BTreeSet::new(),
         }
     }
@@ -1182,6 +1185,12 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES.to_owned(),
             value: max.to_string(),
+        });
+    }
+    if let Some(closest) = cfg.prefer_closest_numa_nodes {
+        attributes.push(AttributeInfo {
+            name: attr::TOPOLOGY_MANAGER_PREFER_CLOSEST.to_owned(),
+            value: closest.to_string(),
         });
     }
     for resource in &cfg.cluster_shared {

@@ -1,5 +1,6 @@
 //! The part of the kubelet's `KubeletConfiguration` file that the published object carries: the
-//! Topology Manager policy, scope and `max-allowable-numa-nodes` option.
+//! Topology Manager policy, scope and policy options (`max-allowable-numa-nodes`,
+//! `prefer-closest-numa-nodes`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,8 @@ pub const POLICIES: [&str; 4] = ["none", "best-effort", "restricted", "single-nu
 pub const SCOPES: [&str; 2] = ["container", "pod"];
 /// The kubelet's Topology Manager option that caps the NUMA nodes it considers.
 pub const MAX_ALLOWABLE_NUMA_NODES_OPTION: &str = "max-allowable-numa-nodes";
+/// The kubelet's Topology Manager option that prefers NUMA sets with the shortest distance.
+pub const PREFER_CLOSEST_NUMA_NODES_OPTION: &str = "prefer-closest-numa-nodes";
 
 /// What the exporter publishes about the kubelet's Topology Manager.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -22,6 +25,8 @@ pub struct TopologyManagerSettings {
     pub scope: Option<String>,
     /// The `max-allowable-numa-nodes` option, when set.
     pub max_numa_nodes: Option<u32>,
+    /// The `prefer-closest-numa-nodes` option, when set.
+    pub prefer_closest_numa_nodes: Option<bool>,
 }
 
 /// Errors reading the kubelet configuration file.
@@ -101,10 +106,22 @@ pub fn parse(text: &str, origin: &str) -> Result<TopologyManagerSettings, Kubele
         .get(MAX_ALLOWABLE_NUMA_NODES_OPTION)
         .map(|v| parse_max_numa_nodes(v, origin))
         .transpose()?;
+    let prefer_closest_numa_nodes = cfg
+        .topology_manager_policy_options
+        .get(PREFER_CLOSEST_NUMA_NODES_OPTION)
+        .map(|v| parse_option_bool(PREFER_CLOSEST_NUMA_NODES_OPTION, v, origin))
+        .transpose()?;
+    for name in cfg.topology_manager_policy_options.keys().filter(|k| {
+        ![MAX_ALLOWABLE_NUMA_NODES_OPTION, PREFER_CLOSEST_NUMA_NODES_OPTION].contains(&k.as_str())
+    }) {
+        // A newer kubelet may know options we do not model: say so, do not refuse to run.
+        tracing::warn!(option = %name, origin, "unknown Topology Manager policy option; not published");
+    }
     let settings = TopologyManagerSettings {
         policy: cfg.topology_manager_policy.filter(|p| !p.is_empty()),
         scope: cfg.topology_manager_scope.filter(|s| !s.is_empty()),
         max_numa_nodes,
+        prefer_closest_numa_nodes,
     };
     validate(&settings, origin)?;
     Ok(settings)
@@ -123,6 +140,24 @@ pub fn parse_max_numa_nodes(value: &str, origin: &str) -> Result<u32, KubeletCon
             origin: origin.to_owned(),
             expected: "a positive integer".to_owned(),
         })
+}
+
+/// Parses a boolean option value as the kubelet does (Go's `strconv.ParseBool`).
+pub fn parse_option_bool(
+    option: &'static str,
+    value: &str,
+    origin: &str,
+) -> Result<bool, KubeletConfigError> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(KubeletConfigError::InvalidValue {
+            field: option,
+            value: value.to_owned(),
+            origin: origin.to_owned(),
+            expected: "a boolean (true or false)".to_owned(),
+        }),
+    }
 }
 
 /// Checks policy and scope against the values the kubelet accepts.
@@ -163,6 +198,13 @@ mod tests {
         assert_eq!(s.policy.as_deref(), Some("single-numa-node"));
         assert_eq!(s.scope.as_deref(), Some("pod"));
         assert_eq!(s.max_numa_nodes, Some(10));
+        assert_eq!(s.prefer_closest_numa_nodes, Some(true));
+        let s = parse(
+            "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"F\"}\n",
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(s.prefer_closest_numa_nodes, Some(false));
     }
 
     #[test]
@@ -180,6 +222,10 @@ mod tests {
             (
                 "topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"0\"}\n",
                 "max-allowable-numa-nodes",
+            ),
+            (
+                "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"yes\"}\n",
+                "prefer-closest-numa-nodes",
             ),
         ] {
             let err = parse(doc, "cfg").unwrap_err().to_string();

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// The kubelet's max-allowable-numa-nodes option, published as topologyManagerMaxNUMANodes.
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_MAX_NUMA_NODES", value_parser = clap::value_parser!(u32).range(1..))]
     pub topology_manager_max_numa_nodes: Option<u32>,
+    /// The kubelet's prefer-closest-numa-nodes option, published as
+    /// topologyManagerOptionPreferClosestNumaNodes.
+    #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_PREFER_CLOSEST_NUMA_NODES")]
+    pub topology_manager_prefer_closest_numa_nodes: Option<bool>,
     /// Leave a resource out of the zones: `NODE=RESOURCE`, or `*=RESOURCE` for every node.
     /// Repeatable (comma-separated in the environment variable).
     #[arg(long = "exclude-resource", env = "NUMAPLANE_EXCLUDE_RESOURCES", value_delimiter = ',', value_parser = parse_exclude_resource)]
@@ -250,6 +254,9 @@ pub fn topology_manager_settings(args: &RunArgs) -> Result<TopologyManagerSettin
     if let Some(n) = args.topology_manager_max_numa_nodes {
         s.max_numa_nodes = Some(n);
     }
+    if let Some(c) = args.topology_manager_prefer_closest_numa_nodes {
+        s.prefer_closest_numa_nodes = Some(c);
+    }
     Ok(s)
 }
 
@@ -276,6 +283,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         topology_manager_policy: tm.policy.clone().unwrap_or_default(),
         topology_manager_scope: tm.scope.clone().unwrap_or_default(),
         max_numa_nodes: tm.max_numa_nodes,
+        prefer_closest_numa_nodes: tm.prefer_closest_numa_nodes,
         cluster_shared: BTreeSet::new(),
     }
 }

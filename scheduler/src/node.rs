@@ -15,9 +15,8 @@ use crate::{
     topology_manager::{NumaDistances, NumaInfo, Policy, PolicyOptions, Scope, TopologyManagerError},
 };
 
-/// Attribute carrying the kubelet option `prefer-closest-numa-nodes` (upstream naming
-/// convention `topologyManagerOption<OptionNameCamel>`).
-pub const ATTR_PREFER_CLOSEST: &str = "topologyManagerOptionPreferClosestNumaNodes";
+/// Attribute carrying the kubelet option `prefer-closest-numa-nodes`.
+pub const ATTR_PREFER_CLOSEST: &str = nrt::attr::TOPOLOGY_MANAGER_PREFER_CLOSEST;
 
 /// Topology Manager configuration read from an NRT, without defaults (upstream §3 semantics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

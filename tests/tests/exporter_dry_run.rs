@@ -707,3 +707,45 @@ async fn a_single_numa_machine_publishes_its_local_cost() {
     assert_eq!((costs[0].name.as_str(), costs[0].value), ("node-0", 10));
     kubelet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let xml = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/2numa.xml"
+    ));
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(
+        &socket,
+        AllocatableResourcesResponse {
+            cpu_ids: (0..4).collect(),
+            ..Default::default()
+        },
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         topologyManagerPolicy: restricted\ntopologyManagerScope: pod\n\
+         topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n  max-allowable-numa-nodes: \"12\"\n",
+    )
+    .unwrap();
+    let mut args = base_args(&socket, &xml, CALL_TIMEOUT_OK);
+    args.push("--kubelet-config".into());
+    args.push(config.into());
+    let nrt = run_exporter(args, dir.path()).await.nrt("kubelet config");
+    for (name, value) in [
+        (attr::TOPOLOGY_MANAGER_POLICY, "restricted"),
+        (attr::TOPOLOGY_MANAGER_SCOPE, "pod"),
+        (attr::TOPOLOGY_MANAGER_PREFER_CLOSEST, "true"),
+        (attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES, "12"),
+    ] {
+        assert_eq!(nrt.attribute(name), Some(value), "{name}: {:?}", nrt.attributes);
+    }
+    kubelet.stop().await;
+}
