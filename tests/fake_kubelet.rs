@@ -45,16 +45,33 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct FakeKubeletOptions {
     /// Serve `Watch`; `false` answers UNIMPLEMENTED like the kubelet.
     pub watch: bool,
-    /// Serve `Get`; `false` answers UNIMPLEMENTED like the kubelet.
-    pub get: bool,
+    /// How `Get` answers, by kubelet version.
+    pub get: GetMode,
 }
+
+/// How a kubelet answers pod-resources `Get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetMode {
+    /// 1.34 and newer (gate on by default, locked on from 1.36): served; an unknown pod is
+    /// answered with code `Unknown` and "pod NAME in namespace NS not found" (checked on a
+    /// real v1.36.2 kubelet).
+    Offered,
+    /// 1.27–1.33 with the `KubeletPodResourcesGet` gate off (their default): code `Unknown`,
+    /// "PodResources API Get method disabled".
+    Disabled,
+    /// 1.26 and older: the method does not exist, UNIMPLEMENTED.
+    Unimplemented,
+}
+
+/// The message of a 1.27–1.33 kubelet whose `Get` is gated off.
+pub const GET_DISABLED_MESSAGE: &str = "PodResources API Get method disabled";
 
 impl Default for FakeKubeletOptions {
     /// What a current kubelet offers: `Get` yes, `Watch` no.
     fn default() -> Self {
         Self {
             watch: false,
-            get: true,
+            get: GetMode::Offered,
         }
     }
 }
@@ -127,8 +144,13 @@ impl State {
         method: Method,
         serve: impl FnOnce(&mut State) -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
+        if method == Method::Get && self.options.get == GetMode::Disabled {
+            let status = Status::unknown(GET_DISABLED_MESSAGE);
+            self.record(method, status.code());
+            return Err(status);
+        }
         let disabled = match method {
-            Method::Get => !self.options.get,
+            Method::Get => self.options.get == GetMode::Unimplemented,
             Method::Watch => !self.options.watch,
             Method::List | Method::GetAllocatableResources => false,
         };
@@ -215,9 +237,9 @@ impl PodResourcesLister for Service {
                 Some(pod) => Ok(GetPodResourcesResponse {
                     pod_resources: Some(pod.clone()),
                 }),
-                None => Err(Status::not_found(format!(
-                    "pod {}/{} not found",
-                    want.pod_namespace, want.pod_name
+                None => Err(Status::unknown(format!(
+                    "pod {} in namespace {} not found",
+                    want.pod_name, want.pod_namespace
                 ))),
             }
         })

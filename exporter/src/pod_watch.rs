@@ -132,12 +132,16 @@ pub async fn run(
     }
 }
 
+/// How long the admission poller leaves a kubelet alone that does not offer `Get`.
+pub const GET_REPROBE_INTERVAL: Duration = Duration::from_secs(600);
+
 /// Polls `Get` for pods the API server says are bound here but the last List did not show,
 /// and triggers a scan the moment the kubelet has admitted one (its resources are then
 /// assigned). Bounded to one call per `interval`, well under the kubelet's 100 requests/s limit
-/// shared by every client on the node; stops for good when the kubelet does not offer `Get`.
-/// Sleeps on `wake` (signalled by the pod watch) while no pod is waiting, so an idle node costs
-/// no wakeups.
+/// shared by every client on the node. When the kubelet does not offer `Get` (UNIMPLEMENTED, or
+/// gated off on 1.27–1.33), it says so once and asks again only every
+/// [`GET_REPROBE_INTERVAL`]. Sleeps on `wake` (signalled by the pod watch) while no pod is
+/// waiting, so an idle node costs no wakeups.
 pub async fn poll_admissions(
     client: crate::podresources::KubeletClient,
     view: SharedPodView,
@@ -150,6 +154,7 @@ pub async fn poll_admissions(
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut cursor: Option<PodKey> = None;
+    let mut said_not_offered = false;
     loop {
         ticker.tick().await;
         let candidate = {
@@ -183,12 +188,21 @@ pub async fn poll_admissions(
                 triggers.send(Trigger::KubeletGet);
             }
             Ok(None) => {}
-            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
-                tracing::info!(
-                    "kubelet does not offer pod-resources Get; admissions are caught by the pod \
-                     watch and the resync instead"
-                );
-                return;
+            Err(e) if e.method_not_offered() => {
+                // Stop asking this kubelet; look again rarely, in case it was upgraded or its
+                // gate turned on (a restart of the kubelet, not of us).
+                if !said_not_offered {
+                    said_not_offered = true;
+                    tracing::info!(
+                        error = %numaplane::error_chain(&e),
+                        reprobe_after = ?GET_REPROBE_INTERVAL,
+                        "kubelet does not offer pod-resources Get; admissions are caught by the \
+                         pod watch and the resync instead"
+                    );
+                } else {
+                    tracing::debug!(error = %e, "kubelet still does not offer pod-resources Get");
+                }
+                tokio::time::sleep(GET_REPROBE_INTERVAL).await;
             }
             Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
                 tokio::time::sleep(crate::backoff::jittered(Duration::from_millis(500))).await;

@@ -47,7 +47,23 @@ pub enum PodResourcesError {
     },
 }
 
+/// What kubelets 1.27–1.33 answer `Get` with while the `KubeletPodResourcesGet` gate is off
+/// (their default), with code `Unknown`, the same code as "pod not found".
+pub const GET_DISABLED_MESSAGE: &str = "PodResources API Get method disabled";
+
 impl PodResourcesError {
+    /// Whether the kubelet does not offer the method at all: UNIMPLEMENTED (1.26 and older for
+    /// `Get`; every kubelet for `Watch`), or `Get` gated off on 1.27–1.33.
+    pub fn method_not_offered(&self) -> bool {
+        match self {
+            Self::Call { code, message, .. } => {
+                *code == tonic::Code::Unimplemented
+                    || (*code == tonic::Code::Unknown && message.contains(GET_DISABLED_MESSAGE))
+            }
+            Self::Endpoint { .. } => false,
+        }
+    }
+
     /// The gRPC code, when the error came from a call.
     pub fn code(&self) -> Option<tonic::Code> {
         match self {
@@ -60,6 +76,7 @@ impl PodResourcesError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Endpoint { .. } => "endpoint",
+            Self::Call { .. } if self.method_not_offered() => "unimplemented",
             Self::Call { code, .. } => match code {
                 tonic::Code::ResourceExhausted => "rate_limited",
                 tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => "kubelet_unavailable",
@@ -154,7 +171,8 @@ impl KubeletClient {
     }
 
     /// `Get` for one pod: `Ok(None)` when the kubelet does not know the pod (yet), or no longer
-    /// runs it.
+    /// runs it. A kubelet that does not offer `Get` is an error
+    /// ([`PodResourcesError::method_not_offered`]), not an unknown pod.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodResources>, PodResourcesError> {
         let result = self
             .client
@@ -166,6 +184,7 @@ impl KubeletClient {
             .await;
         match self.record(PodResourcesMethod::Get, result) {
             Ok(resp) => Ok(resp.pod_resources),
+            Err(e) if e.method_not_offered() => Err(e),
             // The kubelet answers an unknown or terminated pod with a plain error (no NotFound
             // code before KEP-3695's GA), so anything but a transport or method failure means
             // "not there".

@@ -22,7 +22,7 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_api::FakeApiServer;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode};
 use numaplane_e2e::harness::{Agent, allocator_exporter_args};
 use serde_json::json;
 
@@ -152,7 +152,7 @@ fn main() {
             &dir.path().join("podres.sock"),
             allocatable,
             holders.values().cloned().collect(),
-            FakeKubeletOptions { watch: false, get: true },
+            FakeKubeletOptions { watch: false, get: GetMode::Offered },
         )
         .await
         .unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerResources, PodResources};
 use numaplane_e2e::fake_api::FakeApiServer;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode};
 use numaplane_e2e::harness::Agent;
 use serde_json::json;
 
@@ -71,7 +71,10 @@ async fn start(watch: bool, resync: &str) -> Env {
         &dir.path().join("kubelet.sock"),
         allocatable(),
         vec![],
-        FakeKubeletOptions { watch, get: true },
+        FakeKubeletOptions {
+            watch,
+            get: GetMode::Offered,
+        },
     )
     .await
     .unwrap();

@@ -15,7 +15,7 @@ use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode, Method};
 use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
 use numaplane_topology::Machine;
 
@@ -312,7 +312,7 @@ async fn kubelet_watch_is_the_fast_path() {
         ApiTarget::start().await.unwrap(),
         FakeKubeletOptions {
             watch: true,
-            get: true,
+            get: GetMode::Offered,
         },
         0,
     )
@@ -566,4 +566,60 @@ async fn api_errors_are_retried_and_counted() {
         "{text}"
     );
     assert!(agent.stderr().contains("publish failed"));
+}
+
+/// Get calls per second while 4 pods the kubelet has not admitted wait for 3 s, and the logs,
+/// for a kubelet answering `Get` in `mode`.
+async fn get_rate(mode: GetMode) -> (usize, f64, String) {
+    let s = Setup::new(
+        ApiTarget::start().await.unwrap(),
+        FakeKubeletOptions {
+            watch: false,
+            get: mode,
+        },
+        0,
+    )
+    .await;
+    let agent = s.agent("1h", &[]).await;
+    s.wait_available("node-0", "cpu", "16").await;
+    let before = s.kubelet.calls(Method::Get);
+    let t0 = std::time::Instant::now();
+    for i in 0..4 {
+        s.api
+            .create_pod(
+                NAMESPACE,
+                &unique_name(&format!("waiting-{i}")),
+                &s.node,
+                "Pending",
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = s.kubelet.calls(Method::Get) - before;
+    let rate = calls as f64 / t0.elapsed().as_secs_f64();
+    let logs = agent.stderr();
+    s.cleanup().await;
+    (calls, rate, logs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_is_dropped_for_good_where_the_kubelet_does_not_offer_it() {
+    // 1.26 and older (UNIMPLEMENTED) and 1.27–1.33 with the gate off (Unknown, "disabled"):
+    // one probe, said once, then silence for this kubelet.
+    for mode in [GetMode::Unimplemented, GetMode::Disabled] {
+        let (calls, rate, logs) = get_rate(mode).await;
+        assert!(calls <= 2, "{mode:?}: {calls} Get calls ({rate:.1}/s)\n{logs}");
+        assert_eq!(
+            logs.matches("does not offer pod-resources Get").count(),
+            1,
+            "{mode:?}\n{logs}"
+        );
+    }
+    // A kubelet that offers Get answers "not found" for a pod it has not admitted (also code
+    // Unknown): the poller keeps asking, within its budget of one call per 25 ms.
+    let (calls, rate, logs) = get_rate(GetMode::Offered).await;
+    assert!(calls >= 10, "{calls} Get calls\n{logs}");
+    assert!(rate <= 45.0, "{rate:.1} Get calls/s\n{logs}");
+    assert!(!logs.contains("does not offer pod-resources Get"), "{logs}");
 }

@@ -20,7 +20,7 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::exporter_vectors::{self as vectors, RoundedHugepages, Verdict, case_name};
 use numaplane_e2e::fake_api::FakeApiServer;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method, start_not_grpc};
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode, Method, start_not_grpc};
 use numaplane_exporter::accounting::{AccountingConfig, MachineView, account};
 use numaplane_topology::Machine;
 use serde_json::{Value, json};
@@ -396,11 +396,11 @@ async fn kubelet_without_watch_and_get_makes_no_difference() {
     let case = vectors::find_case(&root, "rte-pod-fingerprint").unwrap();
     let without = FakeKubeletOptions {
         watch: false,
-        get: false,
+        get: GetMode::Unimplemented,
     };
     let with = FakeKubeletOptions {
         watch: true,
-        get: true,
+        get: GetMode::Offered,
     };
     let (_, bare) = dry_run_case(case, without)
         .await

@@ -12,7 +12,8 @@ use numaplane::proto::podresources::{
     WatchPodResourcesRequest,
 };
 use numaplane_e2e::fake_kubelet::{
-    self, FakeKubelet, FakeKubeletOptions, Method, RATE_LIMIT_MESSAGE, connect, pod_uid, start_not_grpc,
+    self, FakeKubelet, FakeKubeletOptions, GET_DISABLED_MESSAGE, GetMode, Method, RATE_LIMIT_MESSAGE,
+    connect, pod_uid, start_not_grpc,
 };
 use tonic::Code;
 
@@ -48,7 +49,7 @@ fn pod(namespace: &str, name: &str, cpus: &[i64]) -> PodResources {
 
 const ALL: FakeKubeletOptions = FakeKubeletOptions {
     watch: true,
-    get: true,
+    get: GetMode::Offered,
 };
 
 async fn start(dir: &Path, pods: Vec<PodResources>, opts: FakeKubeletOptions) -> FakeKubelet {
@@ -106,7 +107,7 @@ async fn get_and_watch_answer_unimplemented_like_the_kubelet_when_disabled() {
     let dir = tempfile::tempdir().unwrap();
     let opts = FakeKubeletOptions {
         watch: false,
-        get: false,
+        get: GetMode::Unimplemented,
     };
     let kubelet = start(dir.path(), vec![pod("default", "a", &[1])], opts).await;
     let mut client = connect(kubelet.socket()).await.unwrap();
@@ -168,12 +169,36 @@ async fn get_returns_the_pod_or_not_found() {
         })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Code::NotFound);
-    assert_eq!(err.message(), "pod default/missing not found");
+    // What a real v1.36.2 kubelet answers: Unknown, not NotFound.
+    assert_eq!(err.code(), Code::Unknown);
+    assert_eq!(err.message(), "pod missing in namespace default not found");
     assert_eq!(
         kubelet.calls_by_code(Method::Get),
-        [(Code::Ok, 1), (Code::NotFound, 1)]
+        [(Code::Ok, 1), (Code::Unknown, 1)]
     );
+}
+
+#[tokio::test]
+async fn get_gated_off_answers_unknown_disabled_like_kubelets_1_27_to_1_33() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FakeKubeletOptions {
+        watch: false,
+        get: GetMode::Disabled,
+    };
+    let kubelet = start(dir.path(), vec![pod("default", "a", &[1])], opts).await;
+    let mut client = connect(kubelet.socket()).await.unwrap();
+    // Even for a pod the kubelet runs.
+    let err = client
+        .get(GetPodResourcesRequest {
+            pod_name: "a".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unknown);
+    assert_eq!(err.message(), GET_DISABLED_MESSAGE);
+    assert_eq!(kubelet.calls_by_code(Method::Get), [(Code::Unknown, 1)]);
+    client.list(ListPodResourcesRequest {}).await.unwrap();
 }
 
 #[tokio::test]
