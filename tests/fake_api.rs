@@ -1544,12 +1544,27 @@ impl State {
     }
 
     fn list(&self, t: &Target, selectors: &Selectors) -> Reply {
-        let items: Vec<Value> = self
+        let mut items: Vec<Value> = self
             .objects
             .iter()
             .filter(|(k, obj)| t.in_scope(k) && selectors.matches(obj))
             .map(|(_, obj)| obj.clone())
             .collect();
+        // One storage behind both Event APIs, as in kube-apiserver: `kubectl describe` lists
+        // core/v1 Events and finds those written through events.k8s.io/v1.
+        if t.def.group.is_empty() && t.def.kind == "Event" {
+            items.extend(
+                self.objects
+                    .iter()
+                    .filter(|(k, _)| {
+                        k.api_version == "events.k8s.io/v1"
+                            && k.kind == "Event"
+                            && t.namespace.as_ref().is_none_or(|ns| k.namespace == *ns)
+                    })
+                    .map(|(_, obj)| core_event_view(obj))
+                    .filter(|obj| selectors.matches(obj)),
+            );
+        }
         Reply::json(200, &self.list_value(t, items))
     }
 
@@ -2412,6 +2427,38 @@ fn parse_label_req(p: &str) -> Option<LabelReq> {
         return Some(LabelReq::NotExists(owned(k)));
     }
     (!p.contains(char::is_whitespace)).then(|| LabelReq::Exists(owned(p)))
+}
+
+/// An events.k8s.io/v1 Event as core/v1 shows it (the apiserver's conversion:
+/// `regarding` → `involvedObject`, `note` → `message`, `reportingController` →
+/// `reportingComponent`, `deprecated*` → their core names).
+fn core_event_view(obj: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("apiVersion".into(), json!("v1"));
+    out.insert("kind".into(), json!("Event"));
+    let renames = [
+        ("metadata", "metadata"),
+        ("regarding", "involvedObject"),
+        ("related", "related"),
+        ("note", "message"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("action", "action"),
+        ("eventTime", "eventTime"),
+        ("series", "series"),
+        ("reportingController", "reportingComponent"),
+        ("reportingInstance", "reportingInstance"),
+        ("deprecatedSource", "source"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ];
+    for (from, to) in renames {
+        if let Some(v) = obj.get(from).filter(|v| !v.is_null()) {
+            out.insert(to.into(), v.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 /// A dotted path's value as the selector compares it; missing fields read as "".

@@ -220,7 +220,11 @@ pub fn lock_applied(
 #[derive(Clone)]
 pub struct NodeEvents {
     recorder: Recorder,
+    client: Client,
     node: k8s_openapi::api::core::v1::ObjectReference,
+    /// The Node's UID, read on the first Event: `kubectl describe node` finds a node's events
+    /// by `involvedObject.uid`, so an Event without it does not show there.
+    uid: tokio::sync::OnceCell<String>,
 }
 
 impl NodeEvents {
@@ -232,13 +236,39 @@ impl NodeEvents {
             instance,
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
             node: k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some("v1".to_owned()),
                 kind: Some("Node".to_owned()),
                 name: Some(node_name.to_owned()),
                 ..Default::default()
             },
+            uid: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The reference to the Node, with its UID once it could be read (a Node that cannot be
+    /// read yet gets an Event without it, and a later Event tries again).
+    async fn regarding(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        let name = self.node.name.clone().unwrap_or_default();
+        let uid = self
+            .uid
+            .get_or_try_init(|| async {
+                match Api::<Node>::all(self.client.clone()).get(&name).await {
+                    Ok(node) => node.metadata.uid.ok_or(()),
+                    Err(e) => {
+                        tracing::debug!(error = %numaplane::error_chain(&e), "cannot read the Node's UID for Events");
+                        Err(())
+                    }
+                }
+            })
+            .await
+            .ok()
+            .cloned();
+        k8s_openapi::api::core::v1::ObjectReference {
+            uid,
+            ..self.node.clone()
         }
     }
 
@@ -251,7 +281,8 @@ impl NodeEvents {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &self.node).await {
+        let regarding = self.regarding().await;
+        if let Err(e) = self.recorder.publish(&event, &regarding).await {
             metrics.error("event");
             tracing::warn!(reason, error = %numaplane::error_chain(&e), "cannot publish Event");
         }

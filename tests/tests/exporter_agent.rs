@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kube::Api;
 use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
@@ -622,4 +623,46 @@ async fn get_is_dropped_for_good_where_the_kubelet_does_not_offer_it() {
     assert!(calls >= 10, "{calls} Get calls\n{logs}");
     assert!(rate <= 45.0, "{rate:.1} Get calls/s\n{logs}");
     assert!(!logs.contains("does not offer pod-resources Get"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_events_are_found_the_way_kubectl_describe_node_looks_them_up() {
+    let s = Setup::plain().await;
+    // The kubelet is down at start: a ScanFailed Warning on the Node.
+    s.kubelet
+        .fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
+    let _agent = s.agent("1h", &[]).await;
+    s.wait_available("node-0", "cpu", "16").await;
+    // kubectl describe node (v1.36.2, -v=6) lists core/v1 events twice, by
+    // involvedObject.uid = the Node's UID and = its name, each with name and kind.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(s.api.client(), "default");
+    let selector = format!(
+        "involvedObject.uid={},involvedObject.name={},involvedObject.kind=Node",
+        s.node_uid, s.node
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let found = loop {
+        let list = events
+            .list(&kube::api::ListParams::default().fields(&selector))
+            .await
+            .unwrap();
+        if let Some(e) = list
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ScanFailed"))
+        {
+            break e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ScanFailed event found by {selector}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(found.type_.as_deref(), Some("Warning"));
+    assert!(
+        found.message.as_deref().unwrap_or_default().contains("kubelet"),
+        "{found:?}"
+    );
+    s.cleanup().await;
 }

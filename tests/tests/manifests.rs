@@ -673,6 +673,18 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
     drop(agent);
     kubelet.stop().await;
 
+    // The Events carry the Node's UID: `kubectl describe node` selects a node's events by
+    // `involvedObject.uid` (the UID, or the name as the kubelet sets it), kind and name.
+    let node_uid = api.get("v1", "Node", None, NODE).unwrap()["metadata"]["uid"].clone();
+    assert!(node_uid.is_string(), "{node_uid}");
+    let events = api.list("events.k8s.io/v1", "Event", Some("default"));
+    assert!(events.len() >= 2, "{events:?}");
+    for e in &events {
+        assert_eq!(e["regarding"]["uid"], node_uid, "{e}");
+        assert_eq!(e["regarding"]["kind"], "Node", "{e}");
+        assert_eq!(e["regarding"]["name"], NODE, "{e}");
+    }
+
     let grants = expected_grants();
     let role: ClusterRole = object("ClusterRole");
     let role_grants = granted(&role);
