@@ -399,6 +399,34 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), HarnessEr
     read_response(stream)
 }
 
+/// Minimal HTTP/1.1 GET with an optional `Accept` header: (status, content type, body).
+pub fn http_get_accept(
+    addr: SocketAddr,
+    path: &str,
+    accept: Option<&str>,
+) -> Result<(u16, String, String), HarnessError> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, _) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let (status, body) = parse_response(&response)?;
+    Ok((status, content_type, body))
+}
+
 /// Minimal HTTP/1.1 POST of a JSON body, as kube-scheduler calls an extender: (status, body).
 /// Blocking: call it from `spawn_blocking` in async tests.
 pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> Result<(u16, String), HarnessError> {
@@ -415,6 +443,10 @@ pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> Result<(u16, Strin
 fn read_response(mut stream: TcpStream) -> Result<(u16, String), HarnessError> {
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
+    parse_response(&response)
+}
+
+fn parse_response(response: &str) -> Result<(u16, String), HarnessError> {
     let status = response
         .split(' ')
         .nth(1)

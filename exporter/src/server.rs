@@ -97,13 +97,14 @@ pub async fn serve(
 
     let metrics_route = warp::path("metrics")
         .and(warp::path::end())
-        .map(move || match metrics.encode() {
-            Ok(body) => warp::http::Response::builder()
-                .header(
-                    "content-type",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )
-                .body(body),
+        .and(warp::header::optional::<String>("accept"))
+        .map(move |accept: Option<String>| match metrics.encode() {
+            Ok(body) => {
+                let content_type = numaplane::exposition::negotiate(accept.as_deref());
+                warp::http::Response::builder()
+                    .header("content-type", content_type)
+                    .body(numaplane::exposition::render(body, content_type))
+            }
             Err(_) => warp::http::Response::builder()
                 .status(StatusCode::INTERNAL_SERVER_ERROR)
                 .body("cannot encode metrics\n".to_owned()),

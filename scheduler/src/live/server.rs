@@ -51,20 +51,26 @@ pub async fn serve(
     let local = listener
         .local_addr()
         .map_err(|source| ServerError::Bind { addr, source })?;
-    let metrics_route = warp::path("metrics").and(warp::path::end()).map(move || {
-        let reply: Box<dyn warp::Reply> = match metrics.encode() {
-            Ok(body) => Box::new(warp::reply::with_header(
-                body,
-                "content-type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )),
-            Err(_) => Box::new(warp::reply::with_status(
-                "cannot encode metrics\n",
-                StatusCode::INTERNAL_SERVER_ERROR,
-            )),
-        };
-        reply
-    });
+    let metrics_route = warp::path("metrics")
+        .and(warp::path::end())
+        .and(warp::header::optional::<String>("accept"))
+        .map(move |accept: Option<String>| {
+            let reply: Box<dyn warp::Reply> = match metrics.encode() {
+                Ok(body) => {
+                    let content_type = numaplane::exposition::negotiate(accept.as_deref());
+                    Box::new(warp::reply::with_header(
+                        numaplane::exposition::render(body, content_type),
+                        "content-type",
+                        content_type,
+                    ))
+                }
+                Err(_) => Box::new(warp::reply::with_status(
+                    "cannot encode metrics\n",
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                )),
+            };
+            reply
+        });
     let h = health.clone();
     let healthz = warp::path("healthz").and(warp::path::end()).map(move || {
         let last = h.heartbeat_ms.load(std::sync::atomic::Ordering::Relaxed);
