@@ -332,6 +332,9 @@ fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
     *seen = now;
 }
 
+/// How often the idle main loop reports itself alive.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Runs `run`. Returns after `--once`, on SIGTERM/SIGINT, or on a configuration error.
 pub async fn run(
     args: RunArgs,
@@ -586,9 +589,17 @@ impl Agent {
         let mut last_printed: Option<NodeResourceTopology> = None;
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
+        // Liveness tells whether this loop responds, not whether triggers arrive: on an idle
+        // node with `--resync-interval 0` nothing may come for hours.
+        let mut heartbeat = tokio::time::interval(HEARTBEAT_INTERVAL);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let batch = tokio::select! {
                 b = self.coalescer.next() => match b { Some(b) => b, None => break },
+                _ = heartbeat.tick() => {
+                    self.health.beat();
+                    continue;
+                }
                 () = &mut shutdown => {
                     tracing::info!("shutting down");
                     break;

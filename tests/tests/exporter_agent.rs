@@ -666,3 +666,16 @@ async fn node_events_are_found_the_way_kubectl_describe_node_looks_them_up() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_without_resync_stays_live() {
+    // `--resync-interval 0` ("off"): on an idle node no trigger arrives. Liveness must outlast
+    // the longest silence the probe tolerates (3 × 10 s + API backoff 1 s + call timeout 5 s).
+    let s = Setup::plain().await;
+    let agent = s.agent("0s", &[]).await;
+    s.wait_available("node-0", "cpu", "16").await;
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let (status, body) = agent.http_get("/healthz").unwrap();
+    assert_eq!(status, 200, "{body}\n{}", agent.stderr());
+    s.cleanup().await;
+}
