@@ -132,8 +132,13 @@ pub struct Metrics {
     pub last_successful_publish: GaugeF,
     /// 1 while the published object may be stale (last scan or publish failed).
     pub stale: Gauge,
-    /// Accounting anomalies by kind.
+    /// Accounting anomalies by kind: new occurrences (one not in the previous scan), so a
+    /// condition that persists counts once, not once per scan.
     pub anomalies: Family<KindLabels, Counter>,
+    /// Anomalies in the last scan, by kind.
+    pub anomalies_current: Family<KindLabels, Gauge>,
+    /// The previous scan's anomalies (kind, detail), to tell new occurrences apart.
+    last_anomalies: std::sync::Mutex<std::collections::BTreeSet<(AnomalyKind, String)>>,
     /// Accounted pods holding exclusive resources.
     pub pods_with_exclusive: Gauge,
     /// Accounted pods.
@@ -176,6 +181,8 @@ impl Metrics {
             last_successful_publish: GaugeF::default(),
             stale: Gauge::default(),
             anomalies: Family::default(),
+            anomalies_current: Family::default(),
+            last_anomalies: std::sync::Mutex::default(),
             pods_with_exclusive: Gauge::default(),
             pods_accounted: Gauge::default(),
             errors: Family::default(),
@@ -253,8 +260,13 @@ impl Metrics {
         );
         registry.register(
             "accounting_anomalies",
-            "Suspicious kubelet data worked around by the accounting, by kind",
+            "New occurrences of suspicious kubelet data worked around by the accounting (one that persists across scans counts once), by kind",
             m.anomalies.clone(),
+        );
+        registry.register(
+            "accounting_anomalies_current",
+            "Suspicious kubelet data worked around in the last scan, by kind",
+            m.anomalies_current.clone(),
         );
         registry.register(
             "pods_with_exclusive_resources",
@@ -270,9 +282,11 @@ impl Metrics {
         registry.register("info", "Agent configuration", m.info.clone());
         for kind in AnomalyKind::ALL {
             // Zero series up front, so rate() works from the first anomaly on.
-            let _ = m.anomalies.get_or_create(&KindLabels {
+            let labels = KindLabels {
                 kind: kind.as_str().to_owned(),
-            });
+            };
+            let _ = m.anomalies.get_or_create(&labels);
+            let _ = m.anomalies_current.get_or_create(&labels);
         }
         Self { registry, ..m }
     }
@@ -364,12 +378,29 @@ impl Metrics {
                     .set(cost.value);
             }
         }
-        for (kind, count) in acc.anomaly_counts() {
-            self.anomalies
+        let now: std::collections::BTreeSet<(AnomalyKind, String)> =
+            acc.anomalies.iter().map(|a| (a.kind, a.detail.clone())).collect();
+        {
+            let mut last = self
+                .last_anomalies
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (kind, _) in now.difference(&last) {
+                self.anomalies
+                    .get_or_create(&KindLabels {
+                        kind: kind.as_str().to_owned(),
+                    })
+                    .inc();
+            }
+            *last = now;
+        }
+        let counts = acc.anomaly_counts();
+        for kind in AnomalyKind::ALL {
+            self.anomalies_current
                 .get_or_create(&KindLabels {
                     kind: kind.as_str().to_owned(),
                 })
-                .inc_by(count as u64);
+                .set(i64::try_from(counts.get(&kind).copied().unwrap_or(0)).unwrap_or(i64::MAX));
         }
         self.pods_accounted
             .set(i64::try_from(acc.pods_accounted).unwrap_or(i64::MAX));
@@ -414,5 +445,51 @@ pub fn grpc_code_name(code: tonic::Code) -> &'static str {
         Code::Unavailable => "UNAVAILABLE",
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::Anomaly;
+
+    fn scan(details: &[&str]) -> Accounting {
+        Accounting {
+            zones: vec![],
+            attributes: vec![],
+            topology_policy: String::new(),
+            annotations: std::collections::BTreeMap::new(),
+            anomalies: details
+                .iter()
+                .map(|d| Anomaly {
+                    kind: AnomalyKind::DuplicateCpu,
+                    detail: (*d).to_owned(),
+                })
+                .collect(),
+            pods_accounted: 0,
+            pods_with_exclusive: 0,
+            fingerprint: None,
+        }
+    }
+
+    #[test]
+    fn a_persisting_anomaly_counts_once_and_the_gauge_shows_the_last_scan() {
+        let m = Metrics::new();
+        let labels = KindLabels {
+            kind: AnomalyKind::DuplicateCpu.as_str().to_owned(),
+        };
+        let counted = || m.anomalies.get_or_create(&labels).get();
+        let current = || m.anomalies_current.get_or_create(&labels).get();
+        for _ in 0..5 {
+            m.record_accounting("n", &scan(&["cpu 3 twice"]));
+        }
+        assert_eq!((counted(), current()), (1, 1));
+        m.record_accounting("n", &scan(&["cpu 3 twice", "cpu 4 twice"]));
+        assert_eq!((counted(), current()), (2, 2));
+        m.record_accounting("n", &scan(&[]));
+        assert_eq!((counted(), current()), (2, 0));
+        // It comes back: a new occurrence.
+        m.record_accounting("n", &scan(&["cpu 3 twice"]));
+        assert_eq!((counted(), current()), (3, 1));
     }
 }
