@@ -535,6 +535,9 @@ struct Accumulator<'a, 'm> {
     device_resources: BTreeSet<String>,
     /// Resource → device ids held by some accounted pod, whatever the node.
     used_device_ids: BTreeMap<String, BTreeSet<String>>,
+    /// (resource, device id) → the NUMA nodes GetAllocatableResources gives it: where a used
+    /// device is charged, before the List entry's own topology.
+    alloc_nodes: BTreeMap<(String, String), Vec<u32>>,
     anomalies: Vec<Anomaly>,
 }
 
@@ -588,6 +591,7 @@ impl<'a, 'm> Accumulator<'a, 'm> {
             zones,
             device_resources: BTreeSet::new(),
             used_device_ids: BTreeMap::new(),
+            alloc_nodes: BTreeMap::new(),
             anomalies: Vec::new(),
         }
     }
@@ -660,6 +664,13 @@ impl<'a, 'm> Accumulator<'a, 'm> {
 
     /// NUMA nodes of a device entry, or `None` when the entry is to be skipped (noted).
     fn device_placement(&mut self, dev: &ContainerDevices, what: &str) -> Option<Vec<u32>> {
+        self.device_resource_usable(dev, what)
+            .then(|| self.entry_nodes(dev, what))
+    }
+
+    /// Whether a device entry's resource is accounted: a valid device resource name (noted
+    /// otherwise) that is not excluded.
+    fn device_resource_usable(&mut self, dev: &ContainerDevices, what: &str) -> bool {
         if !valid_device_resource(&dev.resource_name) {
             self.note(
                 AnomalyKind::InvalidResourceName,
@@ -668,11 +679,13 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                     dev.resource_name
                 ),
             );
-            return None;
+            return false;
         }
-        if self.excluded.contains(dev.resource_name.as_str()) {
-            return None;
-        }
+        !self.excluded.contains(dev.resource_name.as_str())
+    }
+
+    /// The NUMA nodes of a device entry's own topology (a device without any is noted).
+    fn entry_nodes(&mut self, dev: &ContainerDevices, what: &str) -> Vec<u32> {
         let nodes = self.known_nodes(dev.topology.as_ref(), what);
         let any_unknown = dev
             .topology
@@ -687,7 +700,7 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                 ),
             );
         }
-        Some(nodes)
+        nodes
     }
 
     fn add_allocatable(&mut self, alloc: &AllocatableResourcesResponse) -> Result<(), AccountingError> {
@@ -771,6 +784,12 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                             dev.resource_name
                         ),
                     );
+                }
+                if !nodes.is_empty() {
+                    self.alloc_nodes
+                        .entry((dev.resource_name.clone(), id.clone()))
+                        .or_default()
+                        .extend(nodes.iter().copied());
                 }
                 for &node in &nodes {
                     self.device_resources.insert(dev.resource_name.clone());
@@ -865,9 +884,12 @@ impl<'a, 'm> Accumulator<'a, 'm> {
             }
 
             for dev in pod.containers.iter().flat_map(|c| &c.devices) {
-                let Some(nodes) = self.device_placement(dev, &owner) else {
+                if !self.device_resource_usable(dev, &owner) {
                     continue;
-                };
+                }
+                // The entry's own topology is only the fallback for ids allocatable does not
+                // place (a List entry may come without topology).
+                let mut entry_nodes: Option<Vec<u32>> = None;
                 for id in &dev.device_ids {
                     if id.is_empty() {
                         self.note(
@@ -881,6 +903,15 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                         .entry(dev.resource_name.clone())
                         .or_default()
                         .insert(id.clone());
+                    let nodes = match self.alloc_nodes.get(&(dev.resource_name.clone(), id.clone())) {
+                        Some(n) => n.clone(),
+                        None => {
+                            if entry_nodes.is_none() {
+                                entry_nodes = Some(self.entry_nodes(dev, &owner));
+                            }
+                            entry_nodes.clone().unwrap_or_default()
+                        }
+                    };
                     for &node in &nodes {
                         let key = (dev.resource_name.clone(), id.clone(), node);
                         if let Some(&first) = device_owner.get(&key) {

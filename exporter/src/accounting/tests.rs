@@ -1043,3 +1043,42 @@ fn cluster_shared_resources_publish_the_ids_held_here() {
     assert!(run(&alloc, &l).to_nrt("n1").cluster_held().is_empty());
     assert_eq!(free(&acc, "node-0", lic).as_deref(), Some("lic-1"));
 }
+
+#[test]
+fn a_used_device_without_topology_in_list_is_charged_where_allocatable_places_it() {
+    let gpu = "example.com/gpu";
+    let alloc = AllocatableResourcesResponse {
+        devices: vec![dev(gpu, "g0", &[1]), dev(gpu, "g1", &[1])],
+        ..all_cpus()
+    };
+    // The List entry carries no topology (the kubelet omits it for some plugins).
+    let bare = ContainerDevices {
+        resource_name: gpu.into(),
+        device_ids: vec!["g0".into()],
+        topology: None,
+    };
+    let acc = run(
+        &alloc,
+        &list(vec![pod("ns", "a", vec![container(&[], vec![], vec![bare])])]),
+    );
+    assert_eq!(get(&acc, "node-1", gpu), triple("2", "2", "1"));
+    assert_eq!(free(&acc, "node-1", gpu).as_deref(), Some("g1"));
+    assert_eq!(
+        count(&acc, AnomalyKind::UnalignedDevice),
+        0,
+        "{:?}",
+        acc.anomalies
+    );
+    // A device allocatable does not know falls back to the entry's topology (none: no zone).
+    let unknown = ContainerDevices {
+        resource_name: gpu.into(),
+        device_ids: vec!["g9".into()],
+        topology: None,
+    };
+    let acc = run(
+        &alloc,
+        &list(vec![pod("ns", "b", vec![container(&[], vec![], vec![unknown])])]),
+    );
+    assert_eq!(get(&acc, "node-1", gpu), triple("2", "2", "2"));
+    assert_eq!(count(&acc, AnomalyKind::UnalignedDevice), 1);
+}
