@@ -7,6 +7,7 @@ pub mod exposition;
 pub mod fingerprint;
 pub mod nrt;
 pub mod quantity;
+pub mod resource_name;
 
 /// Renders an error and its whole source chain on one line, `outer: inner: root`, for the
 /// single clear line that command-line failures print.

@@ -61,6 +61,12 @@ pub fn join_device_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> String 
     set.into_iter().map(String::as_str).collect::<Vec<_>>().join(",")
 }
 
+/// Whether `id` survives a device-ID list attribute unchanged: not empty, no comma, no
+/// surrounding blanks (the reader splits on commas and trims).
+pub fn is_listable_device_id(id: &str) -> bool {
+    !id.is_empty() && !id.contains(',') && id.trim() == id
+}
+
 /// Parses a device-ID list attribute value: trimmed, empty entries dropped, sorted, deduplicated.
 pub fn split_device_ids(value: &str) -> Vec<String> {
     let mut ids: Vec<String> = value
@@ -346,6 +352,17 @@ mod tests {
         assert_eq!(held["example.com/lic"], ["lic-0", "lic-1"]);
         assert!(held["example.com/cam"].is_empty());
         assert_eq!(split_device_ids(" a, ,b,a"), ["a", "b"]);
+        // What the writer lets through, the reader gives back.
+        let ids: Vec<String> = ["gpu-0", "0000:3b:00.0", "a b"].map(str::to_owned).to_vec();
+        assert!(ids.iter().all(|i| is_listable_device_id(i)));
+        assert_eq!(split_device_ids(&join_device_ids(&ids)), {
+            let mut sorted = ids.clone();
+            sorted.sort();
+            sorted
+        });
+        for bad in ["", "a,b", " a", "b "] {
+            assert!(!is_listable_device_id(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -38,12 +38,7 @@ use numaplane_topology::{Machine, parse_hugepage_resource_name};
 #[cfg(test)]
 mod tests;
 
-/// Resource name of logical CPUs.
-pub const RESOURCE_CPU: &str = "cpu";
-/// Resource name (and kubelet memory type) of regular memory.
-pub const RESOURCE_MEMORY: &str = "memory";
-/// Prefix of hugepage resource names and memory types (`hugepages-2Mi`).
-pub const HUGEPAGES_PREFIX: &str = "hugepages-";
+pub use numaplane::resource_name::{CPU as RESOURCE_CPU, HUGEPAGES_PREFIX, MEMORY as RESOURCE_MEMORY};
 /// Key of [`AccountingConfig::resource_exclude`] that applies to every node.
 pub const EXCLUDE_ALL_NODES: &str = "*";
 
@@ -564,22 +559,20 @@ fn add_bytes(
 }
 
 fn valid_memory_type(name: &str) -> bool {
-    name == RESOURCE_MEMORY
-        || name
-            .strip_prefix(HUGEPAGES_PREFIX)
-            .is_some_and(|size| !size.is_empty())
+    numaplane::resource_name::is_memory_type(name)
 }
 
 fn valid_device_resource(name: &str) -> bool {
-    !name.is_empty() && name != RESOURCE_CPU && name != RESOURCE_MEMORY && !name.starts_with(HUGEPAGES_PREFIX)
+    use numaplane::resource_name::{Class, classify};
+    !name.is_empty() && !matches!(classify(name), Class::Cpu | Class::Memory | Class::Hugepages)
 }
 
 /// The distance of a NUMA node to itself (ACPI SLIT `LOCAL_DISTANCE`).
 const LOCAL_DISTANCE: i64 = 10;
 
-/// Whether the scheduler can read the id back from the comma-separated, trimmed attribute.
+/// Whether the scheduler can read the id back from a device-ID list attribute.
 fn publishable_device_id(id: &str) -> bool {
-    !id.is_empty() && !id.contains(',') && id.trim() == id
+    nrt::is_listable_device_id(id)
 }
 
 impl<'a, 'm> Accumulator<'a, 'm> {
@@ -1051,17 +1044,15 @@ impl<'a, 'm> Accumulator<'a, 'm> {
         let mut attributes = Vec::new();
         for resource in &self.device_resources {
             let used = self.used_device_ids.get(resource);
-            let free: Vec<&str> = tally
+            let free = tally
                 .alloc_devices
                 .get(resource)
                 .into_iter()
                 .flatten()
-                .filter(|id| publishable_device_id(id) && !used.is_some_and(|u| u.contains(*id)))
-                .map(String::as_str)
-                .collect();
+                .filter(|id| publishable_device_id(id) && !used.is_some_and(|u| u.contains(*id)));
             attributes.push(AttributeInfo {
                 name: format!("{}{resource}", attr::FREE_DEVICES_PREFIX),
-                value: free.join(","),
+                value: nrt::join_device_ids(free),
             });
         }
         attributes.sort_by(|a, b| a.name.cmp(&b.name));

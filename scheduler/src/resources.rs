@@ -40,12 +40,13 @@ pub enum ResKind {
 impl ResKind {
     /// Classifies a resource name with the upstream predicates.
     pub fn of(name: &str) -> Self {
-        match name {
-            "cpu" => ResKind::Cpu,
-            "memory" => ResKind::Memory,
-            n if n.starts_with("hugepages-") => ResKind::Hugepages,
-            n if is_native(n) => ResKind::HostNative,
-            _ => ResKind::Extended,
+        use numaplane::resource_name::{Class, classify};
+        match classify(name) {
+            Class::Cpu => ResKind::Cpu,
+            Class::Memory => ResKind::Memory,
+            Class::Hugepages => ResKind::Hugepages,
+            Class::Native => ResKind::HostNative,
+            Class::Extended => ResKind::Extended,
         }
     }
 
@@ -60,13 +61,7 @@ impl ResKind {
     }
 }
 
-/// A resource name is native if it has no domain or its domain ends in `kubernetes.io`.
-pub fn is_native(name: &str) -> bool {
-    match name.split_once('/') {
-        None => true,
-        Some((domain, _)) => domain.ends_with("kubernetes.io"),
-    }
-}
+pub use numaplane::resource_name::is_native;
 
 /// Interner mapping resource names to dense ids.
 #[derive(Clone, Debug)]

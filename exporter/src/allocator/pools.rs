@@ -237,7 +237,7 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsEr
     let mut pools = Vec::new();
     for spec in &file.pools {
         let r = spec.resource.as_str();
-        if !valid_extended_resource(r) {
+        if !numaplane::resource_name::is_valid_extended(r) {
             return Err(invalid(
                 r,
                 "not an extended resource name (domain/name, outside kubernetes.io)",
@@ -373,33 +373,6 @@ pub fn default_env(resource: &str) -> String {
         })
         .collect();
     format!("NUMAPLANE_DEVICES_{tail}")
-}
-
-/// `domain/name` with a DNS-like domain outside `kubernetes.io` (the kubelet refuses others).
-fn valid_extended_resource(r: &str) -> bool {
-    let Some((domain, name)) = r.split_once('/') else {
-        return false;
-    };
-    let dns = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                    && !l.starts_with('-')
-                    && !l.ends_with('-')
-            })
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    dns(domain) && domain.contains('.') && !domain.ends_with("kubernetes.io") && name_ok
 }
 
 #[cfg(test)]
