@@ -3,13 +3,13 @@
 //!
 //! The upstream object keeps `zones`, `attributes` and `topologyPolicies` at the top level, with
 //! no `spec`, which kube's `CustomResource` derive cannot express; so the type implements
-//! [`kube::Resource`] by hand. Quantities stay Kubernetes quantity strings on the wire so that
+//! [`kube_core::Resource`] by hand. Quantities stay Kubernetes quantity strings on the wire so that
 //! objects round-trip unchanged; the scheduler parses them into exact values with typed errors.
 
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta};
-use kube::core::ClusterResourceScope;
+use kube_core::ClusterResourceScope;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// API group of the NodeResourceTopology CRD.
@@ -188,7 +188,7 @@ fn int_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<Quantity, D::Error> 
     })
 }
 
-impl kube::Resource for NodeResourceTopology {
+impl kube_core::Resource for NodeResourceTopology {
     type DynamicType = ();
     type Scope = ClusterResourceScope;
 
