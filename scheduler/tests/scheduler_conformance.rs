@@ -590,12 +590,39 @@ fn check_overreserve(case: &Value) -> Outcome {
             "nodeHasForeignPods" => {
                 let pod = json!({"metadata": {"name": "foreign", "namespace": "default"},
                     "spec": {"nodeName": node, "schedulerName": "other", "containers": [{"name": "c"}]}});
+                let before: Vec<(String, bool)> = cluster
+                    .node_names()
+                    .map(|n| {
+                        (
+                            n.to_owned(),
+                            matches!(cluster.topology(n), TopologyState::Missing),
+                        )
+                    })
+                    .collect();
                 cluster.apply_pod(&pod_of(&pod)).unwrap();
+                // Upstream marks a node dirty (to resync its NRT) when a foreign pod lands on a
+                // node it holds an NRT for. Ours: the pod joins that node's accounting, and the
+                // fingerprint decides. A node we hold no topology for must stay without one:
+                // the pod must not conjure a topology, nor a node, nor change any other node.
                 let dirty: Vec<String> = [node.to_owned()]
                     .into_iter()
-                    .chain(cluster.node_names().map(str::to_owned))
-                    .filter(|n| matches!(cluster.topology(n), TopologyState::Invalid { .. }))
+                    .filter(|n| !matches!(cluster.topology(n), TopologyState::Missing))
                     .collect();
+                let after: Vec<(String, bool)> = cluster
+                    .node_names()
+                    .map(|n| {
+                        (
+                            n.to_owned(),
+                            matches!(cluster.topology(n), TopologyState::Missing),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    before,
+                    after,
+                    "{}: a foreign pod changed the indexed nodes",
+                    str_of(&case["name"])
+                );
                 got.insert("dirtyNodes".into(), json!(dirty));
             }
             "getCachedNRT" if Some(node) == node1.as_deref() => {

@@ -391,24 +391,33 @@ async fn every_case_through_the_binary() {
 /// Neither Get nor Watch is needed: a kubelet answering UNIMPLEMENTED for both (every
 /// kubelet before 1.27) gives the same object as one serving both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubelet_without_watch_and_get_makes_no_difference() {
+async fn once_reads_only_list_and_allocatable_even_where_watch_and_get_are_offered() {
+    // `--once` is one scan: its object depends on List and GetAllocatableResources alone, so
+    // it must not spend the kubelet's shared request budget on Watch or Get.
     let root = vectors::embedded().unwrap();
     let case = vectors::find_case(&root, "rte-pod-fingerprint").unwrap();
-    let without = FakeKubeletOptions {
-        watch: false,
-        get: GetMode::Unimplemented,
-    };
-    let with = FakeKubeletOptions {
-        watch: true,
-        get: GetMode::Offered,
-    };
-    let (_, bare) = dry_run_case(case, without)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (_, full) = dry_run_case(case, with).await.unwrap_or_else(|e| panic!("{e}"));
-    let bare: Value = serde_json::from_str(&bare.stdout).unwrap();
-    let full: Value = serde_json::from_str(&full.stdout).unwrap();
-    assert_eq!(bare, full);
+    let s = setup(&case["machine"]);
+    let kubelet = FakeKubelet::start(
+        &s.socket,
+        vectors::allocatable(&case["allocatable"]).unwrap(),
+        vectors::pods(&case["list"]).unwrap(),
+        FakeKubeletOptions {
+            watch: true,
+            get: GetMode::Offered,
+        },
+    )
+    .await
+    .unwrap();
+    let (flags, _api) = config_flags(case, s.dir.path()).await.unwrap();
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
+    args.extend(flags);
+    let run = run_exporter(args, s.dir.path()).await;
+    run.nrt("rte-pod-fingerprint");
+    assert_eq!(kubelet.calls(Method::Watch), 0);
+    assert_eq!(kubelet.calls(Method::Get), 0);
+    assert_eq!(kubelet.calls(Method::List), 1);
+    assert_eq!(kubelet.calls(Method::GetAllocatableResources), 1);
+    kubelet.stop().await;
 }
 
 /// A fake kubelet for `case` in `s`, for the tests that are about something else.
