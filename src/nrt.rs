@@ -42,6 +42,21 @@ pub mod attr {
     pub const PODS_FINGERPRINT: &str = crate::fingerprint::ATTRIBUTE_FINGERPRINT;
     /// Which pods enter the fingerprint: `all` or `with-exclusive-resources`.
     pub const PODS_FINGERPRINT_METHOD: &str = crate::fingerprint::ATTRIBUTE_METHOD;
+    /// Kubelet CPU manager policy (`none`, `static`); numaplane extension, published when the
+    /// kubelet config is read.
+    pub const CPU_MANAGER_POLICY: &str = "numaplane.io/cpu-manager-policy";
+    /// Kubelet CPU manager policy options, `name=value` pairs sorted by name and joined by
+    /// commas (e.g. `full-pcpus-only=true`); absent when none are set.
+    pub const CPU_MANAGER_POLICY_OPTIONS: &str = "numaplane.io/cpu-manager-policy-options";
+    /// Kubelet `reservedSystemCPUs`, as the kubelet config writes it (a cpuset, e.g. `0-1,8`).
+    pub const RESERVED_CPUS: &str = "numaplane.io/reserved-cpus";
+    /// Kubelet memory manager policy (`None`, `Static`).
+    pub const MEMORY_MANAGER_POLICY: &str = "numaplane.io/memory-manager-policy";
+    /// Logical CPUs per physical core on this machine (the SMT width; the widest core).
+    pub const THREADS_PER_CORE: &str = "numaplane.io/threads-per-core";
+    /// Zone attribute: physical cores of the zone whose every logical CPU is allocatable and
+    /// held by no pod (what `full-pcpus-only` can hand out whole).
+    pub const FREE_CORES: &str = "numaplane.io/free-cores";
     /// Zone attribute prefix (numaplane extension) carrying the free device IDs of one
     /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
     /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.

@@ -293,6 +293,8 @@ pub fn machine_view(v: &Value) -> VectorResult<MachineView> {
                         ))
                     })
                     .collect::<VectorResult<_>>()?,
+                // The vectors do not describe cores (the SMT attributes are not theirs).
+                cores: Vec::new(),
             })
         })
         .collect::<VectorResult<_>>()?;
@@ -793,7 +795,14 @@ pub fn check_attributes(nrt: &NodeResourceTopology, expect: &Value) -> VectorRes
         attr::TOPOLOGY_MANAGER_POLICY,
         attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES,
     ];
-    let ranks = ours
+    // RTE's attributes first, in its order; then our extensions (Topology Manager options in
+    // upstream's naming, `numaplane.io/…`), which upstream consumers ignore.
+    let is_extension = |n: &str| n.starts_with("numaplane.io/") || n.starts_with("topologyManagerOption");
+    let known = ours.iter().take_while(|(n, _)| !is_extension(n)).count();
+    if let Some((n, _)) = ours[known..].iter().find(|(n, _)| !is_extension(n)) {
+        return Err(format!("attribute {n} after the extensions: {ours:?}"));
+    }
+    let ranks = ours[..known]
         .iter()
         .map(|(n, _)| {
             rte_order

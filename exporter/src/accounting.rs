@@ -72,6 +72,8 @@ pub struct NodeView {
     pub hugepages_bytes: BTreeMap<String, u64>,
     /// SLIT row: (destination node id, distance), itself included.
     pub distances: Vec<(u32, u64)>,
+    /// Physical cores, each with its logical CPUs; empty when unknown.
+    pub cores: Vec<Vec<u32>>,
 }
 
 impl From<&Machine> for MachineView {
@@ -93,6 +95,7 @@ impl From<&Machine> for MachineView {
                     memory_bytes: (node.memory_bytes > 0).then_some(node.memory_bytes),
                     hugepages_bytes,
                     distances: node.distances.iter().map(|d| (d.node, d.value)).collect(),
+                    cores: node.cores.clone(),
                 }
             })
             .collect();
@@ -108,6 +111,20 @@ pub struct PodExclude {
     pub namespace_pattern: String,
     /// Glob on the pod name.
     pub name_pattern: String,
+}
+
+/// The kubelet's CPU and memory manager settings, as its config file sets them (kubelet
+/// defaults for absent fields).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResourceManagers {
+    /// `cpuManagerPolicy` (`none` by default).
+    pub cpu_manager_policy: String,
+    /// `cpuManagerPolicyOptions`.
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// `reservedSystemCPUs`, when set.
+    pub reserved_cpus: Option<String>,
+    /// `memoryManagerPolicy` (`None` by default).
+    pub memory_manager_policy: String,
 }
 
 /// Everything besides the two kubelet responses that shapes the published object.
@@ -134,6 +151,8 @@ pub struct AccountingConfig {
     pub max_numa_nodes: Option<u32>,
     /// Kubelet `prefer-closest-numa-nodes`, published when set.
     pub prefer_closest_numa_nodes: Option<bool>,
+    /// CPU and memory manager settings of the kubelet, published when known.
+    pub resource_managers: Option<ResourceManagers>,
     /// Resources whose device slots are one cluster-wide set (allocator pools with
     /// `shared: cluster`): the IDs this node's pods hold are published as a node attribute
     /// ([`attr::CLUSTER_HELD_PREFIX`]) so the scheduler and the other nodes keep them off.
@@ -154,6 +173,7 @@ impl Default for AccountingConfig {
             topology_manager_scope: DEFAULT_TOPOLOGY_MANAGER_SCOPE.to_owned(),
             max_numa_nodes: None,
             prefer_closest_numa_nodes: None,
+            resource_managers: None,
             cluster_shared: BTreeSet::new(),
         }
     }
@@ -1055,6 +1075,22 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                 value: nrt::join_device_ids(free),
             });
         }
+        if !node.cores.is_empty() && !self.excluded.contains(RESOURCE_CPU) {
+            let free_cores = node
+                .cores
+                .iter()
+                .filter(|core| {
+                    !core.is_empty()
+                        && core
+                            .iter()
+                            .all(|c| tally.alloc_cpus.contains(c) && !tally.used_cpus.contains(c))
+                })
+                .count();
+            attributes.push(AttributeInfo {
+                name: attr::FREE_CORES.to_owned(),
+                value: free_cores.to_string(),
+            });
+        }
         attributes.sort_by(|a, b| a.name.cmp(&b.name));
 
         let mut costs = Vec::new();
@@ -1207,6 +1243,39 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES.to_owned(),
             value: max.to_string(),
+        });
+    }
+    if let Some(rm) = &cfg.resource_managers {
+        attributes.push(AttributeInfo {
+            name: attr::CPU_MANAGER_POLICY.to_owned(),
+            value: rm.cpu_manager_policy.clone(),
+        });
+        if !rm.cpu_manager_policy_options.is_empty() {
+            let options: Vec<String> = rm
+                .cpu_manager_policy_options
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            attributes.push(AttributeInfo {
+                name: attr::CPU_MANAGER_POLICY_OPTIONS.to_owned(),
+                value: options.join(","),
+            });
+        }
+        if let Some(reserved) = &rm.reserved_cpus {
+            attributes.push(AttributeInfo {
+                name: attr::RESERVED_CPUS.to_owned(),
+                value: reserved.clone(),
+            });
+        }
+        attributes.push(AttributeInfo {
+            name: attr::MEMORY_MANAGER_POLICY.to_owned(),
+            value: rm.memory_manager_policy.clone(),
+        });
+    }
+    if let Some(width) = machine.nodes.iter().flat_map(|n| &n.cores).map(Vec::len).max() {
+        attributes.push(AttributeInfo {
+            name: attr::THREADS_PER_CORE.to_owned(),
+            value: width.to_string(),
         });
     }
     if let Some(closest) = cfg.prefer_closest_numa_nodes {

@@ -27,7 +27,14 @@ pub struct TopologyManagerSettings {
     pub max_numa_nodes: Option<u32>,
     /// The `prefer-closest-numa-nodes` option, when set.
     pub prefer_closest_numa_nodes: Option<bool>,
+    /// CPU and memory manager settings; known only from a config file (defaults filled in).
+    pub resource_managers: Option<crate::accounting::ResourceManagers>,
 }
+
+/// CPU manager policies the kubelet accepts.
+pub const CPU_MANAGER_POLICIES: [&str; 2] = ["none", "static"];
+/// Memory manager policies the kubelet accepts.
+pub const MEMORY_MANAGER_POLICIES: [&str; 2] = ["None", "Static"];
 
 /// Errors reading the kubelet configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +81,14 @@ struct KubeletConfiguration {
     topology_manager_scope: Option<String>,
     #[serde(default)]
     topology_manager_policy_options: BTreeMap<String, String>,
+    #[serde(default)]
+    cpu_manager_policy: Option<String>,
+    #[serde(default)]
+    cpu_manager_policy_options: BTreeMap<String, String>,
+    #[serde(default, rename = "reservedSystemCPUs")]
+    reserved_system_cpus: Option<String>,
+    #[serde(default)]
+    memory_manager_policy: Option<String>,
 }
 
 /// Reads the Topology Manager settings from a kubelet config file.
@@ -117,11 +132,44 @@ pub fn parse(text: &str, origin: &str) -> Result<TopologyManagerSettings, Kubele
         // A newer kubelet may know options we do not model: say so, do not refuse to run.
         tracing::warn!(option = %name, origin, "unknown Topology Manager policy option; not published");
     }
+    let cpu_manager_policy = cfg
+        .cpu_manager_policy
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "none".to_owned());
+    if !CPU_MANAGER_POLICIES.contains(&cpu_manager_policy.as_str()) {
+        return Err(KubeletConfigError::InvalidValue {
+            field: "cpuManagerPolicy",
+            value: cpu_manager_policy,
+            origin: origin.to_owned(),
+            expected: CPU_MANAGER_POLICIES.join(", "),
+        });
+    }
+    let memory_manager_policy = cfg
+        .memory_manager_policy
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "None".to_owned());
+    if !MEMORY_MANAGER_POLICIES.contains(&memory_manager_policy.as_str()) {
+        return Err(KubeletConfigError::InvalidValue {
+            field: "memoryManagerPolicy",
+            value: memory_manager_policy,
+            origin: origin.to_owned(),
+            expected: MEMORY_MANAGER_POLICIES.join(", "),
+        });
+    }
     let settings = TopologyManagerSettings {
         policy: cfg.topology_manager_policy.filter(|p| !p.is_empty()),
         scope: cfg.topology_manager_scope.filter(|s| !s.is_empty()),
         max_numa_nodes,
         prefer_closest_numa_nodes,
+        resource_managers: Some(crate::accounting::ResourceManagers {
+            cpu_manager_policy,
+            cpu_manager_policy_options: cfg.cpu_manager_policy_options,
+            reserved_cpus: cfg
+                .reserved_system_cpus
+                .map(|r| r.trim().to_owned())
+                .filter(|r| !r.is_empty()),
+            memory_manager_policy,
+        }),
     };
     validate(&settings, origin)?;
     Ok(settings)
@@ -199,6 +247,19 @@ mod tests {
         assert_eq!(s.scope.as_deref(), Some("pod"));
         assert_eq!(s.max_numa_nodes, Some(10));
         assert_eq!(s.prefer_closest_numa_nodes, Some(true));
+        let rm = s.resource_managers.unwrap();
+        assert_eq!(rm.cpu_manager_policy, "static");
+        assert_eq!(rm.memory_manager_policy, "None");
+        let s = parse(
+            "cpuManagerPolicy: static\ncpuManagerPolicyOptions: {full-pcpus-only: \"true\"}\n\
+             reservedSystemCPUs: \"0-1\"\nmemoryManagerPolicy: Static\n",
+            "cfg",
+        )
+        .unwrap();
+        let rm = s.resource_managers.unwrap();
+        assert_eq!(rm.cpu_manager_policy_options["full-pcpus-only"], "true");
+        assert_eq!(rm.reserved_cpus.as_deref(), Some("0-1"));
+        assert_eq!(rm.memory_manager_policy, "Static");
         let s = parse(
             "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"F\"}\n",
             "cfg",
@@ -209,9 +270,17 @@ mod tests {
 
     #[test]
     fn absent_fields_mean_kubelet_defaults() {
+        let defaults = TopologyManagerSettings {
+            resource_managers: Some(crate::accounting::ResourceManagers {
+                cpu_manager_policy: "none".into(),
+                memory_manager_policy: "None".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         let s = parse("kind: KubeletConfiguration\n", "cfg").unwrap();
-        assert_eq!(s, TopologyManagerSettings::default());
-        assert_eq!(parse("", "cfg").unwrap(), TopologyManagerSettings::default());
+        assert_eq!(s, defaults);
+        assert_eq!(parse("", "cfg").unwrap(), defaults);
     }
 
     #[test]
@@ -227,6 +296,8 @@ mod tests {
                 "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"yes\"}\n",
                 "prefer-closest-numa-nodes",
             ),
+            ("cpuManagerPolicy: dynamic\n", "cpuManagerPolicy"),
+            ("memoryManagerPolicy: static\n", "memoryManagerPolicy"),
         ] {
             let err = parse(doc, "cfg").unwrap_err().to_string();
             assert!(err.contains(field), "{doc}: {err}");

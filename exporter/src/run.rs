@@ -284,6 +284,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         topology_manager_scope: tm.scope.clone().unwrap_or_default(),
         max_numa_nodes: tm.max_numa_nodes,
         prefer_closest_numa_nodes: tm.prefer_closest_numa_nodes,
+        resource_managers: tm.resource_managers.clone(),
         cluster_shared: BTreeSet::new(),
     }
 }

@@ -252,6 +252,11 @@ fn hwloc_machine_matches_direct_machine() {
         }
         for node in &mut via_hwloc.nodes {
             node.cpus.sort_unstable();
+            // The vectors do not describe cores; hwloc does. Every core's CPUs are the node's.
+            let mut core_cpus: Vec<u32> = node.cores.iter().flatten().copied().collect();
+            core_cpus.sort_unstable();
+            assert_eq!(core_cpus, node.cpus, "{name}: cores of node {}", node.id);
+            node.cores.clear();
         }
         assert_eq!(via_hwloc, direct, "{name}");
     }

@@ -728,7 +728,7 @@ async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
     let kubelet = FakeKubelet::start(
         &socket,
         AllocatableResourcesResponse {
-            cpu_ids: (0..4).collect(),
+            cpu_ids: (0..32).collect(),
             ..Default::default()
         },
         vec![],
@@ -741,7 +741,9 @@ async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
         &config,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          topologyManagerPolicy: restricted\ntopologyManagerScope: pod\n\
-         topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n  max-allowable-numa-nodes: \"12\"\n",
+         topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n  max-allowable-numa-nodes: \"12\"\n\
+         cpuManagerPolicy: static\ncpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n\
+         reservedSystemCPUs: \"0\"\nmemoryManagerPolicy: Static\n",
     )
     .unwrap();
     let mut args = base_args(&socket, &xml, CALL_TIMEOUT_OK);
@@ -753,8 +755,18 @@ async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
         (attr::TOPOLOGY_MANAGER_SCOPE, "pod"),
         (attr::TOPOLOGY_MANAGER_PREFER_CLOSEST, "true"),
         (attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES, "12"),
+        (attr::CPU_MANAGER_POLICY, "static"),
+        (attr::CPU_MANAGER_POLICY_OPTIONS, "full-pcpus-only=true"),
+        (attr::RESERVED_CPUS, "0"),
+        (attr::MEMORY_MANAGER_POLICY, "Static"),
+        // From the machine (2numa.xml: two threads per core).
+        (attr::THREADS_PER_CORE, "2"),
     ] {
         assert_eq!(nrt.attribute(name), Some(value), "{name}: {:?}", nrt.attributes);
+    }
+    // Every CPU allocatable, none held: each zone's 8 two-thread cores are free.
+    for z in &nrt.zones {
+        assert_eq!(z.attribute(attr::FREE_CORES), Some("8"), "{z:?}");
     }
     kubelet.stop().await;
 }

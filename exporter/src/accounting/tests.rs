@@ -41,6 +41,7 @@ fn machine() -> MachineView {
             (0, if id == 0 { 10 } else { 20 }),
             (1, if id == 1 { 10 } else { 20 }),
         ],
+        cores: vec![],
     };
     MachineView {
         nodes: vec![node(0, 0..4), node(1, 4..8)],
@@ -969,6 +970,7 @@ fn machine_view_from_topology_machine() {
             memory_bytes: Some(8 * GI),
             hugepages_bytes: BTreeMap::from([("hugepages-1Gi".into(), 2 * GI), ("hugepages-2Mi".into(), GI)]),
             distances: vec![(0, 10), (2, 21)],
+            cores: vec![vec![0, 1]],
         }
     );
     assert_eq!(
@@ -1081,4 +1083,55 @@ fn a_used_device_without_topology_in_list_is_charged_where_allocatable_places_it
     );
     assert_eq!(get(&acc, "node-1", gpu), triple("2", "2", "2"));
     assert_eq!(count(&acc, AnomalyKind::UnalignedDevice), 1);
+}
+
+#[test]
+fn smt_width_free_cores_and_resource_manager_settings_are_published() {
+    let mut m = machine();
+    m.nodes[0].cores = vec![vec![0, 1], vec![2, 3]];
+    m.nodes[1].cores = vec![vec![4, 5], vec![6, 7]];
+    // CPU 7 is reserved (not allocatable); a pod holds CPU 0.
+    let alloc = AllocatableResourcesResponse {
+        cpu_ids: (0..7).collect(),
+        ..Default::default()
+    };
+    let l = list(vec![pod("ns", "a", vec![container(&[0], vec![], vec![])])]);
+    let mut c = cfg();
+    c.resource_managers = Some(ResourceManagers {
+        cpu_manager_policy: "static".into(),
+        cpu_manager_policy_options: [
+            ("full-pcpus-only".to_owned(), "true".to_owned()),
+            ("align-by-socket".to_owned(), "false".to_owned()),
+        ]
+        .into(),
+        reserved_cpus: Some("7".into()),
+        memory_manager_policy: "Static".into(),
+    });
+    let nrt = account(&m, &alloc, &l, &c).unwrap().to_nrt("n1");
+    for (name, value) in [
+        (attr::CPU_MANAGER_POLICY, "static"),
+        (
+            attr::CPU_MANAGER_POLICY_OPTIONS,
+            "align-by-socket=false,full-pcpus-only=true",
+        ),
+        (attr::RESERVED_CPUS, "7"),
+        (attr::MEMORY_MANAGER_POLICY, "Static"),
+        (attr::THREADS_PER_CORE, "2"),
+    ] {
+        assert_eq!(nrt.attribute(name), Some(value), "{name}");
+    }
+    let free_cores = |zone: &str| {
+        nrt.zones
+            .iter()
+            .find(|z| z.name == zone)
+            .and_then(|z| z.attribute(attr::FREE_CORES))
+            .map(str::to_owned)
+    };
+    // node-0: core {0,1} has a held CPU; node-1: core {6,7} has a reserved one.
+    assert_eq!(free_cores("node-0").as_deref(), Some("1"));
+    assert_eq!(free_cores("node-1").as_deref(), Some("1"));
+    // Without the kubelet config and the core layout, nothing is claimed.
+    let plain = run(&alloc, &l).to_nrt("n1");
+    assert_eq!(plain.attribute(attr::CPU_MANAGER_POLICY), None);
+    assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);
 }
