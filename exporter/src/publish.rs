@@ -250,7 +250,7 @@ impl NodeEvents {
 
     /// The reference to the Node, with its UID once it could be read (a Node that cannot be
     /// read yet gets an Event without it, and a later Event tries again).
-    async fn regarding(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+    async fn regarding(&self, metrics: &Metrics) -> k8s_openapi::api::core::v1::ObjectReference {
         let name = self.node.name.clone().unwrap_or_default();
         let uid = self
             .uid
@@ -258,7 +258,11 @@ impl NodeEvents {
                 match Api::<Node>::all(self.client.clone()).get(&name).await {
                     Ok(node) => node.metadata.uid.ok_or(()),
                     Err(e) => {
-                        tracing::debug!(error = %numaplane::error_chain(&e), "cannot read the Node's UID for Events");
+                        metrics.error("node_lookup");
+                        tracing::warn!(
+                            error = %numaplane::error_chain(&e),
+                            "cannot read the Node's UID; this Event goes without it"
+                        );
                         Err(())
                     }
                 }
@@ -281,7 +285,7 @@ impl NodeEvents {
             action: action.to_owned(),
             secondary: None,
         };
-        let regarding = self.regarding().await;
+        let regarding = self.regarding(metrics).await;
         if let Err(e) = self.recorder.publish(&event, &regarding).await {
             metrics.error("event");
             tracing::warn!(reason, error = %numaplane::error_chain(&e), "cannot publish Event");

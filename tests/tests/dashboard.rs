@@ -760,7 +760,7 @@ async fn check_values(queries: &[PanelQuery], prom: SocketAddr) {
     .await;
     assert!(
         anomalies.get(&key(&["unknown_cpu"])).is_some_and(|r| *r > 0.0),
-        "CPU 97 is an unknown_cpu anomaly at every scan: {anomalies:?}"
+        "CPU 97 is an unknown_cpu anomaly in the current scan: {anomalies:?}"
     );
 
     let calls = values_by(
