@@ -444,6 +444,7 @@ struct Agent {
     listed: Arc<Mutex<BTreeSet<PodKey>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     _notify: Option<notify::RecommendedWatcher>,
+    _kubelet_config_watch: Option<notify::RecommendedWatcher>,
 }
 
 impl Agent {
@@ -468,6 +469,12 @@ impl Agent {
         let notify = match &args.notify_file {
             Some(path) => {
                 Some(triggers::watch_notify_file(path, triggers.clone()).map_err(RunError::NotifyFile)?)
+            }
+            None => None,
+        };
+        let kubelet_config_watch = match &args.kubelet_config {
+            Some(path) => {
+                Some(triggers::watch_kubelet_config(path, triggers.clone()).map_err(RunError::NotifyFile)?)
             }
             None => None,
         };
@@ -574,7 +581,67 @@ impl Agent {
             listed,
             tasks,
             _notify: notify,
+            _kubelet_config_watch: kubelet_config_watch,
         })
+    }
+
+    /// Re-reads the kubelet config (flags still win), so a changed policy, scope, option or
+    /// resource manager setting reaches the next published object. A file that cannot be read
+    /// now keeps the last good settings, said once per distinct error.
+    fn reload_kubelet_config(&mut self, last_error: &mut Option<String>) {
+        if self.args.kubelet_config.is_none() {
+            return;
+        }
+        let tm = match topology_manager_settings(&self.args) {
+            Ok(tm) => tm,
+            Err(e) => {
+                let msg = numaplane::error_chain(&e);
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    self.metrics.error("kubelet_config");
+                    tracing::warn!(error = %msg, "cannot re-read the kubelet config; keeping the last settings");
+                    *last_error = Some(msg);
+                }
+                return;
+            }
+        };
+        *last_error = None;
+        let fresh = accounting_config(&self.args, &tm);
+        let before = (
+            &self.cfg.topology_manager_policy,
+            &self.cfg.topology_manager_scope,
+            self.cfg.max_numa_nodes,
+            self.cfg.prefer_closest_numa_nodes,
+            &self.cfg.resource_managers,
+        );
+        let after = (
+            &fresh.topology_manager_policy,
+            &fresh.topology_manager_scope,
+            fresh.max_numa_nodes,
+            fresh.prefer_closest_numa_nodes,
+            &fresh.resource_managers,
+        );
+        if before == after {
+            return;
+        }
+        tracing::info!(
+            policy = %fresh.topology_manager_policy,
+            scope = %fresh.topology_manager_scope,
+            "kubelet config changed"
+        );
+        self.cfg.topology_manager_policy = fresh.topology_manager_policy;
+        self.cfg.topology_manager_scope = fresh.topology_manager_scope;
+        self.cfg.max_numa_nodes = fresh.max_numa_nodes;
+        self.cfg.prefer_closest_numa_nodes = fresh.prefer_closest_numa_nodes;
+        self.cfg.resource_managers = fresh.resource_managers;
+        self.metrics.set_info(
+            &self.args.node_name,
+            tm.policy
+                .as_deref()
+                .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_POLICY),
+            tm.scope
+                .as_deref()
+                .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE),
+        );
     }
 
     async fn run(mut self) -> Result<(), RunError> {
@@ -588,6 +655,7 @@ impl Agent {
         let mut anomaly_kinds: BTreeSet<AnomalyKind> = BTreeSet::new();
         let mut last_scan_at: Option<Instant> = None;
         let mut last_printed: Option<NodeResourceTopology> = None;
+        let mut kubelet_config_error: Option<String> = None;
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
         // Liveness tells whether this loop responds, not whether triggers arrive: on an idle
@@ -620,6 +688,9 @@ impl Agent {
                 .any(|t| matches!(t, Trigger::Startup | Trigger::Resync));
             if periodic || kubelet_down {
                 self.scanner.refresh_allocatable();
+            }
+            if periodic || kubelet_down || batch.triggers.contains(&Trigger::KubeletConfig) {
+                self.reload_kubelet_config(&mut kubelet_config_error);
             }
             let force = batch.triggers.contains(&Trigger::ObjectChanged);
             if force && let Some(p) = self.publisher.as_mut() {

@@ -30,6 +30,8 @@ pub enum Trigger {
     NotifyFile,
     /// Our object was deleted or changed by someone else.
     ObjectChanged,
+    /// The kubelet config file changed (the kubelet restarts to apply it).
+    KubeletConfig,
     /// A retry after a failed scan or publish.
     Retry,
 }
@@ -45,6 +47,7 @@ impl Trigger {
             Trigger::PodWatch => "pod_watch",
             Trigger::NotifyFile => "notify_file",
             Trigger::ObjectChanged => "object_changed",
+            Trigger::KubeletConfig => "kubelet_config",
             Trigger::Retry => "retry",
         }
     }
@@ -208,6 +211,42 @@ pub fn watch_notify_file(
         source,
     })?;
     // Watch the directory: hooks may replace the file instead of writing it.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    watcher
+        .watch(dir, notify::RecursiveMode::NonRecursive)
+        .map_err(|source| NotifyFileError::Watch {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(watcher)
+}
+
+/// Sends [`Trigger::KubeletConfig`] whenever the kubelet config file is written, replaced or
+/// recreated. Its directory is watched, not the file: config management replaces the file, and
+/// a bind mount of the file itself would keep the old inode. The returned watcher must be kept
+/// alive.
+pub fn watch_kubelet_config(
+    path: &Path,
+    triggers: Triggers,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
+    let target = path.to_owned();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+        Ok(event) => {
+            let relevant = !matches!(event.kind, notify::EventKind::Access(_))
+                && event.paths.iter().any(|p| p == &target);
+            if relevant {
+                triggers.send(Trigger::KubeletConfig);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "kubelet config watch error"),
+    })
+    .map_err(|source| NotifyFileError::Watch {
+        path: path.to_owned(),
+        source,
+    })?;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

@@ -679,3 +679,64 @@ async fn an_idle_agent_without_resync_stays_live() {
     assert_eq!(status, 200, "{body}\n{}", agent.stderr());
     s.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
+    use numaplane::nrt::attr;
+    let s = Setup::plain().await;
+    let config = s.dir.path().join("kubelet").join("config.yaml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let write = |text: &str| {
+        // As config management does it: a new file renamed over the old one.
+        let tmp = config.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &config).unwrap();
+    };
+    write("kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n");
+    // Resync 1 h: the change must come through the file watch.
+    let agent = s
+        .agent("1h", &["--kubelet-config", config.to_str().unwrap()])
+        .await;
+    let has = |name: &'static str, value: &'static str| {
+        move |n: &NodeResourceTopology| n.attribute(name) == Some(value)
+    };
+    s.api
+        .wait_nrt(
+            &s.node,
+            WAIT,
+            has(attr::TOPOLOGY_MANAGER_POLICY, "single-numa-node"),
+        )
+        .await
+        .unwrap();
+    write("kind: KubeletConfiguration\ntopologyManagerPolicy: restricted\ncpuManagerPolicy: static\n");
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
+        .await
+        .unwrap();
+    assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
+    // A broken file keeps the last good settings, said once, counted.
+    write("topologyManagerPolicy: [broken\n");
+    s.touch_notify();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let nrt = s.api.nrt(&s.node).await.unwrap().unwrap();
+    assert_eq!(nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY), Some("restricted"));
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_errors_total",
+            &[("kind", "kubelet_config")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        agent
+            .stderr()
+            .matches("cannot re-read the kubelet config")
+            .count(),
+        1
+    );
+    s.cleanup().await;
+}
