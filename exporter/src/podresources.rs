@@ -87,12 +87,20 @@ impl PodResourcesError {
     }
 }
 
-/// The pod-resources client.
+/// Requests per second this agent allows itself on the pod-resources socket by default: the
+/// kubelet serves 100/s (burst 10) to every client on the node together (device-metrics
+/// agents, Multus, us), so we keep to a fifth of it.
+pub const DEFAULT_REQUESTS_PER_SECOND: u32 = 20;
+/// Burst on top of [`DEFAULT_REQUESTS_PER_SECOND`], the kubelet's own burst.
+pub const DEFAULT_BURST: u32 = 10;
+
+/// The pod-resources client. Clones share the request budget.
 #[derive(Clone)]
 pub struct KubeletClient {
     client: PodResourcesListerClient<Channel>,
     socket: PathBuf,
     metrics: Arc<Metrics>,
+    budget: Option<Arc<governor::DefaultDirectRateLimiter>>,
 }
 
 impl KubeletClient {
@@ -124,7 +132,26 @@ impl KubeletClient {
             client,
             socket: PathBuf::from(path),
             metrics,
+            budget: None,
         })
+    }
+
+    /// Bounds every call of this client and its clones to `per_second` with bursts of `burst`
+    /// (the scans, the admission poller and the allocator together); a call over budget waits.
+    #[must_use]
+    pub fn with_budget(mut self, per_second: u32, burst: u32) -> Self {
+        let rate = std::num::NonZeroU32::new(per_second).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = std::num::NonZeroU32::new(burst).unwrap_or(std::num::NonZeroU32::MIN);
+        let quota = governor::Quota::per_second(rate).allow_burst(burst);
+        self.budget = Some(Arc::new(governor::RateLimiter::direct(quota)));
+        self
+    }
+
+    /// Waits for the budget, if any.
+    async fn spend(&self) {
+        if let Some(b) = &self.budget {
+            b.until_ready().await;
+        }
     }
 
     /// The socket path.
@@ -156,12 +183,14 @@ impl KubeletClient {
 
     /// `List`: every pod the kubelet holds resources for.
     pub async fn list(&self) -> Result<ListPodResourcesResponse, PodResourcesError> {
+        self.spend().await;
         let result = self.client.clone().list(ListPodResourcesRequest {}).await;
         self.record(PodResourcesMethod::List, result)
     }
 
     /// `GetAllocatableResources`.
     pub async fn allocatable(&self) -> Result<AllocatableResourcesResponse, PodResourcesError> {
+        self.spend().await;
         let result = self
             .client
             .clone()
@@ -174,6 +203,7 @@ impl KubeletClient {
     /// runs it. A kubelet that does not offer `Get` is an error
     /// ([`PodResourcesError::method_not_offered`]), not an unknown pod.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodResources>, PodResourcesError> {
+        self.spend().await;
         let result = self
             .client
             .clone()
@@ -198,6 +228,7 @@ impl KubeletClient {
 
     /// Opens the `Watch` stream (KEP-2043). Kubelets that do not offer it answer UNIMPLEMENTED.
     pub async fn watch(&self) -> Result<tonic::Streaming<WatchPodResourcesResponse>, PodResourcesError> {
+        self.spend().await;
         let result = self.client.clone().watch(WatchPodResourcesRequest {}).await;
         self.record(PodResourcesMethod::Watch, result)
     }

@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// Longest wait after the first event of a burst.
     #[arg(long, env = "NUMAPLANE_MAX_DEBOUNCE", default_value = "50ms", value_parser = parse_duration)]
     pub max_debounce: Duration,
+    /// Pod-resources requests per second this agent allows itself (scans, admission polling
+    /// and the allocator together); the kubelet serves 100/s to every client on the node.
+    #[arg(long, env = "NUMAPLANE_KUBELET_REQUESTS_PER_SECOND", default_value_t = crate::podresources::DEFAULT_REQUESTS_PER_SECOND, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub kubelet_requests_per_second: u32,
     /// Minimum time between two scans, to stay far below the kubelet's shared 100 requests/s.
     #[arg(long, env = "NUMAPLANE_MIN_SCAN_INTERVAL", default_value = "20ms", value_parser = parse_duration)]
     pub min_scan_interval: Duration,
@@ -333,6 +337,10 @@ fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
     *seen = now;
 }
 
+/// One `Get` per this interval at most: half of the default request budget, the rest is for
+/// scans.
+const ADMISSION_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// How often the idle main loop reports itself alive.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -360,7 +368,11 @@ pub async fn run(
             .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE),
     );
     let client = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
-        .map_err(RunError::Socket)?;
+        .map_err(RunError::Socket)?
+        .with_budget(
+            args.kubelet_requests_per_second,
+            crate::podresources::DEFAULT_BURST,
+        );
     let scanner = Scanner::new(client, machine_view);
     if args.once {
         return once(&args, cfg, scanner, metrics).await;
@@ -511,7 +523,7 @@ impl Agent {
                 pod_view.clone(),
                 listed.clone(),
                 triggers.clone(),
-                Duration::from_millis(25),
+                ADMISSION_POLL_INTERVAL,
                 Duration::from_secs(5),
                 admissions,
             )));
@@ -541,8 +553,8 @@ impl Agent {
             }
         }
         if !pools.is_empty() {
-            let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
-                .map_err(RunError::Socket)?;
+            // The same client: one request budget for the agent and the allocator.
+            let kubelet = scanner.client().clone();
             let instance = args
                 .pod_name
                 .clone()

@@ -2,9 +2,10 @@
 //! arriving at the API server, with and without the kubelet Watch fast path, and the idle
 //! footprint (RSS, CPU) of the agent at a 10 s resync.
 //!
-//! `cargo bench -p numaplane-e2e --bench exporter_live -- [CHANGES] [IDLE_SECONDS]`
-//! (defaults 200 and 60; 0 changes measures only the idle footprint). The agent is the release binary, against the fake kubelet (tonic on a
-//! Unix socket) and the HTTP-level fake API server, all on this machine.
+//! `cargo bench -p numaplane-e2e --bench exporter_live -- [CHANGES] [IDLE_SECONDS] [BURST_PODS]`
+//! (defaults 200, 60 and 100; 0 changes or 0 burst pods skips that part). The burst measures
+//! the kubelet request rate under pod churn against the kubelet's shared 100 requests/s. The
+//! agent is the release binary, against the fake kubelet (tonic on a Unix socket) and the HTTP-level fake API server, all on this machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -146,6 +147,83 @@ async fn reaction(watch: bool, changes: usize) -> Vec<Duration> {
     latencies
 }
 
+/// A burst of `n` pod creations on the node, admitted by the kubelet 10 ms apart: the kubelet
+/// calls per second the agent makes (peak over any 1 s window, and the average), and the time
+/// from the last admission to the NRT write that shows every pod (its fingerprint).
+async fn burst(n: usize) -> (f64, f64, Duration, Duration) {
+    use numaplane_e2e::fake_kubelet::Method;
+    let env = start(false, "10s").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = |k: &FakeKubelet| {
+        [
+            Method::List,
+            Method::GetAllocatableResources,
+            Method::Get,
+            Method::Watch,
+        ]
+        .iter()
+        .map(|m| k.calls(*m))
+        .sum::<usize>()
+    };
+    let names: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
+    let t0 = Instant::now();
+    let mut samples = vec![(Duration::ZERO, calls(&env.kubelet))];
+    for name in &names {
+        env.api.put(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x"}]},
+            "status": {"phase": "Pending"}}));
+    }
+    let mut admitted: Vec<PodResources> = Vec::new();
+    for name in &names {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        admitted.push(PodResources {
+            name: name.clone(),
+            namespace: "default".into(),
+            containers: vec![ContainerResources {
+                name: "app".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        env.kubelet.set_pods(admitted.clone());
+        samples.push((t0.elapsed(), calls(&env.kubelet)));
+    }
+    let last = Instant::now();
+    let want = numaplane::fingerprint::compute(names.iter().map(|n| ("default", n.as_str())));
+    let write = env
+        .api
+        .wait_for_request(
+            |r| {
+                r.method == "PATCH"
+                    && r.path.contains("noderesourcetopologies")
+                    && r.body_str().contains(&want)
+            },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_or_else(|| panic!("the burst never reached the NRT\n{}", env.agent.stderr()));
+    let reaction = write.at.saturating_duration_since(last);
+    // Keep sampling while the agent catches up (its poller gives up 5 s after a pod appears).
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        samples.push((t0.elapsed(), calls(&env.kubelet)));
+    }
+    let mut peak = 0.0f64;
+    for (i, (at, c)) in samples.iter().enumerate() {
+        if let Some((_, c1)) = samples[i..]
+            .iter()
+            .take_while(|(t, _)| *t <= *at + Duration::from_secs(1))
+            .last()
+        {
+            peak = peak.max((c1 - c) as f64);
+        }
+    }
+    let (end, total) = samples.last().copied().unwrap();
+    let average = (total - samples[0].1) as f64 / end.as_secs_f64();
+    (peak, average, end, reaction)
+}
+
 fn proc_stat(pid: u32) -> (u64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let rss_kib = status
@@ -185,6 +263,7 @@ fn main() {
         .collect();
     let changes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(200);
     let idle_seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(60);
+    let burst_pods: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -205,6 +284,14 @@ fn main() {
                 percentile(&l, 0.9).as_secs_f64() * 1e3,
                 percentile(&l, 0.99).as_secs_f64() * 1e3,
                 l.last().unwrap().as_secs_f64() * 1e3,
+            );
+        }
+        if burst_pods > 0 {
+            let (peak, average, span, reaction) = burst(burst_pods).await;
+            println!(
+                "burst of {burst_pods} pod creations admitted 10 ms apart: kubelet calls peak {peak:.0}/s (any 1 s window), average {average:.1}/s over {:.1} s; last admission to NRT {:.1} ms",
+                span.as_secs_f64(),
+                reaction.as_secs_f64() * 1e3
             );
         }
         let (rss, peak, mc) = idle(idle_seconds).await;

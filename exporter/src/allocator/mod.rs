@@ -605,7 +605,11 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
         .await
         .map_err(|e| AllocatorError::Client(Box::new(e)))?;
     let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
-        .map_err(AllocatorError::Socket)?;
+        .map_err(AllocatorError::Socket)?
+        .with_budget(
+            crate::podresources::DEFAULT_REQUESTS_PER_SECOND,
+            crate::podresources::DEFAULT_BURST,
+        );
     let instance = args
         .pod_name
         .clone()
