@@ -302,6 +302,10 @@ pub struct Accounting {
     pub pods_with_exclusive: usize,
     /// The pod-set fingerprint, when enabled.
     pub fingerprint: Option<String>,
+    /// DRA devices (pod-resources `dynamic_resources`) held by accounted pods, per driver.
+    /// Read and kept, never charged to a zone: DRA devices bypass the Topology Manager and
+    /// pod-resources carries no NUMA node for them, so the zones must say nothing about them.
+    pub dra_devices: BTreeMap<String, usize>,
 }
 
 impl Accounting {
@@ -1194,6 +1198,33 @@ fn or_default<'s>(value: &'s str, default: &'s str) -> &'s str {
 // Entry point
 // ---------------------------------------------------------------------------------------------
 
+/// DRA devices per driver across `pods` (each claim device once per pod, though several
+/// containers may share the claim).
+fn dra_devices(pods: &[&PodResources]) -> BTreeMap<String, usize> {
+    let mut seen: BTreeSet<(&str, &str, &str, &str, &str, &str)> = BTreeSet::new();
+    for pod in pods {
+        for c in &pod.containers {
+            for claim in &c.dynamic_resources {
+                for r in &claim.claim_resources {
+                    seen.insert((
+                        pod.namespace.as_str(),
+                        pod.name.as_str(),
+                        claim.claim_name.as_str(),
+                        r.driver_name.as_str(),
+                        r.pool_name.as_str(),
+                        r.device_name.as_str(),
+                    ));
+                }
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (_, _, _, driver, _, _) in seen {
+        *out.entry(driver.to_owned()).or_insert(0) += 1;
+    }
+    out
+}
+
 /// Accounts one List response against the allocatable resources and the machine.
 ///
 /// Errors only for what cannot be published truthfully (overflowing sizes, an inconsistent
@@ -1305,6 +1336,7 @@ pub fn account(
         anomalies: acc.anomalies,
         pods_accounted: pods.len(),
         pods_with_exclusive: pods.iter().filter(|p| has_exclusive_resources(p)).count(),
+        dra_devices: dra_devices(&pods),
         fingerprint,
     })
 }

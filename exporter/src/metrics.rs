@@ -101,6 +101,13 @@ pub struct InfoLabels {
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
+/// `driver`: a DRA driver name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriverLabels {
+    /// The driver.
+    pub driver: String,
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
@@ -143,6 +150,8 @@ pub struct Metrics {
     pub pods_with_exclusive: Gauge,
     /// Accounted pods.
     pub pods_accounted: Gauge,
+    /// DRA devices held by accounted pods, per driver (not in any zone).
+    pub dra_devices: Family<DriverLabels, Gauge>,
     /// Errors outside scans (API, CRD, configuration reload), by kind.
     pub errors: Family<KindLabels, Counter>,
     /// Constant 1 with the agent's configuration as labels.
@@ -185,6 +194,7 @@ impl Metrics {
             last_anomalies: std::sync::Mutex::default(),
             pods_with_exclusive: Gauge::default(),
             pods_accounted: Gauge::default(),
+            dra_devices: Family::default(),
             errors: Family::default(),
             info: Family::default(),
             registry: Registry::default(),
@@ -277,6 +287,11 @@ impl Metrics {
             "pods_accounted",
             "Pods left after the namespace, exclusion and terminal-pod filters",
             m.pods_accounted.clone(),
+        );
+        registry.register(
+            "dra_devices",
+            "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)",
+            m.dra_devices.clone(),
         );
         registry.register("errors", "Errors outside scans by kind", m.errors.clone());
         registry.register("info", "Agent configuration", m.info.clone());
@@ -402,6 +417,14 @@ impl Metrics {
                 })
                 .set(i64::try_from(counts.get(&kind).copied().unwrap_or(0)).unwrap_or(i64::MAX));
         }
+        self.dra_devices.clear();
+        for (driver, n) in &acc.dra_devices {
+            self.dra_devices
+                .get_or_create(&DriverLabels {
+                    driver: driver.clone(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
         self.pods_accounted
             .set(i64::try_from(acc.pods_accounted).unwrap_or(i64::MAX));
         self.pods_with_exclusive
@@ -469,6 +492,7 @@ mod tests {
             pods_accounted: 0,
             pods_with_exclusive: 0,
             fingerprint: None,
+            dra_devices: std::collections::BTreeMap::new(),
         }
     }
 

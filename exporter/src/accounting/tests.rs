@@ -1135,3 +1135,37 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
     assert_eq!(plain.attribute(attr::CPU_MANAGER_POLICY), None);
     assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);
 }
+
+#[test]
+fn dra_claims_are_kept_per_driver_and_charged_to_no_zone() {
+    use numaplane::proto::podresources::{ClaimResource, DynamicResource};
+    let claim = |name: &str, devices: &[&str]| DynamicResource {
+        claim_name: name.into(),
+        claim_namespace: "ns".into(),
+        claim_resources: devices
+            .iter()
+            .map(|d| ClaimResource {
+                driver_name: "gpu.example.com".into(),
+                pool_name: "node-a".into(),
+                device_name: (*d).into(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut app = container(&[], vec![], vec![]);
+    app.dynamic_resources = vec![claim("gpus", &["gpu-0", "gpu-1"])];
+    // A second container sharing the same claim: the devices count once.
+    let mut sidecar = container(&[], vec![], vec![]);
+    sidecar.name = "sidecar".into();
+    sidecar.dynamic_resources = vec![claim("gpus", &["gpu-0", "gpu-1"])];
+    let with = run(&all_cpus(), &list(vec![pod("ns", "a", vec![app, sidecar])]));
+    assert_eq!(with.dra_devices.get("gpu.example.com"), Some(&2));
+    // The zones are exactly those of the same pod without claims.
+    let without = run(
+        &all_cpus(),
+        &list(vec![pod("ns", "a", vec![container(&[], vec![], vec![])])]),
+    );
+    assert_eq!(with.zones, without.zones);
+    assert!(with.anomalies.is_empty(), "{:?}", with.anomalies);
+}
