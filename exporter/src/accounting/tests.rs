@@ -1151,7 +1151,6 @@ fn dra_claims_are_kept_per_driver_and_charged_to_no_zone() {
                 ..Default::default()
             })
             .collect(),
-        ..Default::default()
     };
     let mut app = container(&[], vec![], vec![]);
     app.dynamic_resources = vec![claim("gpus", &["gpu-0", "gpu-1"])];
