@@ -226,6 +226,10 @@ pub enum RunError {
     /// Printing failed.
     #[error("cannot print the object")]
     Render(#[source] output::OutputError),
+    /// A supervised task (a trigger, a watch, the metrics server, the allocator) stopped: the
+    /// agent exits so that the pod restarts, rather than run on without it.
+    #[error("task {0} stopped")]
+    TaskEnded(&'static str),
 }
 
 impl RunError {
@@ -454,7 +458,8 @@ struct Agent {
     events: Option<NodeEvents>,
     pod_view: SharedPodView,
     listed: Arc<Mutex<BTreeSet<PodKey>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Every background task, named; one that ends takes the agent down (supervision).
+    tasks: tokio::task::JoinSet<&'static str>,
     _notify: Option<notify::RecommendedWatcher>,
     _kubelet_config_watch: Option<notify::RecommendedWatcher>,
 }
@@ -495,30 +500,34 @@ impl Agent {
         } else {
             Some(kube_client(args.kubeconfig.as_ref()).await?)
         };
-        let mut tasks = vec![server_task];
-        tasks.extend(triggers::spawn_resync_timer(
-            triggers.clone(),
-            args.resync_interval,
-        ));
-        tasks.push(tokio::spawn(kubelet_watch(
-            scanner.client().clone(),
-            triggers.clone(),
-            metrics.clone(),
-        )));
+        let mut tasks = tokio::task::JoinSet::new();
+        supervise(&mut tasks, "metrics server", server_task);
+        if let Some(timer) = triggers::spawn_resync_timer(triggers.clone(), args.resync_interval) {
+            supervise(&mut tasks, "resync timer", timer);
+        }
+        let (c, t, m) = (scanner.client().clone(), triggers.clone(), metrics.clone());
+        tasks.spawn(async move {
+            kubelet_watch(c, t, m).await;
+            "kubelet watch"
+        });
         let pod_view = SharedPodView::default();
         let listed = Arc::new(Mutex::new(BTreeSet::new()));
         let (mut publisher, mut events) = (None, None);
         if let Some(client) = &kube {
             let admissions = Arc::new(tokio::sync::Notify::new());
-            tasks.push(tokio::spawn(pod_watch::run(
+            let watch = pod_watch::run(
                 client.clone(),
                 args.node_name.clone(),
                 pod_view.clone(),
                 triggers.clone(),
                 metrics.clone(),
                 admissions.clone(),
-            )));
-            tasks.push(tokio::spawn(pod_watch::poll_admissions(
+            );
+            tasks.spawn(async move {
+                watch.await;
+                "pod watch"
+            });
+            let poller = pod_watch::poll_admissions(
                 scanner.client().clone(),
                 pod_view.clone(),
                 listed.clone(),
@@ -526,7 +535,11 @@ impl Agent {
                 ADMISSION_POLL_INTERVAL,
                 Duration::from_secs(5),
                 admissions,
-            )));
+            );
+            tasks.spawn(async move {
+                poller.await;
+                "admission poller"
+            });
             if !args.dry_run {
                 let p = Publisher::new(
                     client.clone(),
@@ -534,13 +547,17 @@ impl Agent {
                     args.force_write_interval,
                     metrics.clone(),
                 );
-                tasks.push(tokio::spawn(watch_own_object(
+                let own = watch_own_object(
                     client.clone(),
                     args.node_name.clone(),
                     p.applied(),
                     triggers.clone(),
                     metrics.clone(),
-                )));
+                );
+                tasks.spawn(async move {
+                    own.await;
+                    "own-object watch"
+                });
                 publisher = Some(p);
                 // events.k8s.io requires a reporting instance (422 without one): outside a
                 // pod, the node name identifies this agent just as well.
@@ -567,16 +584,7 @@ impl Agent {
                 instance,
                 resync: args.resync_interval.min(Duration::from_secs(2)),
             };
-            let mut set = tokio::task::JoinSet::new();
-            crate::allocator::start(&mut set, allocator, kube.clone(), kubelet, metrics.clone());
-            let m = metrics.clone();
-            tasks.push(tokio::spawn(async move {
-                // The allocator's tasks loop forever; one that ends is a bug worth a loud line.
-                while let Some(ended) = set.join_next().await {
-                    m.error("allocator_task_ended");
-                    tracing::error!(task = ?ended.ok(), "a node-side allocator task ended");
-                }
-            }));
+            crate::allocator::start(&mut tasks, allocator, kube.clone(), kubelet, metrics.clone());
         }
         Ok(Self {
             args,
@@ -680,6 +688,21 @@ impl Agent {
                 _ = heartbeat.tick() => {
                     self.health.beat();
                     continue;
+                }
+                Some(ended) = self.tasks.join_next() => {
+                    let name = match ended {
+                        Ok(name) => name,
+                        Err(e) if e.is_panic() => "(panicked)",
+                        Err(_) => "(cancelled)",
+                    };
+                    self.metrics.error("task_ended");
+                    self.health.set_not_ready(format!("task {name} stopped"));
+                    tracing::error!(task = name, "a supervised task stopped; exiting so the pod restarts");
+                    self.tasks.abort_all();
+                    if let Some(r) = retry.take() {
+                        r.abort();
+                    }
+                    return Err(RunError::TaskEnded(name));
                 }
                 () = &mut shutdown => {
                     tracing::info!("shutting down");
@@ -868,9 +891,7 @@ impl Agent {
                 }
             }
         }
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.tasks.abort_all();
         if let Some(r) = retry {
             r.abort();
         }
@@ -879,6 +900,29 @@ impl Agent {
 }
 
 /// Sends [`Trigger::Retry`] after `delay`, unless a retry is already pending.
+/// Aborts the task when dropped (a [`tokio::task::JoinSet`] aborts its own tasks, not the
+/// handles they await).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Puts an already spawned task under the agent's supervision as `name`.
+fn supervise(
+    tasks: &mut tokio::task::JoinSet<&'static str>,
+    name: &'static str,
+    handle: tokio::task::JoinHandle<()>,
+) {
+    tasks.spawn(async move {
+        let mut guard = AbortOnDrop(handle);
+        let _ = (&mut guard.0).await;
+        name
+    });
+}
+
 fn schedule_retry(pending: &mut Option<tokio::task::JoinHandle<()>>, triggers: &Triggers, delay: Duration) {
     if pending.as_ref().is_some_and(|h| !h.is_finished()) {
         return;
@@ -1001,5 +1045,45 @@ async fn watch_own_object(
                 tracing::debug!(error = %numaplane::error_chain(&e), "watch of own object failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn a_supervised_task_that_ends_is_reported_by_name_and_aborting_stops_the_rest() {
+        let mut tasks = tokio::task::JoinSet::new();
+        supervise(&mut tasks, "short", tokio::spawn(async {}));
+        let ran_on = Arc::new(AtomicBool::new(false));
+        let flag = ran_on.clone();
+        supervise(
+            &mut tasks,
+            "long",
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                flag.store(true, Ordering::SeqCst);
+            }),
+        );
+        assert_eq!(tasks.join_next().await.unwrap().unwrap(), "short");
+        // What the agent does next: abort everything; the inner task must stop too.
+        tasks.abort_all();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            !ran_on.load(Ordering::SeqCst),
+            "an aborted supervised task kept running"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_seen_as_ended() {
+        let mut tasks = tokio::task::JoinSet::new();
+        #[allow(clippy::panic)]
+        supervise(&mut tasks, "boom", tokio::spawn(async { panic!("boom") }));
+        // The wrapper reports the name: the inner panic ends the wrapped handle.
+        assert_eq!(tasks.join_next().await.unwrap().unwrap(), "boom");
     }
 }
