@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
-use futures::StreamExt as _;
 use kube::Client;
 use numaplane::fingerprint::Method;
 use numaplane::nrt::NodeResourceTopology;
@@ -17,7 +16,7 @@ use crate::accounting::{AccountingConfig, AnomalyKind, EXCLUDE_ALL_NODES, Machin
 use crate::backoff::{Backoff, jittered};
 use crate::kubelet_config::{self, KubeletConfigError, TopologyManagerSettings};
 use crate::metrics::Metrics;
-use crate::output::{self, Format};
+use crate::output;
 use crate::pod_watch::{self, PodKey, SharedPodView};
 use crate::podresources::{DEFAULT_SOCKET, KubeletClient, PodResourcesError};
 use crate::publish::{self, NodeEvents, Outcome, PublishError, Publisher};
@@ -317,16 +316,8 @@ pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunErr
     Client::try_from(config).map_err(|e| config_error(numaplane::error_chain(&e)))
 }
 
-fn render(nrt: &NodeResourceTopology, format: ObjectFormat) -> Result<String, RunError> {
-    let f = match format {
-        ObjectFormat::Json => Format::Json,
-        ObjectFormat::Yaml => Format::Yaml,
-    };
-    output::render_structured(nrt, f).map_err(RunError::Render)
-}
-
 /// Logs each anomaly once per distinct detail and scan streak, with context.
-fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
+pub(crate) fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
     let mut now = BTreeSet::new();
     for a in &scan.accounting.anomalies {
         if seen.contains(&a.detail) {
@@ -379,69 +370,12 @@ pub async fn run(
         );
     let scanner = Scanner::new(client, machine_view);
     if args.once {
-        return once(&args, cfg, scanner, metrics).await;
+        return crate::once::once(&args, cfg, scanner, metrics).await;
     }
     Agent::start(args, cfg, scanner, metrics, pools)
         .await?
         .run()
         .await
-}
-
-/// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
-async fn once(
-    args: &RunArgs,
-    mut cfg: AccountingConfig,
-    mut scanner: Scanner,
-    metrics: Arc<Metrics>,
-) -> Result<(), RunError> {
-    let kube = if args.dry_run && args.kubeconfig.is_none() {
-        None
-    } else {
-        Some(kube_client(args.kubeconfig.as_ref()).await?)
-    };
-    if let Some(client) = &kube {
-        cfg.terminal_pods = pod_watch::list_terminal(client.clone(), &args.node_name)
-            .await
-            .map_err(|source| RunError::ListPods {
-                node: args.node_name.clone(),
-                source,
-            })?;
-    }
-    let deadline = Instant::now() + args.call_timeout;
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-    let scan = loop {
-        match scanner.scan(&cfg).await {
-            Ok(scan) => break scan,
-            Err(ScanError::ReadKubelet(e))
-                if matches!(
-                    e.code(),
-                    Some(tonic::Code::Unavailable | tonic::Code::ResourceExhausted)
-                ) && Instant::now() < deadline =>
-            {
-                tracing::debug!(error = %e, "kubelet not ready; retrying");
-                scanner.refresh_allocatable();
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(e) => return Err(RunError::Scan(e)),
-        }
-    };
-    let mut seen = BTreeSet::new();
-    log_anomalies(&args.node_name, &scan, &mut seen);
-    match kube {
-        Some(client) if !args.dry_run => {
-            publish::crd_served(&client).await.map_err(RunError::Publish)?;
-            let mut publisher = Publisher::new(client, &args.node_name, args.force_write_interval, metrics);
-            publisher
-                .publish(scan.nrt, true)
-                .await
-                .map_err(RunError::Publish)?;
-            Ok(())
-        }
-        _ => {
-            print!("{}", render(&scan.nrt, args.output)?);
-            Ok(())
-        }
-    }
 }
 
 /// The long-running agent.
@@ -507,7 +441,7 @@ impl Agent {
         }
         let (c, t, m) = (scanner.client().clone(), triggers.clone(), metrics.clone());
         tasks.spawn(async move {
-            kubelet_watch(c, t, m).await;
+            crate::kubelet_watch::kubelet_watch(c, t, m).await;
             "kubelet watch"
         });
         let pod_view = SharedPodView::default();
@@ -547,7 +481,7 @@ impl Agent {
                     args.force_write_interval,
                     metrics.clone(),
                 );
-                let own = watch_own_object(
+                let own = crate::own_object::watch_own_object(
                     client.clone(),
                     args.node_name.clone(),
                     p.applied(),
@@ -833,7 +767,7 @@ impl Agent {
             let Some(publisher) = self.publisher.as_mut() else {
                 // Dry run: print each new object.
                 if last_printed.as_ref() != Some(&scan.nrt) {
-                    match render(&scan.nrt, self.args.output) {
+                    match crate::once::render(&scan.nrt, self.args.output) {
                         Ok(text) => println!("---\n{}", text.trim_end()),
                         Err(e) => tracing::error!(error = %numaplane::error_chain(&e), "cannot print"),
                     }
@@ -899,7 +833,6 @@ impl Agent {
     }
 }
 
-/// Sends [`Trigger::Retry`] after `delay`, unless a retry is already pending.
 /// Aborts the task when dropped (a [`tokio::task::JoinSet`] aborts its own tasks, not the
 /// handles they await).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -923,6 +856,7 @@ fn supervise(
     });
 }
 
+/// Sends [`Trigger::Retry`] after `delay`, unless a retry is already pending.
 fn schedule_retry(pending: &mut Option<tokio::task::JoinHandle<()>>, triggers: &Triggers, delay: Duration) {
     if pending.as_ref().is_some_and(|h| !h.is_finished()) {
         return;
@@ -954,97 +888,6 @@ pub(crate) async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
-    }
-}
-
-/// The kubelet `Watch` fast path: every event triggers a scan. UNIMPLEMENTED (every released
-/// kubelet) is logged once at info and re-probed rarely and silently, in case the kubelet is
-/// upgraded.
-async fn kubelet_watch(client: KubeletClient, triggers: Triggers, metrics: Arc<Metrics>) {
-    const REPROBE: Duration = Duration::from_secs(600);
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
-    let mut said_unimplemented = false;
-    loop {
-        match client.watch().await {
-            Ok(mut stream) => {
-                backoff.reset();
-                metrics.kubelet_watch_active.set(1);
-                tracing::info!(socket = %client.socket().display(), "kubelet Watch stream open");
-                // Anything may have changed while the stream was down.
-                triggers.send(Trigger::KubeletWatch);
-                while let Some(msg) = stream.next().await {
-                    match msg {
-                        Ok(_) => {
-                            if !triggers.send(Trigger::KubeletWatch) {
-                                return;
-                            }
-                        }
-                        Err(status) => {
-                            tracing::debug!(code = ?status.code(), message = status.message(), "kubelet Watch stream broke");
-                            break;
-                        }
-                    }
-                }
-                metrics.kubelet_watch_active.set(0);
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
-                if !said_unimplemented {
-                    tracing::info!(
-                        socket = %client.socket().display(),
-                        "kubelet does not offer pod-resources Watch; relying on the pod watch, \
-                         the notify file and the periodic resync"
-                    );
-                    said_unimplemented = true;
-                }
-                tokio::time::sleep(REPROBE).await;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot open kubelet Watch; retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-        }
-    }
-}
-
-/// Watches our own object: a delete or a foreign edit of the fields we own triggers a forced
-/// write, so the object is recreated or repaired at once rather than at the next forced resync.
-async fn watch_own_object(
-    client: Client,
-    node_name: String,
-    last_applied: Arc<Mutex<Option<NodeResourceTopology>>>,
-    triggers: Triggers,
-    metrics: Arc<Metrics>,
-) {
-    use kube::runtime::{WatchStreamExt as _, watcher};
-    let api: kube::Api<NodeResourceTopology> = kube::Api::all(client);
-    let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
-    let stream = watcher::watcher(api, config).default_backoff();
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Delete(_)) => {
-                tracing::warn!(node = %node_name, "NodeResourceTopology deleted by someone else; recreating");
-                triggers.send(Trigger::ObjectChanged);
-            }
-            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                let differs = publish::lock_applied(&last_applied).as_ref().is_some_and(|mine| {
-                    mine.zones != obj.zones
-                        || mine.attributes != obj.attributes
-                        || mine.topology_policies != obj.topology_policies
-                });
-                if differs {
-                    tracing::warn!(node = %node_name, "NodeResourceTopology changed by someone else; rewriting");
-                    triggers.send(Trigger::ObjectChanged);
-                }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                // Before the CRD exists this fails continuously; the main loop reports that.
-                metrics.error("object_watch");
-                tracing::debug!(error = %numaplane::error_chain(&e), "watch of own object failed");
-            }
-        }
     }
 }
 

@@ -261,7 +261,10 @@ fn daemonset_mounts_the_kubelet_config_and_sys_read_only() {
     let on_host = Path::new(&host.path).join(Path::new(&config).strip_prefix(&mount.mount_path).unwrap());
     assert_eq!(on_host, Path::new("/var/lib/kubelet/config.yaml"));
     // Its directory, so that a replaced file is seen (the agent watches and re-reads it).
-    assert_ne!(mount.mount_path, config, "mount the kubelet config's directory, not the file");
+    assert_ne!(
+        mount.mount_path, config,
+        "mount the kubelet config's directory, not the file"
+    );
     assert_eq!(host.type_.as_deref(), Some("Directory"));
 
     // hwloc reads the machine from /sys (and /proc, the container's own).
