@@ -195,33 +195,7 @@ pub fn watch_notify_file(
             })?;
         }
     }
-    let target = path.to_owned();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-        Ok(event) => {
-            let relevant = !matches!(event.kind, notify::EventKind::Access(_))
-                && event.paths.iter().any(|p| p == &target);
-            if relevant {
-                triggers.send(Trigger::NotifyFile);
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "notify file watch error"),
-    })
-    .map_err(|source| NotifyFileError::Watch {
-        path: path.to_owned(),
-        source,
-    })?;
-    // Watch the directory: hooks may replace the file instead of writing it.
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    watcher
-        .watch(dir, notify::RecursiveMode::NonRecursive)
-        .map_err(|source| NotifyFileError::Watch {
-            path: path.to_owned(),
-            source,
-        })?;
-    Ok(watcher)
+    watch_file(path, triggers, Trigger::NotifyFile)
 }
 
 /// Sends [`Trigger::KubeletConfig`] whenever the kubelet config file is written, replaced or
@@ -232,16 +206,26 @@ pub fn watch_kubelet_config(
     path: &Path,
     triggers: Triggers,
 ) -> Result<notify::RecommendedWatcher, NotifyFileError> {
+    watch_file(path, triggers, Trigger::KubeletConfig)
+}
+
+/// Sends `trigger` whenever `path` is written, touched, replaced or recreated. The directory is
+/// watched, not the file: writers may replace the file instead of writing it.
+fn watch_file(
+    path: &Path,
+    triggers: Triggers,
+    trigger: Trigger,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
     let target = path.to_owned();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
         Ok(event) => {
             let relevant = !matches!(event.kind, notify::EventKind::Access(_))
                 && event.paths.iter().any(|p| p == &target);
             if relevant {
-                triggers.send(Trigger::KubeletConfig);
+                triggers.send(trigger);
             }
         }
-        Err(e) => tracing::warn!(error = %e, "kubelet config watch error"),
+        Err(e) => tracing::warn!(error = %e, trigger = trigger.as_str(), "file watch error"),
     })
     .map_err(|source| NotifyFileError::Watch {
         path: path.to_owned(),
