@@ -13,7 +13,7 @@ use std::{
 };
 
 use crate::{
-    cluster::{Config, NoTopology},
+    config::{Config, NoTopology},
     pod::{PodSpec, Qos},
     resources::{ResId, ResList},
     score::Strategy,

@@ -20,27 +20,9 @@ use crate::{
     node::{NrtError, NumaTopology},
     pod::{PodError, PodSpec, Qos},
     resources::{Dense, PODS, ResId, ResKind, ResList, Resources},
-    score::Scorer,
 };
 
-/// What to do with nodes that publish no NRT.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, Serialize)]
-pub enum NoTopology {
-    /// Treat as Topology Manager policy `none` (kubelet admits on node-level fit).
-    #[default]
-    AssumeNone,
-    /// Reject such nodes.
-    Reject,
-}
-
-/// Scheduler configuration.
-#[derive(Clone, Debug, Default)]
-pub struct Config {
-    /// Scoring.
-    pub scorer: Scorer,
-    /// Nodes without NRT.
-    pub no_topology: NoTopology,
-}
+pub use crate::config::{Config, NoTopology};
 
 /// A node's topology as the index knows it.
 #[derive(Clone, Debug)]

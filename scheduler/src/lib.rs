@@ -7,6 +7,7 @@ pub mod allocation;
 mod cache;
 pub mod cli;
 pub mod cluster;
+pub mod config;
 pub mod extender;
 pub mod fit;
 pub mod live;

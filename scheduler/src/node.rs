@@ -11,7 +11,7 @@ use numaplane::{
 };
 
 use crate::{
-    resources::{Dense, ResId, ResKind, Resources},
+    resources::{Dense, ResId, Resources},
     topology_manager::{NumaDistances, NumaInfo, Policy, PolicyOptions, Scope, TopologyManagerError},
 };
 
@@ -463,11 +463,6 @@ impl NumaTopology {
     /// Whether any zone lists `id`.
     pub fn lists(&self, id: ResId) -> bool {
         self.zones.iter().any(|z| z.available.get(id).is_some())
-    }
-
-    /// Whether device resource `id` has NUMA topology on this node.
-    pub fn device_has_topology(&self, res: &Resources, id: ResId) -> bool {
-        res.kind(id) == ResKind::Extended && self.lists(id)
     }
 }
 
