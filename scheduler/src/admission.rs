@@ -749,6 +749,7 @@ fn allocate(
         kubelet_reason: "UnexpectedAdmissionError",
     };
     if let Some(n) = exclusive_cpus(qos, req, topo) {
+        smt_aligned(topo, n, &placement.name)?;
         take_fill(w, &order, CPU, n * 1000).map_err(|_| exhausted("exclusive cpu".to_owned()))?;
     }
     for (id, need) in memory_requests(res, topo, qos, req) {
@@ -798,6 +799,37 @@ fn allocate(
             if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
                 placement.device_counts.insert(res.name(id).to_owned(), need);
             }
+        }
+    }
+    Ok(())
+}
+
+/// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
+/// exclusive CPU count that is not a multiple of the SMT width, or more whole cores than the
+/// node has free (published free cores; assumptions not yet shown are not counted), is
+/// rejected with `SMTAlignmentError` whatever the hint.
+fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Rejection> {
+    let Some(threads) = topo.full_pcpus_threads else {
+        return Ok(());
+    };
+    let reject = |why: String| Rejection {
+        category: "SMT alignment (full-pcpus-only)".to_owned(),
+        message: format!("SMTAlignmentError: container `{container}` {why}"),
+        kubelet_reason: "SMTAlignmentError",
+    };
+    if cpus % threads != 0 {
+        return Err(reject(format!(
+            "requests {cpus} exclusive CPUs, not a multiple of the {threads} threads per core"
+        )));
+    }
+    let published: Vec<i64> = topo.zones.iter().filter_map(|z| z.free_cores).collect();
+    if published.len() == topo.zones.len() {
+        let free: i64 = published.iter().fold(0i64, |a, b| a.saturating_add(*b));
+        if free.saturating_mul(threads) < cpus {
+            return Err(reject(format!(
+                "needs {} whole cores; the node has {free} free",
+                cpus / threads
+            )));
         }
     }
     Ok(())

@@ -94,6 +94,8 @@ pub struct NumaZone {
     pub available: Dense,
     /// Free device IDs per extended resource, when the exporter publishes them.
     pub free_devices: BTreeMap<ResId, Vec<String>>,
+    /// Physical cores whose every CPU is free (`numaplane.io/free-cores`), when published.
+    pub free_cores: Option<i64>,
 }
 
 /// A node's NUMA topology and Topology Manager configuration.
@@ -130,6 +132,9 @@ pub struct NumaTopology {
     /// Cluster-shared device resources (allocator pools with `shared: cluster`) and the IDs
     /// this node's pods hold: an ID held on one node is not free on any other.
     pub cluster_held: BTreeMap<ResId, Vec<String>>,
+    /// Threads per core when the kubelet runs the static CPU manager with `full-pcpus-only`
+    /// on an SMT machine (published attributes); `None` otherwise, or when not published.
+    pub full_pcpus_threads: Option<i64>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -258,6 +263,28 @@ fn parse_amount(
     res.amount(id, &parsed).map_err(|_| out_of_range())
 }
 
+/// SMT width under `full-pcpus-only`: the static CPU manager with that option set to true, on a
+/// machine with more than one thread per core (kubelet-topology-manager.md: SMTAlignmentError).
+fn full_pcpus_threads(obj: &NodeResourceTopology) -> Option<i64> {
+    if obj.attribute(nrt::attr::CPU_MANAGER_POLICY)? != "static" {
+        return None;
+    }
+    let on = obj
+        .attribute(nrt::attr::CPU_MANAGER_POLICY_OPTIONS)?
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .any(|(k, v)| {
+            k.trim() == "full-pcpus-only" && matches!(v.trim(), "true" | "1" | "t" | "T" | "TRUE" | "True")
+        });
+    let threads = obj
+        .attribute(nrt::attr::THREADS_PER_CORE)?
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|t| *t > 1 && *t <= 64)?;
+    on.then_some(threads)
+}
+
 impl NumaTopology {
     /// Validates and converts an NRT.
     pub fn from_nrt(res: &mut Resources, obj: &NodeResourceTopology) -> Result<Self, NrtError> {
@@ -278,6 +305,7 @@ impl NumaTopology {
                 allocatable: Dense::default(),
                 available: Dense::default(),
                 free_devices: BTreeMap::new(),
+                free_cores: None,
             };
             for r in z.resources.iter().flatten() {
                 let rid = res.intern(&r.name);
@@ -301,6 +329,9 @@ impl NumaTopology {
                 );
             }
             for a in z.attributes.iter().flatten() {
+                if a.name == nrt::attr::FREE_CORES {
+                    zone.free_cores = a.value.trim().parse::<i64>().ok().filter(|n| *n >= 0);
+                }
                 if let Some(resource) = a.name.strip_prefix(nrt::attr::FREE_DEVICES_PREFIX) {
                     let rid = res.intern(resource);
                     zone.free_devices.insert(rid, nrt::split_device_ids(&a.value));
@@ -442,10 +473,12 @@ impl NumaTopology {
             .into_iter()
             .map(|(name, ids)| (res.intern(&name), ids))
             .collect();
+        let full_pcpus_threads = full_pcpus_threads(obj);
         Ok(NumaTopology {
             masks,
             shared_devices,
             cluster_held,
+            full_pcpus_threads,
             policy: cfg.policy.unwrap_or(Policy::None),
             scope: cfg.scope.unwrap_or(Scope::Container),
             options,

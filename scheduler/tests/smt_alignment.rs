@@ -1,0 +1,112 @@
+//! The static CPU manager's `full-pcpus-only` (kubelet-topology-manager.md, SMTAlignmentError):
+//! a Guaranteed container whose exclusive CPU count is not a multiple of the SMT width is
+//! rejected even when the Topology Manager admits it, and so is one that needs more whole
+//! cores than the node has free. Predicted from the exporter's attributes; without them, as
+//! before.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use numaplane::nrt::NodeResourceTopology;
+use numaplane_scheduler::{
+    cluster::{Cluster, Config},
+    pod::PodSpec,
+};
+use serde_json::{Value, json};
+
+fn node() -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
+    }))
+    .unwrap()
+}
+
+/// Two zones of 8 CPUs (4 two-thread cores each); `smt` adds the CPU manager attributes,
+/// `free_cores` the per-zone whole free cores.
+fn nrt(smt: bool, free_cores: Option<[i64; 2]>) -> NodeResourceTopology {
+    let mut attributes = vec![
+        json!({"name": "topologyManagerPolicy", "value": "single-numa-node"}),
+        json!({"name": "topologyManagerScope", "value": "container"}),
+    ];
+    if smt {
+        attributes.extend([
+            json!({"name": "numaplane.io/cpu-manager-policy", "value": "static"}),
+            json!({"name": "numaplane.io/cpu-manager-policy-options", "value": "full-pcpus-only=true"}),
+            json!({"name": "numaplane.io/threads-per-core", "value": "2"}),
+        ]);
+    }
+    let zone = |i: usize| {
+        let attrs: Vec<Value> = free_cores
+            .map(|f| vec![json!({"name": "numaplane.io/free-cores", "value": f[i].to_string()})])
+            .unwrap_or_default();
+        json!({"name": format!("node-{i}"), "type": "Node", "attributes": attrs,
+            "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8", "available": "8"}]})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"}, "attributes": attributes, "zones": [zone(0), zone(1)]
+    }))
+    .unwrap()
+}
+
+fn guaranteed(c: &mut Cluster, cpus: &str) -> PodSpec {
+    let r = json!({"cpu": cpus, "memory": "1Gi"});
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("p{cpus}"), "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [{"name": "app", "resources": {"requests": r, "limits": r}}]}
+    }))
+    .unwrap();
+    PodSpec::from_pod(&mut c.res, &pod).unwrap()
+}
+
+fn cluster(smt: bool, free_cores: Option<[i64; 2]>) -> Cluster {
+    let mut c = Cluster::new();
+    c.apply_node(&node()).unwrap();
+    c.apply_nrt(&nrt(smt, free_cores)).unwrap();
+    c
+}
+
+#[test]
+fn an_odd_cpu_count_is_rejected_under_full_pcpus_only_and_an_even_one_fits() {
+    let mut c = cluster(true, None);
+    let one = guaranteed(&mut c, "1");
+    let d = c.schedule(&Config::default(), &one, true);
+    assert_eq!(d.node, None, "{}", d.message);
+    assert!(d.message.contains("SMT alignment"), "{}", d.message);
+    let reason = d.nodes[0].reasons.join("; ");
+    assert!(
+        reason.contains("SMTAlignmentError") && reason.contains("threads per core"),
+        "{reason}"
+    );
+    let two = guaranteed(&mut c, "2");
+    assert_eq!(
+        c.schedule(&Config::default(), &two, false).node.as_deref(),
+        Some("n1")
+    );
+}
+
+#[test]
+fn whole_cores_must_be_free_on_the_node() {
+    // 6 CPUs = 3 cores; the node has 1 + 1 whole cores free (the rest are split by pods).
+    let mut c = cluster(true, Some([1, 1]));
+    let six = guaranteed(&mut c, "6");
+    let d = c.schedule(&Config::default(), &six, true);
+    assert_eq!(d.node, None, "{}", d.message);
+    let reason = d.nodes[0].reasons.join("; ");
+    assert!(reason.contains("whole cores"), "{reason}");
+    let two = guaranteed(&mut c, "2");
+    assert_eq!(
+        c.schedule(&Config::default(), &two, false).node.as_deref(),
+        Some("n1")
+    );
+}
+
+#[test]
+fn without_the_attributes_nothing_changes() {
+    let mut c = cluster(false, Some([0, 0]));
+    let one = guaranteed(&mut c, "1");
+    assert_eq!(
+        c.schedule(&Config::default(), &one, false).node.as_deref(),
+        Some("n1")
+    );
+}
