@@ -806,7 +806,7 @@ fn allocate(
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
 /// exclusive CPU count that is not a multiple of the SMT width, or more whole cores than the
-/// node has free (published free cores; assumptions not yet shown are not counted), is
+/// node has free (published free cores minus pending placements), is
 /// rejected with `SMTAlignmentError` whatever the hint.
 fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Rejection> {
     let Some(threads) = topo.full_pcpus_threads else {

@@ -1407,10 +1407,17 @@ fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u6
 /// Takes an assumption's amounts and device IDs from a topology's zones (clamped at zero: a
 /// newer NRT may already show part of it).
 fn take(topo: &mut NumaTopology, a: &Assumption) {
+    let threads = topo.full_pcpus_threads;
     for (zone, amounts) in &a.taken {
         if let Some(z) = topo.zones.iter_mut().find(|z| z.id == *zone) {
             for (id, v) in amounts.iter() {
                 z.available.sub_clamped(id, v);
+            }
+            // Under full-pcpus-only exclusive CPUs come in whole cores: those are no longer
+            // free either.
+            if let (Some(t), Some(free)) = (threads, z.free_cores.as_mut()) {
+                let cores = amounts.get(crate::resources::CPU) / 1000 / t;
+                *free = free.saturating_sub(cores).max(0);
             }
         }
     }

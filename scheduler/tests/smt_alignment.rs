@@ -110,3 +110,21 @@ fn without_the_attributes_nothing_changes() {
         Some("n1")
     );
 }
+
+#[test]
+fn an_assumed_placement_takes_its_whole_cores_until_the_nrt_shows_it() {
+    // Two free whole cores on the node: a 4-CPU pod takes both.
+    let mut c = cluster(true, Some([2, 0]));
+    let four = guaranteed(&mut c, "4");
+    let d = c.schedule(&Config::default(), &four, false);
+    assert_eq!(d.node.as_deref(), Some("n1"), "{}", d.message);
+    c.assume(&four, &d);
+    let two = guaranteed(&mut c, "2");
+    let d = c.schedule(&Config::default(), &two, true);
+    assert_eq!(d.node, None, "{}", d.message);
+    assert!(
+        d.nodes[0].reasons.join("; ").contains("whole cores"),
+        "{:?}",
+        d.nodes[0].reasons
+    );
+}
