@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
@@ -91,13 +91,46 @@ impl ApiTarget {
 
     /// Creates a Node named `name` (a fake node: no kubelet behind it) and returns its uid.
     pub async fn create_node(&self, name: &str) -> Result<String, HarnessError> {
+        self.create_labelled_node(name, &[], None).await
+    }
+
+    /// Creates a Node labelled `numaplane.io/e2e=true` plus `labels`, and sets its
+    /// `status.allocatable` when given (a JSON object of quantities); returns its UID.
+    pub async fn create_labelled_node(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        allocatable: Option<serde_json::Value>,
+    ) -> Result<String, HarnessError> {
         let nodes: Api<Node> = Api::all(self.client());
+        let mut all: serde_json::Map<String, serde_json::Value> =
+            labels.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+        all.insert("numaplane.io/e2e".into(), json!("true"));
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+            "metadata": {"name": name, "labels": all},
         }))?;
         let created = nodes.create(&PostParams::default(), &node).await?;
+        if let Some(allocatable) = allocatable {
+            nodes
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"allocatable": allocatable}})),
+                )
+                .await?;
+        }
         Ok(created.metadata.uid.unwrap_or_default())
+    }
+
+    /// Creates a namespace labelled `numaplane.io/e2e=true`.
+    pub async fn create_namespace(&self, name: &str) -> Result<(), HarnessError> {
+        let namespaces: Api<Namespace> = Api::all(self.client());
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+        }))?;
+        namespaces.create(&PostParams::default(), &ns).await?;
+        Ok(())
     }
 
     /// Creates a pod bound to `node` in `namespace` (bypassing any scheduler) with the given

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
@@ -46,37 +46,12 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
     let ns = unique_name("np-e2e-alloc");
     let node = unique_name("np-e2e-alloc-node");
     let client = api.client();
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
-            )
-            .unwrap(),
-        )
+    api.create_namespace(&ns).await.unwrap();
+    let allocatable = json!({"cpu": "32", "memory": "128Gi", "pods": "110", GPU: "8"});
+    api.create_labelled_node(&node, &[], Some(allocatable))
         .await
         .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": node, "labels": {"numaplane.io/e2e": "true"}}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110", GPU: "8"}}}),
-            ),
-        )
-        .await
-        .unwrap();
 
     // The kubelet: pod-resources (allocatable GPUs with topology, CPUs of 2numa.xml) and the
     // device-plugin side.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
@@ -173,35 +173,12 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
     let api = ApiTarget::start().await.unwrap();
     let client = api.client();
     let ns = unique_name("np-e2e-shared");
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    api.create_namespace(&ns).await.unwrap();
     let nodes_api: Api<Node> = Api::all(client.clone());
     let names = [unique_name("np-e2e-shared-a"), unique_name("np-e2e-shared-b")];
     for (n, side) in names.iter().zip(["a", "b"]) {
-        nodes_api
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(
-                    json!({"metadata": {"name": n, "labels": {"numaplane.io/e2e": "true", "numaplane.io/e2e-side": side}}}),
-                )
-                .unwrap(),
-            )
-            .await
-            .unwrap();
-        nodes_api
-            .patch_status(
-                n,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110", LIC: "2"}}})),
-            )
+        let allocatable = json!({"cpu": "32", "memory": "128Gi", "pods": "110", LIC: "2"});
+        api.create_labelled_node(n, &[("numaplane.io/e2e-side", side)], Some(allocatable))
             .await
             .unwrap();
     }

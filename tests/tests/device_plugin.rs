@@ -43,17 +43,7 @@ impl Env {
         let api = ApiTarget::start().await.unwrap();
         let ns = unique_name("np-dp");
         let node = unique_name("np-dp-node");
-        let namespaces: Api<Namespace> = Api::all(api.client());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(
-                    json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
-                )
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        api.create_namespace(&ns).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let pools = dir.path().join("pools.yaml");
         let gpus: Vec<_> = (0..8)

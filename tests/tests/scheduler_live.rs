@@ -50,17 +50,7 @@ impl Env {
         let target = ApiTarget::start().await.unwrap();
         let ns = unique_name("np-sched");
         let prefix = unique_name("np-node");
-        let namespaces: Api<Namespace> = Api::all(target.client());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(
-                    json!({"metadata": {"name": ns, "labels": {"numaplane.io/e2e": "true"}}}),
-                )
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        target.create_namespace(&ns).await.unwrap();
         let env = Env {
             target,
             ns,
@@ -74,19 +64,9 @@ impl Env {
     }
 
     async fn create_node(&self, name: &str) {
-        let nodes: Api<Node> = Api::all(self.target.client());
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-        nodes
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"allocatable": {
-                    "cpu": "8", "memory": "32Gi", "pods": "110", GPU: "4"}}})),
-            )
+        let allocatable = json!({"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "4"});
+        self.target
+            .create_labelled_node(name, &[], Some(allocatable))
             .await
             .unwrap();
     }
