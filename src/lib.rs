@@ -22,6 +22,16 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Parses a boolean as Go's `strconv.ParseBool` does (how the kubelet reads its policy
+/// options): `1 t T TRUE true True` and `0 f F FALSE false False`.
+pub fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 /// Exit code for bad configuration or bad command-line input (`EX_USAGE`).
 pub const EXIT_CONFIG: u8 = 64;
 

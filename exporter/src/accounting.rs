@@ -556,7 +556,7 @@ struct Accumulator<'a, 'm> {
     used_device_ids: BTreeMap<String, BTreeSet<String>>,
     /// (resource, device id) → the NUMA nodes GetAllocatableResources gives it: where a used
     /// device is charged, before the List entry's own topology.
-    alloc_nodes: BTreeMap<(String, String), Vec<u32>>,
+    alloc_nodes: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
     anomalies: Vec<Anomaly>,
 }
 
@@ -804,7 +804,9 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                 }
                 if !nodes.is_empty() {
                     self.alloc_nodes
-                        .entry((dev.resource_name.clone(), id.clone()))
+                        .entry(dev.resource_name.clone())
+                        .or_default()
+                        .entry(id.clone())
                         .or_default()
                         .extend(nodes.iter().copied());
                 }
@@ -920,7 +922,11 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                         .entry(dev.resource_name.clone())
                         .or_default()
                         .insert(id.clone());
-                    let nodes = match self.alloc_nodes.get(&(dev.resource_name.clone(), id.clone())) {
+                    let placed = self
+                        .alloc_nodes
+                        .get(dev.resource_name.as_str())
+                        .and_then(|ids| ids.get(id.as_str()));
+                    let nodes = match placed {
                         Some(n) => n.clone(),
                         None => {
                             if entry_nodes.is_none() {

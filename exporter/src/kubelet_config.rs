@@ -196,16 +196,12 @@ pub fn parse_option_bool(
     value: &str,
     origin: &str,
 ) -> Result<bool, KubeletConfigError> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(KubeletConfigError::InvalidValue {
-            field: option,
-            value: value.to_owned(),
-            origin: origin.to_owned(),
-            expected: "a boolean (true or false)".to_owned(),
-        }),
-    }
+    numaplane::parse_go_bool(value).ok_or_else(|| KubeletConfigError::InvalidValue {
+        field: option,
+        value: value.to_owned(),
+        origin: origin.to_owned(),
+        expected: "a boolean (true or false)".to_owned(),
+    })
 }
 
 /// Checks policy and scope against the values the kubelet accepts.

@@ -273,9 +273,7 @@ fn full_pcpus_threads(obj: &NodeResourceTopology) -> Option<i64> {
         .attribute(nrt::attr::CPU_MANAGER_POLICY_OPTIONS)?
         .split(',')
         .filter_map(|kv| kv.split_once('='))
-        .any(|(k, v)| {
-            k.trim() == "full-pcpus-only" && matches!(v.trim(), "true" | "1" | "t" | "T" | "TRUE" | "True")
-        });
+        .any(|(k, v)| k.trim() == "full-pcpus-only" && numaplane::parse_go_bool(v.trim()) == Some(true));
     let threads = obj
         .attribute(nrt::attr::THREADS_PER_CORE)?
         .trim()

@@ -247,6 +247,10 @@ async fn watch_cluster_slots(client: Client, shared: Shared, pools: Vec<(Arc<Poo
     let mut held: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     let mut listing: Option<BTreeMap<String, BTreeMap<String, Vec<String>>>> = None;
     let mut last: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let known: Vec<BTreeSet<String>> = pools
+        .iter()
+        .map(|(p, _)| p.slot_ids().into_iter().map(|(id, _)| id).collect())
+        .collect();
     let entry = |nrt: &NodeResourceTopology| {
         let name = nrt.metadata.name.clone().unwrap_or_default();
         (name != shared.node && !name.is_empty()).then(|| (name, nrt.cluster_held()))
@@ -282,8 +286,7 @@ async fn watch_cluster_slots(client: Client, shared: Shared, pools: Vec<(Arc<Poo
                 continue;
             }
         }
-        for (pool, tx) in &pools {
-            let known: BTreeSet<String> = pool.slot_ids().into_iter().map(|(id, _)| id).collect();
+        for ((pool, tx), known) in pools.iter().zip(&known) {
             let elsewhere: BTreeSet<String> = held
                 .values()
                 .filter_map(|r| r.get(&pool.resource))

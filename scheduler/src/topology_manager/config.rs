@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use numaplane::parse_go_bool;
+
 use super::TopologyManagerError;
 
 /// `topologyManagerPolicy`.
@@ -181,14 +183,5 @@ impl PolicyOptions {
             }
         }
         Ok(opts)
-    }
-}
-
-/// Go's `strconv.ParseBool`.
-fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
     }
 }
