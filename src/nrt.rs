@@ -57,6 +57,9 @@ pub mod attr {
     /// Zone attribute: physical cores of the zone whose every logical CPU is allocatable and
     /// held by no pod (what `full-pcpus-only` can hand out whole).
     pub const FREE_CORES: &str = "numaplane.io/free-cores";
+    /// Node attribute (numaplane extension): where the resources init containers still hold
+    /// were read from, per kind: `cpu=checkpoint,devices=pod-spec,memory=none`.
+    pub const INIT_HELD_SOURCE: &str = "numaplane.io/init-held-source";
     /// Zone attribute prefix (numaplane extension) carrying the free device IDs of one
     /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
     /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.

@@ -21,6 +21,7 @@
 //! - pod-level `cpu_ids`/`memory` (fields 4/5) overlap the container values: CPUs are united,
 //!   pod-level memory replaces container memory when present.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -29,11 +30,13 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use numaplane::fingerprint::{self, Method};
 use numaplane::nrt::{self, AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, attr};
 use numaplane::proto::podresources::{
-    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ListPodResourcesResponse, PodResources,
-    TopologyInfo,
+    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources,
+    ListPodResourcesResponse, NumaNode, PodResources, TopologyInfo,
 };
 use numaplane::quantity::{Format, Quantity};
 use numaplane_topology::{Machine, parse_hugepage_resource_name};
+
+use crate::init_held::{Held, Sources};
 
 #[cfg(test)]
 mod tests;
@@ -157,6 +160,11 @@ pub struct AccountingConfig {
     /// `shared: cluster`): the IDs this node's pods hold are published as a node attribute
     /// ([`attr::CLUSTER_HELD_PREFIX`]) so the scheduler and the other nodes keep them off.
     pub cluster_shared: BTreeSet<String>,
+    /// What listed pods hold beyond `List` (init containers' leftovers), by (namespace, name);
+    /// charged like the pod's own resources. See [`crate::init_held`].
+    pub held_beyond_list: BTreeMap<(String, String), Held>,
+    /// Where `held_beyond_list` came from; published as [`attr::INIT_HELD_SOURCE`] when set.
+    pub held_sources: Option<Sources>,
 }
 
 impl Default for AccountingConfig {
@@ -175,6 +183,8 @@ impl Default for AccountingConfig {
             prefer_closest_numa_nodes: None,
             resource_managers: None,
             cluster_shared: BTreeSet::new(),
+            held_beyond_list: BTreeMap::new(),
+            held_sources: None,
         }
     }
 }
@@ -998,6 +1008,105 @@ impl<'a, 'm> Accumulator<'a, 'm> {
         Ok(())
     }
 
+    /// Charges what a pod's init containers hold in number only (pod-spec source): free CPUs
+    /// and devices next to the pod's own first (the kubelet aligned them with the same hint),
+    /// then in the zones with the most free, lowest IDs first.
+    fn add_counted(&mut self, pod: &PodResources, held: &Held) {
+        let owner = format!("pod {}/{}", pod.namespace, pod.name);
+        if held.cpu_count > 0 && !self.excluded.contains(RESOURCE_CPU) {
+            let own: BTreeSet<u32> = pod
+                .containers
+                .iter()
+                .flat_map(|c| &c.cpu_ids)
+                .filter_map(|&c| self.index.cpu(c).map(|(_, node)| node))
+                .collect();
+            let order = self.zone_order(&own, |t| t.alloc_cpus.difference(&t.used_cpus).count());
+            let mut left = held.cpu_count;
+            for node in order {
+                let tally = self.zone(node);
+                let free: Vec<u32> = tally.alloc_cpus.difference(&tally.used_cpus).copied().collect();
+                for cpu in free.into_iter().take(usize::try_from(left).unwrap_or(usize::MAX)) {
+                    tally.used_cpus.insert(cpu);
+                    left -= 1;
+                }
+            }
+            if left > 0 {
+                self.note(
+                    AnomalyKind::UsedExceedsAllocatable,
+                    format!("{owner}: init containers hold {left} more CPUs than are free"),
+                );
+            }
+        }
+        for (resource, &count) in &held.device_counts {
+            if count == 0 || self.excluded.contains(resource.as_str()) {
+                continue;
+            }
+            let own: BTreeSet<u32> = pod
+                .containers
+                .iter()
+                .flat_map(|c| &c.devices)
+                .filter(|d| &d.resource_name == resource)
+                .flat_map(|d| &d.device_ids)
+                .filter_map(|id| self.alloc_nodes.get(resource).and_then(|ids| ids.get(id)))
+                .flatten()
+                .copied()
+                .collect();
+            let used_anywhere = self.used_device_ids.get(resource).cloned().unwrap_or_default();
+            let free_in = |t: &ZoneTally| -> Vec<String> {
+                t.alloc_devices
+                    .get(resource)
+                    .into_iter()
+                    .flatten()
+                    .filter(|id| !used_anywhere.contains(*id))
+                    .cloned()
+                    .collect()
+            };
+            let order = self.zone_order(&own, |t| free_in(t).len());
+            let mut left = count;
+            for node in order {
+                let free = free_in(self.zone(node));
+                for id in free.into_iter().take(usize::try_from(left).unwrap_or(usize::MAX)) {
+                    if !self
+                        .used_device_ids
+                        .entry(resource.clone())
+                        .or_default()
+                        .insert(id.clone())
+                    {
+                        continue;
+                    }
+                    self.zone(node)
+                        .used_devices
+                        .entry(resource.clone())
+                        .or_default()
+                        .insert(id);
+                    left -= 1;
+                }
+            }
+            if left > 0 {
+                self.note(
+                    AnomalyKind::UsedExceedsAllocatable,
+                    format!("{owner}: init containers hold {left} more {resource} than are free"),
+                );
+            }
+        }
+    }
+
+    /// The pod's own zones ascending, then the others by most free (`free`), then by id.
+    fn zone_order(&self, own: &BTreeSet<u32>, free: impl Fn(&ZoneTally) -> usize) -> Vec<u32> {
+        let mut others: Vec<(usize, u32)> = self
+            .zones
+            .iter()
+            .filter(|(id, _)| !own.contains(id))
+            .map(|(&id, t)| (free(t), id))
+            .collect();
+        others.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        own.iter()
+            .copied()
+            .filter(|id| self.zones.contains_key(id))
+            .chain(others.into_iter().map(|(_, id)| id))
+            .collect()
+    }
+
     fn build_zones(&mut self) -> Result<Vec<Zone>, AccountingError> {
         let index = self.index;
         let tallies = std::mem::take(&mut self.zones);
@@ -1231,6 +1340,52 @@ fn dra_devices(pods: &[&PodResources]) -> BTreeMap<String, usize> {
     out
 }
 
+/// Name of the pseudo-container that carries what a pod's init containers still hold.
+const HELD_BY_INIT: &str = "(held by init containers)";
+
+fn topology(nodes: &[i64]) -> Option<TopologyInfo> {
+    Some(TopologyInfo {
+        nodes: nodes.iter().map(|&id| NumaNode { id }).collect(),
+    })
+}
+
+/// `pod` with the identified part of `held` added as one more container (memory at pod level
+/// when the kubelet reports pod-level memory, since that replaces the containers' blocks).
+fn with_held(pod: &PodResources, held: &Held) -> PodResources {
+    let mut pod = pod.clone();
+    let mut extra = ContainerResources {
+        name: HELD_BY_INIT.to_owned(),
+        cpu_ids: held.cpu_ids.iter().map(|&c| i64::from(c)).collect(),
+        ..Default::default()
+    };
+    for (resource, ids) in &held.device_ids {
+        // One entry per NUMA placement, as the kubelet groups them.
+        let mut by_nodes: BTreeMap<&[i64], Vec<String>> = BTreeMap::new();
+        for (id, nodes) in ids {
+            by_nodes.entry(nodes.as_slice()).or_default().push(id.clone());
+        }
+        for (nodes, device_ids) in by_nodes {
+            extra.devices.push(ContainerDevices {
+                resource_name: resource.clone(),
+                device_ids,
+                topology: topology(nodes),
+            });
+        }
+    }
+    let memory = held.memory.iter().map(|b| ContainerMemory {
+        memory_type: b.memory_type.clone(),
+        size: b.size,
+        topology: topology(&b.numa_affinity),
+    });
+    if pod.memory.is_empty() {
+        extra.memory.extend(memory);
+    } else {
+        pod.memory.extend(memory);
+    }
+    pod.containers.push(extra);
+    pod
+}
+
 /// Accounts one List response against the allocatable resources and the machine.
 ///
 /// Errors only for what cannot be published truthfully (overflowing sizes, an inconsistent
@@ -1246,7 +1401,27 @@ pub fn account(
 
     let mut acc = Accumulator::new(&index, cfg.excluded_resources());
     acc.add_allocatable(allocatable)?;
-    acc.add_used(&pods)?;
+    // Init containers' leftovers with known identities are charged as part of their pod (so the
+    // pod's own CPUs and devices are never counted twice); counted ones once all IDs are known.
+    let charged: Vec<Cow<'_, PodResources>> = pods
+        .iter()
+        .map(
+            |p| match cfg.held_beyond_list.get(&(p.namespace.clone(), p.name.clone())) {
+                Some(held) => Cow::Owned(with_held(p, held)),
+                None => Cow::Borrowed(*p),
+            },
+        )
+        .collect();
+    let charged: Vec<&PodResources> = charged.iter().map(AsRef::as_ref).collect();
+    acc.add_used(&charged)?;
+    for pod in &charged {
+        if let Some(held) = cfg
+            .held_beyond_list
+            .get(&(pod.namespace.clone(), pod.name.clone()))
+        {
+            acc.add_counted(pod, held);
+        }
+    }
     let zones = acc.build_zones()?;
 
     let mut attributes = Vec::new();
@@ -1319,6 +1494,12 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_PREFER_CLOSEST.to_owned(),
             value: closest.to_string(),
+        });
+    }
+    if let Some(sources) = &cfg.held_sources {
+        attributes.push(AttributeInfo {
+            name: attr::INIT_HELD_SOURCE.to_owned(),
+            value: sources.to_string(),
         });
     }
     for resource in &cfg.cluster_shared {

@@ -4,7 +4,9 @@
 pub mod accounting;
 pub mod allocator;
 pub mod backoff;
+pub mod checkpoint;
 pub mod cli;
+pub mod init_held;
 pub mod kubelet_config;
 mod kubelet_watch;
 pub mod metrics;

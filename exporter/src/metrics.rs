@@ -108,6 +108,24 @@ pub struct DriverLabels {
     pub driver: String,
 }
 
+/// Labels of the init-held source gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldSourceLabels {
+    /// `cpu`, `devices` or `memory`.
+    pub resource: String,
+    /// `checkpoint`, `pod-spec` or `none`.
+    pub source: String,
+}
+
+/// Labels of checkpoint errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointLabels {
+    /// The checkpoint file.
+    pub file: String,
+    /// `read`, `parse`, `layout` or `checksum`.
+    pub reason: String,
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
@@ -152,6 +170,10 @@ pub struct Metrics {
     pub pods_accounted: Gauge,
     /// DRA devices held by accounted pods, per driver (not in any zone).
     pub dra_devices: Family<DriverLabels, Gauge>,
+    /// 1 for the source of what init containers hold beyond List, per kind of resource.
+    pub init_held_source: Family<HeldSourceLabels, Gauge>,
+    /// Scans that found a kubelet checkpoint unusable, by file and reason.
+    pub checkpoint_errors: Family<CheckpointLabels, Counter>,
     /// Errors outside scans (API, CRD, configuration reload), by kind.
     pub errors: Family<KindLabels, Counter>,
     /// Constant 1 with the agent's configuration as labels.
@@ -195,6 +217,8 @@ impl Metrics {
             pods_with_exclusive: Gauge::default(),
             pods_accounted: Gauge::default(),
             dra_devices: Family::default(),
+            init_held_source: Family::default(),
+            checkpoint_errors: Family::default(),
             errors: Family::default(),
             info: Family::default(),
             registry: Registry::default(),
@@ -293,6 +317,16 @@ impl Metrics {
             "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)",
             m.dra_devices.clone(),
         );
+        registry.register(
+            "init_held_source",
+            "1 for where the resources init containers still hold were read from (kubelet checkpoint, pod spec, or none), per kind",
+            m.init_held_source.clone(),
+        );
+        registry.register(
+            "kubelet_checkpoint_errors",
+            "Scans that found a kubelet checkpoint unusable (unreadable, not JSON, unknown layout, checksum mismatch)",
+            m.checkpoint_errors.clone(),
+        );
         registry.register("errors", "Errors outside scans by kind", m.errors.clone());
         registry.register("info", "Agent configuration", m.info.clone());
         for kind in AnomalyKind::ALL {
@@ -311,6 +345,36 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+
+    /// Records where init containers' leftovers came from this scan (`None`: not matched).
+    pub fn record_held_sources(&self, sources: Option<crate::init_held::Sources>) {
+        use crate::init_held::Source;
+        let sources = sources.unwrap_or_default();
+        for (resource, source) in [
+            ("cpu", sources.cpu),
+            ("devices", sources.devices),
+            ("memory", sources.memory),
+        ] {
+            for candidate in [Source::Checkpoint, Source::PodSpec, Source::Unknown] {
+                self.init_held_source
+                    .get_or_create(&HeldSourceLabels {
+                        resource: resource.to_owned(),
+                        source: candidate.as_str().to_owned(),
+                    })
+                    .set(i64::from(candidate == source));
+            }
+        }
+    }
+
+    /// Counts one unusable checkpoint.
+    pub fn checkpoint_error(&self, e: &crate::checkpoint::CheckpointError) {
+        self.checkpoint_errors
+            .get_or_create(&CheckpointLabels {
+                file: e.file().to_owned(),
+                reason: e.kind().to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one error of a bounded kind.

@@ -29,18 +29,21 @@ pub(crate) async fn once(
     } else {
         Some(kube_client(args.kubeconfig.as_ref()).await?)
     };
+    let mut facts = None;
     if let Some(client) = &kube {
-        cfg.terminal_pods = pod_watch::list_terminal(client.clone(), &args.node_name)
+        let (terminal, listed) = pod_watch::list_once(client.clone(), &args.node_name)
             .await
             .map_err(|source| RunError::ListPods {
                 node: args.node_name.clone(),
                 source,
             })?;
+        cfg.terminal_pods = terminal;
+        facts = Some(listed);
     }
     let deadline = Instant::now() + args.call_timeout;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     let scan = loop {
-        match scanner.scan(&cfg).await {
+        match scanner.scan(&cfg, facts.as_ref()).await {
             Ok(scan) => break scan,
             Err(ScanError::ReadKubelet(e))
                 if matches!(
@@ -57,6 +60,7 @@ pub(crate) async fn once(
     };
     let mut seen = BTreeSet::new();
     log_anomalies(&args.node_name, &scan, &mut seen);
+    crate::run::note_init_held(&args.node_name, &scan, &metrics, &mut BTreeSet::new());
     match kube {
         Some(client) if !args.dry_run => {
             publish::crd_served(&client).await.map_err(RunError::Publish)?;

@@ -15,8 +15,8 @@ use kube::{Client, ResourceExt as _};
 use crate::metrics::Metrics;
 use crate::triggers::{Trigger, Triggers};
 
-/// (namespace, name).
-pub type PodKey = (String, String);
+pub use crate::init_held::PodKey;
+use crate::init_held::{self, PodFacts};
 
 /// What the pod watch knows, shared with the scan loop.
 #[derive(Debug, Default)]
@@ -27,6 +27,8 @@ pub struct PodView {
     pub active: BTreeMap<PodKey, tokio::time::Instant>,
     /// Whether the initial list has completed (before that, the terminal set is incomplete).
     pub synced: bool,
+    /// UID and spec-derived facts of the non-terminal pods (for init containers' leftovers).
+    pub facts: BTreeMap<PodKey, PodFacts>,
 }
 
 /// Shared handle.
@@ -48,18 +50,35 @@ fn key(pod: &Pod) -> PodKey {
     (pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
+fn facts(pod: &Pod) -> PodFacts {
+    PodFacts {
+        uid: pod.uid().unwrap_or_default(),
+        spec: init_held::spec_held(pod),
+    }
+}
+
 /// Field selector of this node's pods.
 pub fn node_selector(node_name: &str) -> String {
     format!("spec.nodeName={node_name}")
 }
 
-/// Lists the terminal pods of the node once (for `--once`).
-pub async fn list_terminal(client: Client, node_name: &str) -> Result<BTreeSet<PodKey>, kube::Error> {
+/// Lists the node's pods once (for `--once`): the terminal ones, and the facts of the others.
+pub async fn list_once(
+    client: Client,
+    node_name: &str,
+) -> Result<(BTreeSet<PodKey>, BTreeMap<PodKey, PodFacts>), kube::Error> {
     let pods: Api<Pod> = Api::all(client);
     let list = pods
         .list(&ListParams::default().fields(&node_selector(node_name)))
         .await?;
-    Ok(list.items.iter().filter(|p| is_terminal(p)).map(key).collect())
+    let terminal = list.items.iter().filter(|p| is_terminal(p)).map(key).collect();
+    let facts = list
+        .items
+        .iter()
+        .filter(|p| !is_terminal(p))
+        .map(|p| (key(p), facts(p)))
+        .collect();
+    Ok((terminal, facts))
 }
 
 fn apply(view: &SharedPodView, pod: &Pod) {
@@ -67,9 +86,11 @@ fn apply(view: &SharedPodView, pod: &Pod) {
     let mut v = lock(view);
     if is_terminal(pod) {
         v.active.remove(&k);
+        v.facts.remove(&k);
         v.terminal.insert(k);
     } else {
         v.terminal.remove(&k);
+        v.facts.insert(k.clone(), facts(pod));
         v.active.entry(k).or_insert_with(tokio::time::Instant::now);
     }
 }
@@ -87,24 +108,31 @@ pub async fn run(
     let config = watcher::Config::default().fields(&node_selector(&node_name));
     let stream = watcher::watcher(pods, config).default_backoff();
     futures::pin_mut!(stream);
-    let mut init: Option<(BTreeSet<PodKey>, BTreeMap<PodKey, tokio::time::Instant>)> = None;
+    type Snapshot = (
+        BTreeSet<PodKey>,
+        BTreeMap<PodKey, tokio::time::Instant>,
+        BTreeMap<PodKey, PodFacts>,
+    );
+    let mut init: Option<Snapshot> = None;
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::Init) => init = Some(Default::default()),
             Ok(watcher::Event::InitApply(pod)) => {
-                if let Some((terminal, active)) = init.as_mut() {
+                if let Some((terminal, active, all_facts)) = init.as_mut() {
                     if is_terminal(&pod) {
                         terminal.insert(key(&pod));
                     } else {
                         active.insert(key(&pod), tokio::time::Instant::now());
+                        all_facts.insert(key(&pod), facts(&pod));
                     }
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                if let Some((terminal, active)) = init.take() {
+                if let Some((terminal, active, all_facts)) = init.take() {
                     let mut v = lock(&view);
                     v.terminal = terminal;
                     v.active = active;
+                    v.facts = all_facts;
                     v.synced = true;
                 }
                 triggers.send(Trigger::PodWatch);
@@ -121,6 +149,7 @@ pub async fn run(
                     let mut v = lock(&view);
                     v.terminal.remove(&k);
                     v.active.remove(&k);
+                    v.facts.remove(&k);
                 }
                 triggers.send(Trigger::PodWatch);
             }

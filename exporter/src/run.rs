@@ -41,6 +41,12 @@ pub struct RunArgs {
     /// max-allowable-numa-nodes. Flags below override it.
     #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG")]
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's root directory (`/var/lib/kubelet` on the host, mounted read-only), whose
+    /// checkpoints (`cpu_manager_state`, `memory_manager_state`,
+    /// `device-plugins/kubelet_internal_checkpoint`) show what init containers still hold.
+    /// Without it, or when a checkpoint is unusable, that is derived from the pod specs.
+    #[arg(long, env = "NUMAPLANE_KUBELET_STATE_DIR")]
+    pub kubelet_state_dir: Option<PathBuf>,
     /// Topology Manager policy (default: the kubelet config's, else `none`).
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_POLICY", value_parser = kubelet_config::POLICIES)]
     pub topology_manager_policy: Option<String>,
@@ -293,6 +299,8 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         prefer_closest_numa_nodes: tm.prefer_closest_numa_nodes,
         resource_managers: tm.resource_managers.clone(),
         cluster_shared: BTreeSet::new(),
+        held_beyond_list: BTreeMap::new(),
+        held_sources: None,
     }
 }
 
@@ -328,6 +336,28 @@ pub(crate) fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>
             tracing::warn!(node, kind = %a.kind, detail = %a.detail, "accounting anomaly");
         }
         now.insert(a.detail.clone());
+    }
+    *seen = now;
+}
+
+/// Records where init containers' leftovers came from, and logs each unusable checkpoint once
+/// per distinct problem (a metric counts every scan that met it).
+pub(crate) fn note_init_held(node: &str, scan: &Scan, metrics: &Metrics, seen: &mut BTreeSet<String>) {
+    metrics.record_held_sources(scan.held_sources);
+    let mut now = BTreeSet::new();
+    for e in &scan.checkpoint_errors {
+        metrics.checkpoint_error(e);
+        let text = e.to_string();
+        if !seen.contains(&text) {
+            tracing::warn!(
+                node,
+                file = e.file(),
+                reason = e.kind(),
+                error = %text,
+                "kubelet checkpoint unusable; what init containers hold is derived from pod specs"
+            );
+        }
+        now.insert(text);
     }
     *seen = now;
 }
@@ -368,7 +398,7 @@ pub async fn run(
             args.kubelet_requests_per_second,
             crate::podresources::DEFAULT_BURST,
         );
-    let scanner = Scanner::new(client, machine_view);
+    let scanner = Scanner::new(client, machine_view, args.kubelet_state_dir.clone());
     if args.once {
         return crate::once::once(&args, cfg, scanner, metrics).await;
     }
@@ -606,6 +636,7 @@ impl Agent {
         let mut crd_ready = false;
         let mut kubelet_down = false;
         let mut seen_anomalies = BTreeSet::new();
+        let mut seen_checkpoint_errors = BTreeSet::new();
         let mut anomaly_kinds: BTreeSet<AnomalyKind> = BTreeSet::new();
         let mut last_scan_at: Option<Instant> = None;
         let mut last_printed: Option<NodeResourceTopology> = None;
@@ -665,15 +696,17 @@ impl Agent {
             if force && let Some(p) = self.publisher.as_mut() {
                 p.invalidate();
             }
-            let synced = {
+            let (synced, facts) = {
                 let view = pod_watch::lock(&self.pod_view);
                 self.cfg.terminal_pods = view.terminal.clone();
-                view.synced
+                // Before the first list the view is partial; without a pod watch it stays empty.
+                let facts = (self.kube.is_some() && view.synced).then(|| view.facts.clone());
+                (view.synced, facts)
             };
 
             let started = Instant::now();
             last_scan_at = Some(started);
-            let result = self.scanner.scan(&self.cfg).await;
+            let result = self.scanner.scan(&self.cfg, facts.as_ref()).await;
             self.metrics
                 .scan_duration
                 .observe(started.elapsed().as_secs_f64());
@@ -732,6 +765,12 @@ impl Agent {
             self.metrics
                 .record_accounting(&self.args.node_name, &scan.accounting);
             log_anomalies(&self.args.node_name, &scan, &mut seen_anomalies);
+            note_init_held(
+                &self.args.node_name,
+                &scan,
+                &self.metrics,
+                &mut seen_checkpoint_errors,
+            );
             let kinds: BTreeSet<_> = scan
                 .accounting
                 .anomalies

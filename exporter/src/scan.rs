@@ -1,13 +1,16 @@
 //! One scan: read the kubelet, account, build the object. A scan either fully succeeds or
 //! returns an error; nothing partial ever reaches the publisher.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ListPodResourcesResponse};
 
 use crate::accounting::{self, Accounting, AccountingConfig, AccountingError, MachineView};
+use crate::checkpoint::{self, CheckpointError};
+use crate::init_held::{self, PodFacts, PodKey, Sources};
 use crate::podresources::{KubeletClient, PodResourcesError};
 
 /// Errors of one scan.
@@ -42,6 +45,10 @@ pub struct Scan {
     pub listed_pods: BTreeSet<(String, String)>,
     /// How long the kubelet calls took.
     pub kubelet_seconds: f64,
+    /// Where init containers' leftovers came from, when the pod watch could match pods.
+    pub held_sources: Option<Sources>,
+    /// Checkpoints that exist but could not be used this scan.
+    pub checkpoint_errors: Vec<CheckpointError>,
 }
 
 /// Reads the kubelet and accounts; keeps the allocatable response between scans.
@@ -50,16 +57,19 @@ pub struct Scanner {
     machine: MachineView,
     allocatable: Option<AllocatableResourcesResponse>,
     warned_empty_allocatable: bool,
+    /// The kubelet's root directory (`/var/lib/kubelet` on the host), for its checkpoints.
+    kubelet_state_dir: Option<PathBuf>,
 }
 
 impl Scanner {
     /// A scanner for this machine.
-    pub fn new(client: KubeletClient, machine: MachineView) -> Self {
+    pub fn new(client: KubeletClient, machine: MachineView, kubelet_state_dir: Option<PathBuf>) -> Self {
         Self {
             client,
             machine,
             allocatable: None,
             warned_empty_allocatable: false,
+            kubelet_state_dir,
         }
     }
 
@@ -74,8 +84,13 @@ impl Scanner {
         self.allocatable = None;
     }
 
-    /// Reads the kubelet and builds the object for `cfg`.
-    pub async fn scan(&mut self, cfg: &AccountingConfig) -> Result<Scan, ScanError> {
+    /// Reads the kubelet and builds the object for `cfg`. `facts`: the pod watch's view of this
+    /// node's pods (UIDs, specs), without which init containers' leftovers cannot be matched.
+    pub async fn scan(
+        &mut self,
+        cfg: &AccountingConfig,
+        facts: Option<&BTreeMap<PodKey, PodFacts>>,
+    ) -> Result<Scan, ScanError> {
         let started = Instant::now();
         let allocatable = match self.allocatable.take() {
             Some(a) => a,
@@ -90,7 +105,23 @@ impl Scanner {
         };
         let kubelet_seconds = started.elapsed().as_secs_f64();
         self.warn_empty(&allocatable);
-        let result = build(&self.machine, &allocatable, &list, cfg);
+        let checkpoints = match (facts, &self.kubelet_state_dir) {
+            (Some(_), Some(dir)) => checkpoint::read_all(dir).await,
+            _ => init_held::Checkpoints::default(),
+        };
+        let checkpoint_errors = checkpoints.errors();
+        // GetAllocatableResources lists CPUs only under the static CPU manager policy.
+        let static_cpus = !allocatable.cpu_ids.is_empty();
+        let (held, sources) = init_held::held_beyond_list(&list, facts, &checkpoints, static_cpus);
+        let held_sources = facts.map(|_| sources);
+        let result = if facts.is_some() {
+            let mut cfg = cfg.clone();
+            cfg.held_beyond_list = held;
+            cfg.held_sources = held_sources;
+            build(&self.machine, &allocatable, &list, &cfg)
+        } else {
+            build(&self.machine, &allocatable, &list, cfg)
+        };
         self.allocatable = Some(allocatable);
         let (accounting, nrt) = result?;
         Ok(Scan {
@@ -102,6 +133,8 @@ impl Scanner {
                 .map(|p| (p.namespace.clone(), p.name.clone()))
                 .collect(),
             kubelet_seconds,
+            held_sources,
+            checkpoint_errors,
         })
     }
 

@@ -5,6 +5,7 @@ use numaplane::proto::podresources::{ContainerResources, NumaNode};
 use numaplane_topology::{Distance, HugepagePool, NumaNode as MachineNode};
 
 use super::*;
+use crate::init_held::{Held, Sources};
 
 const GI: u64 = 1 << 30;
 
@@ -1167,4 +1168,110 @@ fn dra_claims_are_kept_per_driver_and_charged_to_no_zone() {
     );
     assert_eq!(with.zones, without.zones);
     assert!(with.anomalies.is_empty(), "{:?}", with.anomalies);
+}
+
+/// Allocatable: all CPUs, and GPUs g0, g1 on node 0 and g2, g3 on node 1.
+fn gpus() -> AllocatableResourcesResponse {
+    AllocatableResourcesResponse {
+        cpu_ids: (0..8).collect(),
+        devices: vec![
+            ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec!["g0".into(), "g1".into()],
+                topology: topo(&[0]),
+            },
+            ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec!["g2".into(), "g3".into()],
+                topology: topo(&[1]),
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+fn pod_key() -> (String, String) {
+    ("ns".to_owned(), "p".to_owned())
+}
+
+#[test]
+fn what_init_containers_hold_by_checkpoint_is_used_and_not_free() {
+    // kubernetes#126765: List shows the app container (CPU 1, g0); the checkpoint shows the
+    // init container also kept CPU 2 and g1.
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[1], vec![], vec![dev("nvidia.com/gpu", "g0", &[0])])],
+    )]);
+    let mut c = cfg();
+    c.held_beyond_list.insert(
+        pod_key(),
+        Held {
+            cpu_ids: BTreeSet::from([2]),
+            device_ids: BTreeMap::from([(
+                "nvidia.com/gpu".to_owned(),
+                BTreeMap::from([("g1".to_owned(), vec![0])]),
+            )]),
+            ..Held::default()
+        },
+    );
+    c.held_sources = Some(Sources {
+        cpu: crate::init_held::Source::Checkpoint,
+        devices: crate::init_held::Source::Checkpoint,
+        memory: crate::init_held::Source::Unknown,
+    });
+    let acc = account(&machine(), &gpus(), &l, &c).unwrap();
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "2"));
+    assert_eq!(get(&acc, "node-0", "nvidia.com/gpu"), triple("2", "2", "0"));
+    assert_eq!(free(&acc, "node-0", "nvidia.com/gpu").as_deref(), Some(""));
+    assert_eq!(count(&acc, AnomalyKind::DoubleAssignment), 0);
+    let source = acc
+        .attributes
+        .iter()
+        .find(|a| a.name == attr::INIT_HELD_SOURCE)
+        .unwrap();
+    assert_eq!(source.value, "cpu=checkpoint,devices=checkpoint,memory=none");
+    // The fingerprint is List's, as the scheduler computes it.
+    assert_eq!(
+        acc.fingerprint,
+        account(&machine(), &gpus(), &l, &cfg()).unwrap().fingerprint
+    );
+}
+
+#[test]
+fn what_init_containers_hold_by_count_is_charged_next_to_the_pod() {
+    // App container on node 1 (CPU 5, g2); the spec says init containers keep 2 CPUs and 1 GPU.
+    let l = list(vec![pod(
+        "ns",
+        "p",
+        vec![container(&[5], vec![], vec![dev("nvidia.com/gpu", "g2", &[1])])],
+    )]);
+    let mut c = cfg();
+    c.held_beyond_list.insert(
+        pod_key(),
+        Held {
+            cpu_count: 2,
+            device_counts: BTreeMap::from([("nvidia.com/gpu".to_owned(), 1)]),
+            ..Held::default()
+        },
+    );
+    let acc = account(&machine(), &gpus(), &l, &c).unwrap();
+    assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "1"));
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "4"));
+    assert_eq!(get(&acc, "node-1", "nvidia.com/gpu"), triple("2", "2", "0"));
+    assert_eq!(free(&acc, "node-1", "nvidia.com/gpu").as_deref(), Some(""));
+    assert_eq!(free(&acc, "node-0", "nvidia.com/gpu").as_deref(), Some("g0,g1"));
+
+    // More than is free: everything free is charged and the shortfall is an anomaly.
+    c.held_beyond_list.insert(
+        pod_key(),
+        Held {
+            cpu_count: 10,
+            ..Held::default()
+        },
+    );
+    let acc = account(&machine(), &gpus(), &l, &c).unwrap();
+    assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "0"));
+    assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "0"));
+    assert_eq!(count(&acc, AnomalyKind::UsedExceedsAllocatable), 1);
 }
