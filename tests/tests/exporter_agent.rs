@@ -777,3 +777,146 @@ async fn the_kubelet_request_budget_binds_every_clone_of_the_client() {
     assert!(elapsed >= Duration::from_millis(1900), "{elapsed:?}");
     assert_eq!(kubelet.calls(Method::List) + kubelet.calls(Method::Get), 22);
 }
+
+fn zone_attribute(nrt: &NodeResourceTopology, zone: &str, name: &str) -> Option<String> {
+    nrt.zones
+        .iter()
+        .find(|z| z.name == zone)?
+        .attribute(name)
+        .map(str::to_owned)
+}
+
+fn node_attribute(nrt: &NodeResourceTopology, name: &str) -> Option<String> {
+    nrt.attributes
+        .as_ref()?
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| a.value.clone())
+}
+
+/// kubernetes#126765: List shows app containers only. The init container took 3 CPUs and the
+/// node-0 NIC; the app container reused 2 CPUs. The kubelet's checkpoints show the third CPU
+/// and the NIC still held, and the NRT must too; with the checkpoints unusable, the pod spec
+/// gives the same amounts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_init_containers_still_hold_is_published_as_used() {
+    use k8s_openapi::api::core::v1::Pod;
+    use numaplane::nrt::attr;
+
+    let s = Setup::plain().await;
+    let name = unique_name("init-held");
+    let limits = |cpu: &str, nics: Option<&str>| {
+        let mut l = serde_json::json!({"cpu": cpu, "memory": "64Mi"});
+        if let Some(n) = nics {
+            l["example.com/nic"] = n.into();
+        }
+        serde_json::json!({"limits": l.clone(), "requests": l})
+    };
+    let pods: Api<Pod> = Api::namespaced(s.api.client(), NAMESPACE);
+    let spec: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {
+            "nodeName": s.node,
+            "initContainers": [{"name": "init", "image": "registry.k8s.io/pause:3.10", "resources": limits("3", Some("1"))}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": limits("2", None)}],
+            "tolerations": [{"operator": "Exists"}]
+        }
+    }))
+    .unwrap();
+    let uid = pods
+        .create(&Default::default(), &spec)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    pods.patch_status(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            serde_json::json!({"status": {"phase": "Running", "qosClass": "Guaranteed"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    s.kubelet.set_pods(vec![pod(&s.machine, &name, 2, false)]);
+
+    let cpus = &s.machine.numa_nodes[0].cpus;
+    let state = s.dir.path().join("kubelet-state");
+    std::fs::create_dir_all(state.join("device-plugins")).unwrap();
+    // A zero checksum is accepted, as the kubelet accepts it; the checksum rules themselves are
+    // checked against files written by real kubelets in the exporter's unit tests.
+    let cpu_state = serde_json::json!({
+        "policyName": "static", "defaultCpuSet": "",
+        "entries": {uid.clone(): {
+            "init": format!("{},{},{}", cpus[0], cpus[1], cpus[2]),
+            "app": format!("{},{}", cpus[0], cpus[1]),
+        }},
+        "checksum": 0
+    });
+    let device_state = serde_json::json!({"Data": {
+        "PodDeviceEntries": [{"PodUID": uid, "ContainerName": "init", "ResourceName": "example.com/nic",
+                              "DeviceIDs": {"0": ["nic-0"]}, "AllocResp": null}],
+        "RegisteredDevices": {"example.com/nic": ["nic-0", "nic-1"]}
+    }, "Checksum": 0});
+    std::fs::write(state.join("cpu_manager_state"), cpu_state.to_string()).unwrap();
+    std::fs::write(
+        state.join("device-plugins/kubelet_internal_checkpoint"),
+        device_state.to_string(),
+    )
+    .unwrap();
+
+    let state_dir = state.display().to_string();
+    let agent = s.agent("200ms", &["--kubelet-state-dir", &state_dir]).await;
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
+                == Some("cpu=checkpoint,devices=checkpoint,memory=none")
+        })
+        .await
+        .unwrap();
+    let used_cpus = cpus.len() - 3;
+    assert_eq!(available(&nrt, "node-0", "cpu"), Some(used_cpus.to_string()));
+    assert_eq!(available(&nrt, "node-0", "example.com/nic").as_deref(), Some("0"));
+    let free_nics = format!("{}example.com/nic", attr::FREE_DEVICES_PREFIX);
+    assert_eq!(zone_attribute(&nrt, "node-0", &free_nics).as_deref(), Some(""));
+    assert_eq!(
+        zone_attribute(&nrt, "node-1", &free_nics).as_deref(),
+        Some("nic-1")
+    );
+
+    // A checkpoint whose checksum matches nothing is not trusted: the spec gives the amounts.
+    let mut torn = cpu_state.clone();
+    torn["checksum"] = 12345.into();
+    std::fs::write(state.join("cpu_manager_state"), torn.to_string()).unwrap();
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
+                == Some("cpu=pod-spec,devices=checkpoint,memory=none")
+        })
+        .await
+        .unwrap();
+    assert_eq!(available(&nrt, "node-0", "cpu"), Some(used_cpus.to_string()));
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_checkpoint_errors_total",
+            &[("file", "cpu_manager_state"), ("reason", "checksum")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    let metrics = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "numaplane_exporter_init_held_source",
+            &[("resource", "cpu"), ("source", "pod-spec")]
+        ),
+        Some(1.0)
+    );
+    s.cleanup().await;
+}
