@@ -699,8 +699,10 @@ impl Agent {
             let (synced, facts) = {
                 let view = pod_watch::lock(&self.pod_view);
                 self.cfg.terminal_pods = view.terminal.clone();
-                // Before the first list the view is partial; without a pod watch it stays empty.
-                let facts = (self.kube.is_some() && view.synced).then(|| view.facts.clone());
+                // With a pod watch, facts are passed even before its first list completes
+                // (empty then): the published sources stay the same from the first scan on,
+                // and pods are matched as soon as the watch knows them.
+                let facts = self.kube.is_some().then(|| view.facts.clone());
                 (view.synced, facts)
             };
 
