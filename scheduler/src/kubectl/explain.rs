@@ -304,6 +304,14 @@ pub fn render_table(report: &ExplainReport) -> String {
                 p.pod, p.scheduler_name
             );
             out.push_str(&simulate::render_table(&p.report));
+            if let Some(node) = p.report.results.first().and_then(|r| r.decision.node.as_ref()) {
+                let _ = writeln!(
+                    out,
+                    "\nThe model places the pod on {node} now: if it stays pending, check that numaplane-scheduler runs and serves schedulerName {} (kubectl get events -n {}).",
+                    p.scheduler_name,
+                    p.pod.split_once('/').map_or("default", |(ns, _)| ns)
+                );
+            }
             out
         }
         ExplainReport::Bound(b) => render_bound(b),
@@ -389,11 +397,11 @@ fn render_bound(b: &BoundExplain) -> String {
                 .get(&r.name)
                 .map(|ids| if ids.is_empty() { "-".to_owned() } else { ids.join(",") })
                 .unwrap_or_default();
-            let _ = writeln!(
-                out,
+            let row = format!(
                 "  {:<6}  {:<rw$}  {:>9}  {:>11}  {free}",
                 z.zone.zone, r.name, r.available, r.allocatable
             );
+            let _ = writeln!(out, "{}", row.trim_end());
         }
         out.push('\n');
     }
