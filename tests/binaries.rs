@@ -29,7 +29,12 @@ pub fn scheduler() -> &'static Path {
 /// use; `NUMAPLANE_KUBECTL_NUMA_BIN` names a prebuilt one.
 pub fn kubectl_numa() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    provide_bin(&BIN, "numaplane-scheduler", "kubectl-numa", "NUMAPLANE_KUBECTL_NUMA_BIN")
+    provide_bin(
+        &BIN,
+        "numaplane-scheduler",
+        "kubectl-numa",
+        "NUMAPLANE_KUBECTL_NUMA_BIN",
+    )
 }
 
 fn provide(cell: &'static OnceLock<Result<PathBuf, String>>, package: &str, env: &str) -> &'static Path {

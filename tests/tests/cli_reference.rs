@@ -33,7 +33,11 @@ fn describe_arg(arg: &clap::Arg) -> String {
         .iter()
         .filter(|v| !v.is_hide_set())
         .map(|v| match v.get_help() {
-            Some(h) => format!("`{}` ({})", v.get_name(), cell(&h.to_string()).trim_end_matches('.')),
+            Some(h) => format!(
+                "`{}` ({})",
+                v.get_name(),
+                cell(&h.to_string()).trim_end_matches('.')
+            ),
             None => format!("`{}`", v.get_name()),
         })
         .collect();
@@ -93,11 +97,19 @@ fn render_command(out: &mut String, cmd: &clap::Command, path: &str, depth: usiz
             } else {
                 format!("`{}`", defaults.join(","))
             };
-            let _ = writeln!(out, "| {} | {env} | {default} | {} |", flag_name(a), describe_arg(a));
+            let _ = writeln!(
+                out,
+                "| {} | {env} | {default} | {} |",
+                flag_name(a),
+                describe_arg(a)
+            );
         }
         out.push('\n');
     }
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         render_command(out, sub, &format!("{path} {}", sub.get_name()), depth + 1);
     }
 }
@@ -168,8 +180,20 @@ fn every_flag_has_an_environment_variable() {
         }
     }
     let mut missing = Vec::new();
-    walk(&numaplane_exporter::cli::Cli::command(), "numaplane-exporter", &mut missing);
-    walk(&numaplane_scheduler::cli::Cli::command(), "numaplane-scheduler", &mut missing);
-    walk(&numaplane_scheduler::kubectl::Cli::command(), "kubectl-numa", &mut missing);
+    walk(
+        &numaplane_exporter::cli::Cli::command(),
+        "numaplane-exporter",
+        &mut missing,
+    );
+    walk(
+        &numaplane_scheduler::cli::Cli::command(),
+        "numaplane-scheduler",
+        &mut missing,
+    );
+    walk(
+        &numaplane_scheduler::kubectl::Cli::command(),
+        "kubectl-numa",
+        &mut missing,
+    );
     assert!(missing.is_empty(), "flags without env: {missing:?}");
 }

@@ -148,12 +148,19 @@ struct Run {
 
 impl Run {
     fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
     }
 
     /// Exit `code` with exactly one stderr line containing every one of `needles`.
     fn assert_fails(&self, code: i32, needles: &[&str]) {
-        assert_eq!(self.code, Some(code), "stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code,
+            Some(code),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
         let lines: Vec<&str> = self.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "one clear line, got:\n{}", self.stderr);
         assert!(lines[0].starts_with("kubectl-numa: "), "{}", self.stderr);
@@ -164,7 +171,13 @@ impl Run {
     }
 
     fn assert_ok(&self) {
-        assert_eq!(self.code, Some(0), "stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
         assert!(self.stderr.is_empty(), "{}", self.stderr);
     }
 }
@@ -213,7 +226,13 @@ async fn top_shows_zones_usage_policy_and_freshness() {
     assert_eq!(zone0["zone"], "node-0");
     let cpu = &zone0["resources"][0];
     assert_eq!(
-        (&cpu["name"], &cpu["allocatable"], &cpu["available"], &cpu["used"], &cpu["usedPercent"]),
+        (
+            &cpu["name"],
+            &cpu["allocatable"],
+            &cpu["available"],
+            &cpu["used"],
+            &cpu["usedPercent"]
+        ),
         (&json!("cpu"), &json!("4"), &json!("1"), &json!("3"), &json!(75))
     );
     let gpu1 = &n["zones"][1]["resources"][2];
@@ -222,19 +241,26 @@ async fn top_shows_zones_usage_policy_and_freshness() {
     let table = env.run(&["top", "--node", &node]).await;
     table.assert_ok();
     assert!(
-        table
-            .stdout
-            .contains(&format!("NODE {node}  policy=single-numa-node scope=container updated=")),
+        table.stdout.contains(&format!(
+            "NODE {node}  policy=single-numa-node scope=container updated="
+        )),
         "{}",
         table.stdout
     );
-    assert!(table.stdout.contains(&format!("ago by {MANAGER}")), "{}", table.stdout);
+    assert!(
+        table.stdout.contains(&format!("ago by {MANAGER}")),
+        "{}",
+        table.stdout
+    );
     let cpu_row = table
         .stdout
         .lines()
         .find(|l| l.trim_start().starts_with("node-0") && l.contains(" cpu "))
         .unwrap_or_else(|| panic!("no node-0 cpu row:\n{}", table.stdout));
-    assert!(cpu_row.ends_with(&format!("[{}{}]  75%", "#".repeat(15), " ".repeat(5))), "{cpu_row:?}");
+    assert!(
+        cpu_row.ends_with(&format!("[{}{}]  75%", "#".repeat(15), " ".repeat(5))),
+        "{cpu_row:?}"
+    );
 
     let only_gpu = env.run(&["top", "--node", &node, "--resource", GPU]).await;
     only_gpu.assert_ok();
@@ -258,9 +284,9 @@ async fn explain_pending_pod_gives_every_nodes_verdict() {
     let table = env.run(&["explain", &pod]).await;
     table.assert_ok();
     assert!(
-        table
-            .stdout
-            .starts_with(&format!("Pod {pod} is pending (schedulerName numaplane-e2e-nobody).")),
+        table.stdout.starts_with(&format!(
+            "Pod {pod} is pending (schedulerName numaplane-e2e-nobody)."
+        )),
         "{}",
         table.stdout
     );
@@ -285,13 +311,21 @@ async fn explain_pending_pod_gives_every_nodes_verdict() {
     let decision = &v["report"]["results"][0];
     assert_eq!(decision["pod"], pod.as_str());
     let verdicts = decision["nodes"].as_array().unwrap();
-    let of = |n: &str| verdicts.iter().find(|x| x["node"] == n).unwrap_or_else(|| panic!("{n} missing: {v}"));
+    let of = |n: &str| {
+        verdicts
+            .iter()
+            .find(|x| x["node"] == n)
+            .unwrap_or_else(|| panic!("{n} missing: {v}"))
+    };
     assert_eq!(of(&full)["feasible"], false);
     assert!(of(&full)["reasons"].to_string().contains(GPU), "{v}");
     assert_eq!(of(&roomy)["feasible"], true);
     // The model's placement on the fitting node: the zone with the free GPU.
     if decision["node"] == roomy.as_str() {
-        assert_eq!(decision["allocation"]["containers"][0]["devices"][GPU], json!(["g00"]));
+        assert_eq!(
+            decision["allocation"]["containers"][0]["devices"][GPU],
+            json!(["g00"])
+        );
     }
     env.cleanup().await;
 }
@@ -309,17 +343,31 @@ async fn explain_bound_pod_shows_its_record_next_to_the_nrt() {
     let table = env.run(&["explain", &pod]).await;
     table.assert_ok();
     let out = &table.stdout;
-    assert!(out.starts_with(&format!("Pod {pod} is bound to node {node}")), "{out}");
     assert!(
-        out.contains("Recorded allocation (numaplane.io/allocation): policy single-numa-node, scope container"),
+        out.starts_with(&format!("Pod {pod} is bound to node {node}")),
         "{out}"
     );
-    assert!(out.contains(&format!("NodeResourceTopology {node} now: policy=single-numa-node")), "{out}");
     assert!(
-        out.lines().any(|l| l.trim_start().starts_with("node-1") && l.contains(GPU) && l.ends_with("g11")),
+        out.contains(
+            "Recorded allocation (numaplane.io/allocation): policy single-numa-node, scope container"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "NodeResourceTopology {node} now: policy=single-numa-node"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("node-1") && l.contains(GPU) && l.ends_with("g11")),
         "free IDs per zone:\n{out}"
     );
-    assert!(out.contains(&format!("{GPU} g10 (container app, NUMA 1): held")), "{out}");
+    assert!(
+        out.contains(&format!("{GPU} g10 (container app, NUMA 1): held")),
+        "{out}"
+    );
 
     let json = env.run(&["explain", &pod, "-o", "json"]).await;
     json.assert_ok();
@@ -345,20 +393,31 @@ async fn malformed_nrts_are_named_and_fail_the_exit_code() {
     }))
     .await;
     let run = env.run(&["top", "--node", &bad]).await;
-    run.assert_fails(2, &[&format!("NodeResourceTopology {bad} is malformed"), "node-x"]);
+    run.assert_fails(
+        2,
+        &[&format!("NodeResourceTopology {bad} is malformed"), "node-x"],
+    );
 
     match env.target.fake() {
         Some(fake) => {
             // An object the CRD would refuse (written past validation): zones is not a list.
             let broken = format!("{}-broken", unique_name("np-kn"));
-            fake.put(json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-                "metadata": {"name": broken}, "zones": "oops"}));
+            fake.put(
+                json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+                "metadata": {"name": broken}, "zones": "oops"}),
+            );
             let all = env.run(&["top", "-o", "json"]).await;
             assert_eq!(all.code, Some(2), "{}", all.stderr);
             let lines: Vec<&str> = all.stderr.lines().collect();
             assert_eq!(lines.len(), 2, "one line per malformed object:\n{}", all.stderr);
-            assert!(all.stderr.contains(&format!("NodeResourceTopology {broken} is malformed")));
-            assert!(all.stderr.contains(&format!("NodeResourceTopology {bad} is malformed")));
+            assert!(
+                all.stderr
+                    .contains(&format!("NodeResourceTopology {broken} is malformed"))
+            );
+            assert!(
+                all.stderr
+                    .contains(&format!("NodeResourceTopology {bad} is malformed"))
+            );
             // The good node is still shown.
             let nodes = all.json()["nodes"].as_array().unwrap().clone();
             assert_eq!(nodes.len(), 1);
@@ -404,7 +463,10 @@ async fn without_the_crd_or_without_any_nrt() {
     for args in [vec!["top"], vec!["explain", &format!("{}/p", env.ns)]] {
         env.run(&args).await.assert_fails(
             1,
-            &["NodeResourceTopology API (topology.node.k8s.io/v1alpha2) is not served", "install the CRD"],
+            &[
+                "NodeResourceTopology API (topology.node.k8s.io/v1alpha2) is not served",
+                "install the CRD",
+            ],
         );
     }
     env.target.fake().unwrap().install_nrt_crd();
@@ -423,10 +485,18 @@ async fn access_denied_is_one_clear_line() {
     env.node("a", [4, 4], [&[], &[]]).await;
     env.pod("p", None).await;
     let fake = env.target.fake().unwrap().clone();
-    fake.fail_next("GET", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies", 403, 1);
+    fake.fail_next(
+        "GET",
+        "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies",
+        403,
+        1,
+    );
     env.run(&["top"]).await.assert_fails(
         1,
-        &["access denied: cannot list noderesourcetopologies.topology.node.k8s.io", "injected failure (403)"],
+        &[
+            "access denied: cannot list noderesourcetopologies.topology.node.k8s.io",
+            "injected failure (403)",
+        ],
     );
     fake.fail_next("GET", &format!("/api/v1/namespaces/{}/pods/p", env.ns), 403, 1);
     env.run(&["explain", &format!("{}/p", env.ns)])
@@ -436,4 +506,68 @@ async fn access_denied_is_one_clear_line() {
     env.run(&["explain", &format!("{}/p", env.ns)])
         .await
         .assert_fails(1, &["access denied: cannot list nodes"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_from_the_environment_and_contexts() {
+    let mut env = Env::new().await;
+    let node = env.node("ctx", [4, 4], [&[], &[]]).await;
+    // The test's kubeconfig plus a context whose server refuses connections.
+    let text = std::fs::read_to_string(env.target.kubeconfig()).unwrap();
+    let mut kc: Value = serde_saphyr::from_str(&text).unwrap();
+    let current = kc["current-context"].as_str().unwrap().to_owned();
+    let user = kc["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == current.as_str())
+        .unwrap()["context"]["user"]
+        .clone();
+    kc["clusters"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "np-dead", "cluster": {"server": "http://127.0.0.1:1"}}));
+    kc["contexts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "np-dead", "context": {"cluster": "np-dead", "user": user}}));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
+
+    // $KUBECONFIG, as kubectl: no --kubeconfig flag.
+    let from_env = {
+        let path = path.clone();
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(binaries::kubectl_numa())
+                .args(["top", "--node", &node, "-o", "json"])
+                .env("KUBECONFIG", &path)
+                .env_remove("NUMAPLANE_KUBECONFIG")
+                .env_remove("NUMAPLANE_CONTEXT")
+                .env_remove("NUMAPLANE_OUTPUT")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        from_env.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&from_env.stderr)
+    );
+    let v: Value = serde_json::from_slice(&from_env.stdout).unwrap();
+    assert_eq!(v["nodes"][0]["node"], node.as_str());
+
+    let args = ["--context", current.as_str(), "top", "--node", node.as_str()];
+    run_with(&path, &args).await.assert_ok();
+    run_with(&path, &["--context", "np-dead", "top"])
+        .await
+        .assert_fails(1, &["cannot list noderesourcetopologies.topology.node.k8s.io"]);
+    run_with(&path, &["--context", "np-no-such-context", "top"])
+        .await
+        .assert_fails(64, &["np-no-such-context"]);
+    env.cleanup().await;
 }

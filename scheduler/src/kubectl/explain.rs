@@ -38,7 +38,7 @@ pub enum ExplainReport {
     /// The pod is not bound: every node's verdict.
     Pending(PendingExplain),
     /// The pod is bound: its record next to the node's NRT.
-    Bound(BoundExplain),
+    Bound(Box<BoundExplain>),
 }
 
 impl ExplainReport {
@@ -147,7 +147,13 @@ fn pod_key(p: &Pod) -> String {
 
 /// Every node's verdict for the pending `pod`, from the scheduler's model over the live
 /// `nodes`, NRTs and bound `pods`, with the scheduler's `cfg`.
-pub fn pending(pod: Pod, nodes: Vec<Node>, listed: &ListedNrts, pods: Vec<Pod>, cfg: &ConfigFile) -> ExplainReport {
+pub fn pending(
+    pod: Pod,
+    nodes: Vec<Node>,
+    listed: &ListedNrts,
+    pods: Vec<Pod>,
+    cfg: &ConfigFile,
+) -> ExplainReport {
     let mut problems = listed.undecodable.clone();
     problems.extend(listed.nrts.iter().filter_map(|t| top::check_nrt(t).err()));
     if listed.nrts.is_empty() && listed.undecodable.is_empty() {
@@ -243,7 +249,10 @@ pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> Expl
             r.node
         ));
     }
-    let nrt = listed.nrts.iter().find(|t| t.metadata.name.as_deref() == Some(node));
+    let nrt = listed
+        .nrts
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(node));
     match nrt {
         Some(t) => problems.extend(top::check_nrt(t).err()),
         None => {
@@ -277,7 +286,7 @@ pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> Expl
             }
         }
     }
-    ExplainReport::Bound(BoundExplain {
+    ExplainReport::Bound(Box::new(BoundExplain {
         schema: SCHEMA,
         pod: key,
         node: node.to_owned(),
@@ -286,7 +295,7 @@ pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> Expl
         nrt: view,
         devices,
         problems,
-    })
+    }))
 }
 
 fn numa_list(n: Option<&Vec<u32>>) -> String {
@@ -321,7 +330,11 @@ pub fn render_table(report: &ExplainReport) -> String {
 fn render_bound(b: &BoundExplain) -> String {
     let mut out = String::new();
     let phase = b.phase.as_deref().unwrap_or("unknown");
-    let _ = writeln!(out, "Pod {} is bound to node {} (phase {phase}).\n", b.pod, b.node);
+    let _ = writeln!(
+        out,
+        "Pod {} is bound to node {} (phase {phase}).\n",
+        b.pod, b.node
+    );
     match &b.record {
         Some(r) => {
             let pod_numa = r
@@ -368,7 +381,11 @@ fn render_bound(b: &BoundExplain) -> String {
         let age = v
             .age_seconds
             .map(|a| {
-                let by = v.updated_by.as_deref().map(|m| format!(" by {m}")).unwrap_or_default();
+                let by = v
+                    .updated_by
+                    .as_deref()
+                    .map(|m| format!(" by {m}"))
+                    .unwrap_or_default();
                 format!("{} ago{by}", top::human_age(a))
             })
             .unwrap_or_else(|| "unknown".to_owned());
@@ -395,7 +412,13 @@ fn render_bound(b: &BoundExplain) -> String {
             let free = z
                 .free_devices
                 .get(&r.name)
-                .map(|ids| if ids.is_empty() { "-".to_owned() } else { ids.join(",") })
+                .map(|ids| {
+                    if ids.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        ids.join(",")
+                    }
+                })
                 .unwrap_or_default();
             let row = format!(
                 "  {:<6}  {:<rw$}  {:>9}  {:>11}  {free}",
@@ -500,9 +523,16 @@ mod tests {
         assert_eq!(d.node.as_deref(), Some("roomy"));
         let full = &d.nodes[0];
         assert!(!full.feasible);
-        assert!(full.reasons.iter().any(|r| r.contains("example.com/gpu")), "{:?}", full.reasons);
+        assert!(
+            full.reasons.iter().any(|r| r.contains("example.com/gpu")),
+            "{:?}",
+            full.reasons
+        );
         let text = render_table(&r);
-        assert!(text.starts_with("Pod ns/p is pending (schedulerName numaplane-scheduler)"), "{text}");
+        assert!(
+            text.starts_with("Pod ns/p is pending (schedulerName numaplane-scheduler)"),
+            "{text}"
+        );
         assert!(text.contains(&simulate::render_table(&p.report)), "{text}");
     }
 
@@ -524,13 +554,30 @@ mod tests {
         assert!(b.devices[0].listed_free_in.is_empty());
         assert_eq!(b.devices[1].listed_free_in, ["node-0"]);
         let text = render_table(&r);
-        assert!(text.contains("example.com/gpu g0 (container app, NUMA 0): held"), "{text}");
-        assert!(text.contains("example.com/gpu g1 (container app, NUMA 0): still listed free in node-0"), "{text}");
+        assert!(
+            text.contains("example.com/gpu g0 (container app, NUMA 0): held"),
+            "{text}"
+        );
+        assert!(
+            text.contains("example.com/gpu g1 (container app, NUMA 0): still listed free in node-0"),
+            "{text}"
+        );
 
-        let bad = bound(&pod(Some("n1"), Some("{".into())), "n1", &ListedNrts::default(), now());
+        let bad = bound(
+            &pod(Some("n1"), Some("{".into())),
+            "n1",
+            &ListedNrts::default(),
+            now(),
+        );
         let problems = bad.problems();
         assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].contains("parsing the numaplane.io/allocation annotation"), "{problems:?}");
-        assert!(problems[1].contains("no NodeResourceTopology for node n1"), "{problems:?}");
+        assert!(
+            problems[0].contains("parsing the numaplane.io/allocation annotation"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("no NodeResourceTopology for node n1"),
+            "{problems:?}"
+        );
     }
 }

@@ -86,15 +86,16 @@ pub async fn list_nrts(client: &Client) -> Result<ListedNrts, KubectlError> {
             });
         }
         Err(e) => {
-            return Err(request_error(
-                format!("list {}.{}", nrt::PLURAL, nrt::GROUP),
-                e,
-            ));
+            return Err(request_error(format!("list {}.{}", nrt::PLURAL, nrt::GROUP), e));
         }
     };
     let mut out = ListedNrts::default();
     for item in list.items {
-        let name = item.metadata.name.clone().unwrap_or_else(|| "<unnamed>".to_owned());
+        let name = item
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| "<unnamed>".to_owned());
         // Decoded one by one so that one malformed object is reported, not fatal.
         let decoded = serde_json::to_value(&item).and_then(serde_json::from_value::<NodeResourceTopology>);
         match decoded {
@@ -104,8 +105,7 @@ pub async fn list_nrts(client: &Client) -> Result<ListedNrts, KubectlError> {
                 .push(format!("NodeResourceTopology {name} is malformed: {e}")),
         }
     }
-    out.nrts
-        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out.nrts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     Ok(out)
 }
 

@@ -170,9 +170,10 @@ impl KubectlError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::LoadKubeconfig { .. } | Self::InferConfig(_) | Self::ReadConfig { .. } | Self::ParsePodRef { .. } => {
-                EXIT_USAGE
-            }
+            Self::LoadKubeconfig { .. }
+            | Self::InferConfig(_)
+            | Self::ReadConfig { .. }
+            | Self::ParsePodRef { .. } => EXIT_USAGE,
             Self::BuildClient(_)
             | Self::CrdMissing { .. }
             | Self::Forbidden { .. }
@@ -218,7 +219,11 @@ pub fn run(cli: Cli) -> ExitCode {
             for p in &outcome.problems {
                 eprintln!("kubectl-numa: {p}");
             }
-            ExitCode::from(if outcome.problems.is_empty() { EXIT_OK } else { EXIT_DATA })
+            ExitCode::from(if outcome.problems.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_DATA
+            })
         }
         Err(e) => {
             eprintln!("kubectl-numa: {}", chain(&e));
@@ -371,8 +376,11 @@ mod tests {
     fn scheduler_config_file_is_read_and_typos_are_usage_errors() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let good = dir.path().join("good.yaml");
-        std::fs::write(&good, "noTopology: Reject\nscoringStrategy:\n  type: MostAllocated\n")
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            &good,
+            "noTopology: Reject\nscoringStrategy:\n  type: MostAllocated\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let cfg = read_scheduler_config(&good).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cfg.no_topology, crate::cluster::NoTopology::Reject);
         let bad = dir.path().join("bad.yaml");

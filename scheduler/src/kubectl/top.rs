@@ -105,10 +105,7 @@ impl Freshness {
             .filter_map(|m| m.time.as_ref().map(|t| (t.0, m.manager.clone())))
             .max_by_key(|(t, _)| *t);
         match newest {
-            Some((t, by)) => Freshness {
-                updated: Some(t),
-                by,
-            },
+            Some((t, by)) => Freshness { updated: Some(t), by },
             None => Freshness {
                 updated: nrt.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 by: None,
@@ -246,7 +243,9 @@ pub fn build(listed: &ListedNrts, node: Option<&str>, resource: Option<&str>, no
     }
     if let Some(r) = resource
         && !nodes.is_empty()
-        && nodes.iter().all(|n| n.zones.iter().all(|z| z.resources.is_empty()))
+        && nodes
+            .iter()
+            .all(|n| n.zones.iter().all(|z| z.resources.is_empty()))
     {
         problems.push(format!("no NUMA zone lists resource {r}"));
     }
@@ -376,7 +375,10 @@ mod tests {
         assert_eq!(n.zones[1].resources[0].used_percent, 75);
         assert_eq!(n.zones[0].resources[0].used_percent, 0);
         let table = render_table(&r);
-        assert!(table.contains("policy=single-numa-node scope=pod updated=40s ago by numaplane-exporter"), "{table}");
+        assert!(
+            table.contains("policy=single-numa-node scope=pod updated=40s ago by numaplane-exporter"),
+            "{table}"
+        );
         assert!(table.contains(&format!("{} {:>3}%", bar(75), 75)), "{table}");
     }
 
@@ -393,7 +395,11 @@ mod tests {
         assert_eq!(r.nodes[0].zones[0].resources.len(), 1);
         assert!(r.nodes[0].zones[1].resources.is_empty());
         assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
-        assert!(r.problems.iter().any(|p| p.contains("NodeResourceTopology b is malformed") && p.contains("node-x")));
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("NodeResourceTopology b is malformed") && p.contains("node-x"))
+        );
         let only_a = build(&listed, Some("a"), None, now());
         assert!(only_a.problems.is_empty(), "{:?}", only_a.problems);
         let missing = build(&listed, Some("zz"), None, now());
