@@ -1,4 +1,5 @@
-//! The `numaplane-exporter` and `numaplane-scheduler` binaries for end-to-end tests.
+//! The `numaplane-exporter`, `numaplane-scheduler` and `kubectl-numa` binaries for end-to-end
+//! tests.
 //!
 //! Cargo only builds binaries for the integration tests of their own package
 //! (`CARGO_BIN_EXE_*`), and this crate is another package. So the first test that needs the

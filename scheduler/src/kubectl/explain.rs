@@ -175,6 +175,9 @@ pub fn pending(
         skipped: Vec::new(),
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
+    if let Some(e) = report.results.first().and_then(|r| r.error.as_ref()) {
+        problems.push(format!("pod {key} cannot be modelled: {e}"));
+    }
     ExplainReport::Pending(PendingExplain {
         schema: SCHEMA,
         pod: key,
@@ -534,6 +537,34 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(&simulate::render_table(&p.report)), "{text}");
+    }
+
+    #[test]
+    fn a_pod_the_model_cannot_read_is_a_problem() {
+        let mut p = pod(None, None);
+        if let Some(c) = p.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.resources = serde_json::from_value(json!({"requests": {"cpu": "lots"}})).ok();
+        }
+        let r = pending(
+            p,
+            vec![node("n1")],
+            &ListedNrts::default(),
+            vec![],
+            &ConfigFile::default(),
+        );
+        let problems = r.problems();
+        assert!(
+            problems
+                .iter()
+                .any(|m| m.starts_with("pod ns/p cannot be modelled: ") && m.contains("lots")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|m| m.contains("no NodeResourceTopology objects")),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -354,6 +354,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn error_chain_leaves_out_causes_already_quoted() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let e = Quoting(std::io::Error::other("disk on fire"));
+        assert_eq!(chain(&e), "outer: disk on fire");
+        let e = KubectlError::ReadConfig {
+            path: "f".into(),
+            message: "m".into(),
+        };
+        assert_eq!(chain(&e), "scheduler config f: m");
+        let e = KubectlError::WriteOutput(std::io::Error::other("pipe"));
+        assert_eq!(chain(&e), "writing the output: pipe");
+    }
+
+    #[test]
     fn pod_refs() {
         assert_eq!(
             parse_pod_ref("ns/p", "default").unwrap_or_default(),
