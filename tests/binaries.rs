@@ -1,4 +1,5 @@
-//! The `numaplane-exporter` and `numaplane-scheduler` binaries for end-to-end tests.
+//! The `numaplane-exporter`, `numaplane-scheduler` and `kubectl-numa` binaries for end-to-end
+//! tests.
 //!
 //! Cargo only builds binaries for the integration tests of their own package
 //! (`CARGO_BIN_EXE_*`), and this crate is another package. So the first test that needs the
@@ -25,8 +26,29 @@ pub fn scheduler() -> &'static Path {
     provide(&BIN, "numaplane-scheduler", "NUMAPLANE_SCHEDULER_BIN")
 }
 
+/// The path of the `kubectl-numa` plugin binary (package numaplane-scheduler), built on first
+/// use; `NUMAPLANE_KUBECTL_NUMA_BIN` names a prebuilt one.
+pub fn kubectl_numa() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    provide_bin(
+        &BIN,
+        "numaplane-scheduler",
+        "kubectl-numa",
+        "NUMAPLANE_KUBECTL_NUMA_BIN",
+    )
+}
+
 fn provide(cell: &'static OnceLock<Result<PathBuf, String>>, package: &str, env: &str) -> &'static Path {
-    match cell.get_or_init(|| build(package, env)) {
+    provide_bin(cell, package, package, env)
+}
+
+fn provide_bin(
+    cell: &'static OnceLock<Result<PathBuf, String>>,
+    package: &str,
+    bin: &str,
+    env: &str,
+) -> &'static Path {
+    match cell.get_or_init(|| build(package, bin, env)) {
         Ok(path) => path,
         // Tests cannot proceed without the binary; say why loudly.
         #[allow(clippy::panic)]
@@ -34,9 +56,9 @@ fn provide(cell: &'static OnceLock<Result<PathBuf, String>>, package: &str, env:
     }
 }
 
-/// Builds the binary of `package` (named like it) next to this test binary (see the module
-/// comment) and returns its path.
-fn build(package: &str, env: &str) -> Result<PathBuf, String> {
+/// Builds binary `bin` of `package` next to this test binary (see the module comment) and
+/// returns its path.
+fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
     if let Some(bin) = std::env::var_os(env) {
         return Ok(PathBuf::from(bin));
     }
@@ -59,7 +81,7 @@ fn build(package: &str, env: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
     cmd.args(["build", "--quiet", "-p", "numaplane-e2e", "-p", package])
-        .args(["--bin", package, "--profile", profile]);
+        .args(["--bin", bin, "--profile", profile]);
     let target_dir = if above.join("CACHEDIR.TAG").exists() {
         above.to_owned()
     } else {
@@ -87,10 +109,10 @@ fn build(package: &str, env: &str) -> Result<PathBuf, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let bin = profile_dir.join(format!("{package}{}", std::env::consts::EXE_SUFFIX));
-    if bin.exists() {
-        Ok(bin)
+    let path = profile_dir.join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
+    if path.exists() {
+        Ok(path)
     } else {
-        Err(format!("cargo built, but {} does not exist", bin.display()))
+        Err(format!("cargo built, but {} does not exist", path.display()))
     }
 }

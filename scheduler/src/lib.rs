@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod extender;
 pub mod fit;
+pub mod kubectl;
 pub mod live;
 pub mod node;
 pub mod pod;
