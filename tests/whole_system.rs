@@ -30,8 +30,8 @@ use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::fingerprint;
 use numaplane::nrt::{self, NodeResourceTopology};
 use numaplane::proto::podresources::{
-    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources, NumaNode, PodResources,
-    TopologyInfo,
+    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources, NumaNode,
+    PodResources, TopologyInfo,
 };
 use numaplane::quantity::Quantity;
 use serde_json::json;
@@ -77,7 +77,11 @@ pub fn zone_devices(resource: &str, zone: u32) -> Vec<String> {
 /// The pools file every simulated node's exporter runs with.
 pub fn pools_file() -> serde_json::Value {
     let gpus: Vec<_> = (0..ZONES)
-        .flat_map(|z| zone_devices(GPU, z).into_iter().map(move |id| json!({"id": id, "numaNode": z})))
+        .flat_map(|z| {
+            zone_devices(GPU, z)
+                .into_iter()
+                .map(move |id| json!({"id": id, "numaNode": z}))
+        })
         .collect();
     let nics: Vec<_> = (0..ZONES)
         .map(|z| json!({"id": format!("nic{z}"), "numaNode": z}))
@@ -314,7 +318,10 @@ impl Ledger {
     /// Free CPUs of `zone`, ascending.
     pub fn free_cpus(&self, zone: u32) -> Vec<i64> {
         let used: BTreeSet<i64> = self.pods.values().flat_map(|h| h.cpus.iter().copied()).collect();
-        zone_cpus(zone).into_iter().filter(|c| !used.contains(c)).collect()
+        zone_cpus(zone)
+            .into_iter()
+            .filter(|c| !used.contains(c))
+            .collect()
     }
 
     /// Free memory of `zone`.
@@ -332,7 +339,11 @@ impl Ledger {
     pub fn holder(&self, resource: &str, device: &str) -> Option<&str> {
         self.pods
             .iter()
-            .find(|(_, h)| h.devices.get(resource).is_some_and(|ids| ids.iter().any(|d| d == device)))
+            .find(|(_, h)| {
+                h.devices
+                    .get(resource)
+                    .is_some_and(|ids| ids.iter().any(|d| d == device))
+            })
             .map(|(k, _)| k.as_str())
     }
 
@@ -586,7 +597,8 @@ impl SimNode {
         std::fs::create_dir(&plugins)?;
         let dp = FakeDeviceKubelet::start(&plugins).await?;
         let socket = dir.path().join("podres.sock");
-        let podres = FakeKubelet::start(&socket, allocatable(), vec![], FakeKubeletOptions::default()).await?;
+        let podres =
+            FakeKubelet::start(&socket, allocatable(), vec![], FakeKubeletOptions::default()).await?;
         let pools = dir.path().join("pools.yaml");
         std::fs::write(&pools, pools_file().to_string())?;
         let args = allocator_exporter_args(
@@ -616,7 +628,9 @@ impl SimNode {
     }
 
     fn state(&self) -> MutexGuard<'_, KubeletState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Pods the kubelet holds resources for.
@@ -633,7 +647,8 @@ impl SimNode {
     /// first so that an NRT written from it is always recognised.
     fn report(st: &mut KubeletState, podres: &FakeKubelet) {
         let pods: BTreeSet<String> = st.ledger.pods.keys().cloned().collect();
-        st.states.insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
+        st.states
+            .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
         podres.set_pods(st.ledger.pod_resources());
     }
 
@@ -663,7 +678,11 @@ impl SimNode {
             .ok_or_else(|| bad("record has no container app".into()))?;
         let zone = match planned.numa_nodes.as_deref() {
             Some([z]) => *z,
-            other => return Err(bad(format!("single-numa-node needs one zone, record has {other:?}"))),
+            other => {
+                return Err(bad(format!(
+                    "single-numa-node needs one zone, record has {other:?}"
+                )));
+            }
         };
         let shape = Shape::from_pod(pod)?;
         self.state().ledger.check_fit(&key, zone, &shape)?;
@@ -680,12 +699,15 @@ impl SimNode {
                 }
             }
         }
-        let mismatch = devices
-            .iter()
-            .filter_map(|(res, got)| {
+        // Both ways: a planned resource the kubelet gave nothing of is a mismatch too.
+        let resources: BTreeSet<&String> = devices.keys().chain(planned.devices.keys()).collect();
+        let mismatch = resources
+            .into_iter()
+            .filter_map(|res| {
                 let want = planned.devices.get(res).cloned().unwrap_or_default();
+                let got = devices.get(res).cloned().unwrap_or_default();
                 let same = want.iter().collect::<BTreeSet<_>>() == got.iter().collect::<BTreeSet<_>>();
-                (!same).then(|| (res.clone(), want, got.clone()))
+                (!same).then(|| (res.clone(), want, got))
             })
             .collect();
         let mut st = self.state();
@@ -741,7 +763,11 @@ impl SimNode {
     /// Runs the kubelet: watches the pods bound to this node and admits new ones in batches
     /// sorted by creation time (then name, as the plugin breaks ties), releases deleted ones,
     /// and marks admitted pods Running. Ends when `progress` is closed.
-    pub async fn run_kubelet(self: Arc<Self>, client: kube::Client, progress: mpsc::UnboundedSender<Progress>) {
+    pub async fn run_kubelet(
+        self: Arc<Self>,
+        client: kube::Client,
+        progress: mpsc::UnboundedSender<Progress>,
+    ) {
         let api: Api<Pod> = Api::all(client.clone());
         let cfg = watcher::Config::default().fields(&format!("spec.nodeName={}", self.name));
         let mut stream = watcher(api, cfg).default_backoff().boxed();
@@ -799,8 +825,10 @@ impl SimNode {
             for pod in added {
                 let outcome = match self.admit(&pod).await {
                     Ok(p) => {
-                        let api: Api<Pod> =
-                            Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+                        let api: Api<Pod> = Api::namespaced(
+                            client.clone(),
+                            pod.metadata.namespace.as_deref().unwrap_or_default(),
+                        );
                         let name = pod.metadata.name.clone().unwrap_or_default();
                         tokio::spawn(async move {
                             // The pod may already be gone; its status does not matter then.
@@ -946,9 +974,9 @@ pub async fn drive(
             match event {
                 Progress::Admitted { pod, node, mismatch } => {
                     for (res, want, got) in mismatch {
-                        report
-                            .mismatches
-                            .push(format!("{pod} on {node}: {res} recorded {want:?}, allocated {got:?}"));
+                        report.mismatches.push(format!(
+                            "{pod} on {node}: {res} recorded {want:?}, allocated {got:?}"
+                        ));
                     }
                     if admitted.insert(pod) {
                         report.admitted += 1;
@@ -1002,7 +1030,9 @@ mod tests {
     fn a_full_zone_refuses_and_a_released_pod_frees_its_cpus() {
         let mut l = Ledger::default();
         l.commit("ns/a", 0, &shape(16, 1, &[]), BTreeMap::new()).unwrap();
-        let err = l.commit("ns/b", 0, &shape(1, 1, &[]), BTreeMap::new()).unwrap_err();
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[]), BTreeMap::new())
+            .unwrap_err();
         assert!(matches!(err, Violation::ZoneFull { zone: 0, .. }), "{err}");
         // The other zone is untouched.
         let b = l.commit("ns/b", 1, &shape(2, 1, &[]), BTreeMap::new()).unwrap();
@@ -1015,7 +1045,9 @@ mod tests {
     fn memory_beyond_the_zone_is_refused() {
         let mut l = Ledger::default();
         l.commit("ns/a", 1, &shape(1, 30, &[]), BTreeMap::new()).unwrap();
-        let err = l.commit("ns/b", 1, &shape(1, 4, &[]), BTreeMap::new()).unwrap_err();
+        let err = l
+            .commit("ns/b", 1, &shape(1, 4, &[]), BTreeMap::new())
+            .unwrap_err();
         assert!(err.to_string().contains("memory"), "{err}");
     }
 
@@ -1023,8 +1055,11 @@ mod tests {
     fn a_device_is_never_given_twice_nor_outside_the_zone() {
         let mut l = Ledger::default();
         let gpu = |v: &[&str]| BTreeMap::from([(GPU.to_owned(), ids(v))]);
-        l.commit("ns/a", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"])).unwrap();
-        let err = l.commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"])).unwrap_err();
+        l.commit("ns/a", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
+            .unwrap();
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
+            .unwrap_err();
         assert_eq!(
             err,
             Violation::DoubleAllocation {
@@ -1033,7 +1068,9 @@ mod tests {
                 holder: "ns/a".into()
             }
         );
-        let err = l.commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g5"])).unwrap_err();
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g5"]))
+            .unwrap_err();
         assert!(matches!(err, Violation::Unaligned { .. }), "{err}");
         // Refusals changed nothing.
         assert_eq!(l.len(), 1);

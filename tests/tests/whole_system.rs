@@ -101,7 +101,11 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     for node in nodes.values() {
         tasks.push(tokio::spawn(node.clone().run_kubelet(client.clone(), tx.clone())));
     }
-    tasks.push(tokio::spawn(sys::watch_nrts(client.clone(), nodes.clone(), tx.clone())));
+    tasks.push(tokio::spawn(sys::watch_nrts(
+        client.clone(),
+        nodes.clone(),
+        tx.clone(),
+    )));
     // Bindings one at a time, so a node's kubelet sees its pods bound in creation order, the
     // order in which the plugin expects admissions. With concurrent bindings (the scheduler's
     // default 16), two same-size pods planned in one zone of one node can be bound out of
@@ -113,10 +117,20 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     let mut scheduler = Agent::spawn_scheduler("run", &args).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
 
-    eprintln!("whole system: nodes up, scheduler serving after {:.1} s", setup.elapsed().as_secs_f64());
-    let report = sys::drive(client.clone(), &ns, pods, WINDOW, &mut rx, Duration::from_secs(600))
-        .await
-        .unwrap();
+    eprintln!(
+        "whole system: nodes up, scheduler serving after {:.1} s",
+        setup.elapsed().as_secs_f64()
+    );
+    let report = sys::drive(
+        client.clone(),
+        &ns,
+        pods,
+        WINDOW,
+        &mut rx,
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
     eprintln!(
         "whole system: {} pods, {} nodes: wall {:.1} s, {:.1} pods/s, max pending {}, deleted midway {}, mismatches {}",
         report.reflected,
@@ -127,9 +141,21 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
         report.deleted,
         report.mismatches.len()
     );
-    assert!(report.violations.is_empty(), "oversubscription: {:#?}", report.violations);
-    assert!(report.bad_nrts.is_empty(), "NRT != kubelet: {:#?}", report.bad_nrts);
-    assert!(report.mismatches.is_empty(), "prediction mismatches: {:#?}", report.mismatches);
+    assert!(
+        report.violations.is_empty(),
+        "oversubscription: {:#?}",
+        report.violations
+    );
+    assert!(
+        report.bad_nrts.is_empty(),
+        "NRT != kubelet: {:#?}",
+        report.bad_nrts
+    );
+    assert!(
+        report.mismatches.is_empty(),
+        "prediction mismatches: {:#?}",
+        report.mismatches
+    );
     assert_eq!(
         (report.created, report.admitted, report.reflected),
         (pods, pods, pods),
@@ -146,10 +172,17 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
         .await
         .unwrap();
     for (name, node) in &nodes {
-        wait_for("every kubelet empty", WAIT, async || (node.admitted() == 0).then_some(())).await;
+        wait_for("every kubelet empty", WAIT, async || {
+            (node.admitted() == 0).then_some(())
+        })
+        .await;
         wait_for("every NRT empty", WAIT, async || {
             let nrt = nrts.get(name).await.unwrap();
-            let fp = nrt.attributes.iter().flatten().find(|a| a.name == nrt::attr::PODS_FINGERPRINT)?;
+            let fp = nrt
+                .attributes
+                .iter()
+                .flatten()
+                .find(|a| a.name == nrt::attr::PODS_FINGERPRINT)?;
             (fp.value == fingerprint::EMPTY_SIGNATURE).then_some(())
         })
         .await;
@@ -163,14 +196,22 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     for node in nodes.values() {
         let text = node.exporter.metrics().unwrap();
         for res in [sys::GPU, sys::NIC] {
-            let mismatches = metric_value(&text, "numaplane_exporter_allocator_mismatches_total", &[("resource", res)]);
+            let mismatches = metric_value(
+                &text,
+                "numaplane_exporter_allocator_mismatches_total",
+                &[("resource", res)],
+            );
             assert_eq!(mismatches.unwrap_or(0.0), 0.0, "{}: {res}", node.name);
             let honoured = metric_value(
                 &text,
                 "numaplane_exporter_allocator_preferred_allocations_total",
                 &[("resource", res), ("outcome", "honoured")],
             );
-            assert!(honoured.unwrap_or(0.0) > 0.0, "{}: the plugin never steered {res}\n{text}", node.name);
+            assert!(
+                honoured.unwrap_or(0.0) > 0.0,
+                "{}: the plugin never steered {res}\n{text}",
+                node.name
+            );
         }
     }
     for t in tasks {
@@ -201,23 +242,31 @@ async fn real_cluster(api: &ApiTarget) {
         pods_api.create(&PostParams::default(), &pod).await.unwrap();
     }
     // Bound with a record, then running (a rejected pod ends Failed).
-    let running = wait_for("every pod bound with a record and running", WAIT * 2, async || {
-        let list = pods_api.list(&ListParams::default()).await.unwrap().items;
-        let mut out = BTreeMap::new();
-        for p in &list {
-            let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
-            let name = p.metadata.name.clone().unwrap();
-            assert_ne!(phase, "Failed", "{name} rejected by its kubelet: {:?}", p.status);
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone())?;
-            let raw = p.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION))?;
-            let record = Allocation::parse(raw).unwrap();
-            assert_eq!(record.node, node, "{name}");
-            if phase == "Running" {
-                out.insert(name, node);
+    let running = wait_for(
+        "every pod bound with a record and running",
+        WAIT * 2,
+        async || {
+            let list = pods_api.list(&ListParams::default()).await.unwrap().items;
+            let mut out = BTreeMap::new();
+            for p in &list {
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap();
+                assert_ne!(phase, "Failed", "{name} rejected by its kubelet: {:?}", p.status);
+                let node = p.spec.as_ref().and_then(|s| s.node_name.clone())?;
+                let raw = p.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION))?;
+                let record = Allocation::parse(raw).unwrap();
+                assert_eq!(record.node, node, "{name}");
+                if phase == "Running" {
+                    out.insert(name, node);
+                }
             }
-        }
-        (out.len() == pods).then_some(out)
-    })
+            (out.len() == pods).then_some(out)
+        },
+    )
     .await;
     // Each node's NRT shows at least our pods' CPUs used.
     let mut per_node: BTreeMap<String, i64> = BTreeMap::new();
@@ -234,7 +283,12 @@ async fn real_cluster(api: &ApiTarget) {
                 .flat_map(|z| z.resources.iter().flatten())
                 .filter(|r| r.name == "cpu")
                 .map(|r| {
-                    let q = |s: &str| Quantity::parse(s).ok().and_then(|q| q.as_i64_exact()).unwrap_or(0);
+                    let q = |s: &str| {
+                        Quantity::parse(s)
+                            .ok()
+                            .and_then(|q| q.as_i64_exact())
+                            .unwrap_or(0)
+                    };
                     q(&r.allocatable.0) - q(&r.available.0)
                 })
                 .sum();
