@@ -13,7 +13,8 @@
 //! scheduler under a unique scheduler name. `NUMAPLANE_E2E_SYSTEM_PODS` (default 10)
 //! Guaranteed pods of 1 CPU and 64Mi must all be bound with a record, run (the kubelet admitted
 //! them: no TopologyAffinityError), be shown used in their node's NRT, and draw no
-//! `AllocationMismatch` Event.
+//! `AllocationMismatch` Event. The nodes need the static CPU manager (exclusive CPUs are what
+//! the NRT shows used) and the NRT CRD.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +49,29 @@ fn pods_wanted(default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// `numaplane-scheduler run` arguments: unelected, with bindings one at a time unless
+/// `NUMAPLANE_E2E_SYSTEM_BIND_CONCURRENCY` says otherwise.
+///
+/// One at a time, so a node's kubelet sees its pods bound in creation order, the order in which
+/// the plugin expects admissions. With concurrent bindings (the scheduler's default 16), two
+/// same-size pods planned in one zone of one node can be bound out of creation order; the
+/// kubelet then admits the newer first, the plugin hands it the older pod's plan, and the two
+/// swap devices (a mismatch, though both stay in the zone).
+fn scheduler_args(kubeconfig: &std::path::Path) -> Vec<String> {
+    let bind_concurrency = std::env::var(BIND_CONCURRENCY_ENV).unwrap_or_else(|_| "1".to_owned());
+    let mut args = scheduler_run_args(kubeconfig);
+    args.extend(["--bind-concurrency".to_owned(), bind_concurrency]);
+    args
+}
+
+/// The sum of every sample of `name`.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
@@ -106,15 +130,7 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
         nodes.clone(),
         tx.clone(),
     )));
-    // Bindings one at a time, so a node's kubelet sees its pods bound in creation order, the
-    // order in which the plugin expects admissions. With concurrent bindings (the scheduler's
-    // default 16), two same-size pods planned in one zone of one node can be bound out of
-    // creation order; the kubelet then admits the newer first, the plugin hands it the older
-    // pod's plan, and the two swap devices (a mismatch, though both stay in the zone).
-    let bind_concurrency = std::env::var(BIND_CONCURRENCY_ENV).unwrap_or_else(|_| "1".to_owned());
-    let mut args = scheduler_run_args(api.kubeconfig());
-    args.extend(["--bind-concurrency".to_owned(), bind_concurrency]);
-    let mut scheduler = Agent::spawn_scheduler("run", &args).unwrap();
+    let mut scheduler = Agent::spawn_scheduler("run", &scheduler_args(api.kubeconfig())).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
 
     eprintln!(
@@ -214,6 +230,31 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
             );
         }
     }
+    let text = scheduler.metrics().unwrap();
+    let scheduled = metric_value(
+        &text,
+        "numaplane_scheduler_schedule_attempts_total",
+        &[("result", "scheduled")],
+    );
+    assert_eq!(scheduled, Some(pods as f64), "{text}");
+    // One Binding per pod: none failed and was retried.
+    let bindings = metric_value(
+        &text,
+        "numaplane_scheduler_api_writes_total",
+        &[("reason", "binding")],
+    );
+    assert_eq!(bindings, Some(pods as f64), "{text}");
+    assert_eq!(
+        metric_sum(&text, "numaplane_scheduler_binding_errors_total"),
+        0.0,
+        "{text}"
+    );
+    let errors = metric_value(
+        &text,
+        "numaplane_scheduler_schedule_attempts_total",
+        &[("result", "error")],
+    );
+    assert_eq!(errors.unwrap_or(0.0), 0.0, "{text}");
     for t in tasks {
         t.abort();
     }
@@ -226,7 +267,7 @@ async fn real_cluster(api: &ApiTarget) {
     let ns = unique_name("np-system");
     api.create_namespace(&ns).await.unwrap();
     let scheduler_name = unique_name("numaplane-e2e");
-    let mut args = scheduler_run_args(api.kubeconfig());
+    let mut args = scheduler_args(api.kubeconfig());
     args.extend(["--scheduler-name".to_owned(), scheduler_name.clone()]);
     let mut scheduler = Agent::spawn_scheduler("run", &args).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
