@@ -909,6 +909,11 @@ pub struct Report {
     pub bad_nrts: Vec<String>,
     /// From the first creation until the last pod was reflected.
     pub wall: Duration,
+    /// Per pod, from its creation to its admission by the kubelet (scheduling, binding, the
+    /// kubelet's watch and the device-plugin calls).
+    pub to_admitted: Vec<Duration>,
+    /// Per pod, from its admission to the first NRT that shows it.
+    pub to_reflected: Vec<Duration>,
 }
 
 impl Report {
@@ -916,6 +921,15 @@ impl Report {
     pub fn pods_per_second(&self) -> f64 {
         let s = self.wall.as_secs_f64();
         if s > 0.0 { self.reflected as f64 / s } else { 0.0 }
+    }
+
+    /// The `p` quantile (0–1) of `durations`, in milliseconds (0 when empty).
+    pub fn quantile_ms(durations: &[Duration], p: f64) -> f64 {
+        let mut sorted = durations.to_vec();
+        sorted.sort();
+        let last = sorted.len().saturating_sub(1);
+        let idx = ((last as f64) * p.clamp(0.0, 1.0)).round() as usize;
+        sorted.get(idx.min(last)).map_or(0.0, |d| d.as_secs_f64() * 1e3)
     }
 }
 
@@ -948,6 +962,8 @@ pub async fn drive(
     let mut admitted: BTreeSet<String> = BTreeSet::new();
     // Reflected and not deleted yet, in reflection order.
     let mut deletable: Vec<String> = Vec::new();
+    let mut created_at: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut admitted_at: BTreeMap<String, Instant> = BTreeMap::new();
     while report.reflected < pods {
         while report.created < pods && alive.len() < window {
             let i = report.created;
@@ -959,6 +975,7 @@ pub async fn drive(
                         "resources": Shape::of(i).resources()}]}}))?;
             api.create(&kube::api::PostParams::default(), &pod).await?;
             alive.insert(format!("{ns}/{name}"));
+            created_at.insert(format!("{ns}/{name}"), Instant::now());
             report.created += 1;
         }
         report.max_pending = report.max_pending.max(alive.len().saturating_sub(admitted.len()));
@@ -978,6 +995,10 @@ pub async fn drive(
                             "{pod} on {node}: {res} recorded {want:?}, allocated {got:?}"
                         ));
                     }
+                    if let Some(t) = created_at.get(&pod) {
+                        report.to_admitted.push(t.elapsed());
+                    }
+                    admitted_at.insert(pod.clone(), Instant::now());
                     if admitted.insert(pod) {
                         report.admitted += 1;
                     }
@@ -987,6 +1008,9 @@ pub async fn drive(
                     admitted.remove(&pod);
                 }
                 Progress::Reflected { pod } => {
+                    if let Some(t) = admitted_at.get(&pod) {
+                        report.to_reflected.push(t.elapsed());
+                    }
                     report.reflected += 1;
                     deletable.push(pod);
                 }

@@ -148,14 +148,19 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     .await
     .unwrap();
     eprintln!(
-        "whole system: {} pods, {} nodes: wall {:.1} s, {:.1} pods/s, max pending {}, deleted midway {}, mismatches {}",
+        "whole system: {} pods, {} nodes: wall {:.1} s, {:.1} pods/s, max pending {}, deleted midway {}, \
+         mismatches {}; created→admitted p50 {:.0} ms p99 {:.0} ms; admitted→in NRT p50 {:.0} ms p99 {:.0} ms",
         report.reflected,
         NODES,
         report.wall.as_secs_f64(),
         report.pods_per_second(),
         report.max_pending,
         report.deleted,
-        report.mismatches.len()
+        report.mismatches.len(),
+        sys::Report::quantile_ms(&report.to_admitted, 0.5),
+        sys::Report::quantile_ms(&report.to_admitted, 0.99),
+        sys::Report::quantile_ms(&report.to_reflected, 0.5),
+        sys::Report::quantile_ms(&report.to_reflected, 0.99),
     );
     assert!(
         report.violations.is_empty(),
