@@ -545,6 +545,8 @@ pub enum Progress {
         /// Resources whose kubelet-allocated IDs differ from the recorded IDs: (resource,
         /// recorded, allocated).
         mismatch: Vec<(String, Vec<String>, Vec<String>)>,
+        /// When.
+        at: Instant,
     },
     /// The kubelet refused or must never have seen the pod.
     Violation(Violation),
@@ -557,6 +559,8 @@ pub enum Progress {
     Reflected {
         /// `namespace/name`.
         pod: String,
+        /// When the NRT was seen.
+        at: Instant,
     },
     /// An NRT that disagrees with the kubelet state of its fingerprint, or with a fingerprint
     /// the kubelet never reported.
@@ -721,6 +725,7 @@ impl SimNode {
             pod: key,
             node: self.name.clone(),
             mismatch,
+            at: Instant::now(),
         })
     }
 
@@ -870,11 +875,12 @@ pub async fn watch_nrts(
         let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
             continue;
         };
+        let at = Instant::now();
         let sent = match node.check_nrt(&nrt) {
             Ok(pods) => pods
                 .into_iter()
                 .filter(|p| reflected.insert(p.clone()))
-                .all(|pod| progress.send(Progress::Reflected { pod }).is_ok()),
+                .all(|pod| progress.send(Progress::Reflected { pod, at }).is_ok()),
             Err(what) => progress
                 .send(Progress::BadNrt {
                     node: node.name.clone(),
@@ -989,16 +995,21 @@ pub async fn drive(
         }
         for event in events {
             match event {
-                Progress::Admitted { pod, node, mismatch } => {
+                Progress::Admitted {
+                    pod,
+                    node,
+                    mismatch,
+                    at,
+                } => {
                     for (res, want, got) in mismatch {
                         report.mismatches.push(format!(
                             "{pod} on {node}: {res} recorded {want:?}, allocated {got:?}"
                         ));
                     }
                     if let Some(t) = created_at.get(&pod) {
-                        report.to_admitted.push(t.elapsed());
+                        report.to_admitted.push(at.saturating_duration_since(*t));
                     }
-                    admitted_at.insert(pod.clone(), Instant::now());
+                    admitted_at.insert(pod.clone(), at);
                     if admitted.insert(pod) {
                         report.admitted += 1;
                     }
@@ -1007,9 +1018,9 @@ pub async fn drive(
                 Progress::Released { pod } => {
                     admitted.remove(&pod);
                 }
-                Progress::Reflected { pod } => {
+                Progress::Reflected { pod, at } => {
                     if let Some(t) = admitted_at.get(&pod) {
-                        report.to_reflected.push(t.elapsed());
+                        report.to_reflected.push(at.saturating_duration_since(*t));
                     }
                     report.reflected += 1;
                     deletable.push(pod);
