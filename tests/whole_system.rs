@@ -729,6 +729,17 @@ impl SimNode {
         })
     }
 
+    /// Asks our plugin of `resource` the kubelet's `GetPreferredAllocation` question directly
+    /// (offered `available`, `size` wanted) without allocating.
+    pub async fn preferred(
+        &self,
+        resource: &str,
+        available: Vec<String>,
+        size: usize,
+    ) -> Result<Vec<String>, String> {
+        self.dp.preferred(resource, available, Vec::new(), size).await
+    }
+
     /// The pod is gone: the device manager and the ledger free what it held.
     pub fn release(&self, key: &str) -> bool {
         self.dp.remove_pod(key);
