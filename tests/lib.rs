@@ -8,3 +8,4 @@ pub mod fake_api;
 pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod harness;
+pub mod whole_system;

@@ -1,0 +1,1161 @@
+//! The whole system in one process tree: per simulated node, a fake kubelet (the
+//! device-plugin side of [`crate::fake_device_kubelet`] plus pod-resources of
+//! [`crate::fake_kubelet`], both real gRPC servers on Unix sockets) and a real
+//! `numaplane-exporter run --pools` process hosting our device plugin; one real
+//! `numaplane-scheduler run`; the HTTP-level fake API server. Pods flow Pending → bound →
+//! allocated → reflected in the NRT, and are deleted again so that later pods reuse what they
+//! held.
+//!
+//! The fake kubelet behaves like the kubelet for what numaplane depends on: it watches pods
+//! bound to its node, admits them in creation order (the kubelet sorts additions by creation
+//! time), takes the Topology Manager's affinity from the recorded prediction, and then checks
+//! on its own, in [`Ledger`], that the zone holds the CPUs and memory and that no device or
+//! slot is handed out twice or outside the zone; any failure is a [`Violation`]. Devices come
+//! from the device-plugin protocol (`GetPreferredAllocation`, `Allocate`), so our plugin
+//! steers them; the result is compared with the record. Every state the kubelet reports
+//! through pod-resources is remembered by its pod-set fingerprint, and every NRT the exporter
+//! writes is checked to equal the state with its fingerprint exactly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use numaplane::allocation::{ANNOTATION, Allocation};
+use numaplane::fingerprint;
+use numaplane::nrt::{self, NodeResourceTopology};
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources, NumaNode,
+    PodResources, TopologyInfo,
+};
+use numaplane::quantity::Quantity;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::fake_device_kubelet::FakeDeviceKubelet;
+use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use crate::harness::{Agent, HarnessError, allocator_exporter_args};
+
+/// GPUs: whole devices, four per zone.
+pub const GPU: &str = "example.com/gpu";
+/// NICs: one per zone, shared by [`NIC_SLOTS`] containers (slots `nic<zone>-<slot>`).
+pub const NIC: &str = "example.com/nic";
+/// Containers per NIC.
+pub const NIC_SLOTS: usize = 4;
+/// GPUs per zone.
+pub const GPUS_PER_ZONE: usize = 4;
+/// Memory the kubelet's memory manager offers per zone.
+pub const ZONE_MEMORY: u64 = 32 << 30;
+/// Zones of the simulated machine (topology/tests/fixtures/2numa.xml).
+pub const ZONES: u32 = 2;
+const GIB: u64 = 1 << 30;
+/// The container name of every simulated pod.
+pub const CONTAINER: &str = "app";
+
+/// Logical CPUs of `zone` in 2numa.xml: 0-7,16-23 and 8-15,24-31.
+pub fn zone_cpus(zone: u32) -> Vec<i64> {
+    let base = i64::from(zone) * 8;
+    (base..base + 8).chain(base + 16..base + 24).collect()
+}
+
+/// Device IDs of `resource` in `zone`.
+pub fn zone_devices(resource: &str, zone: u32) -> Vec<String> {
+    match resource {
+        GPU => (0..GPUS_PER_ZONE)
+            .map(|i| format!("g{}", zone as usize * GPUS_PER_ZONE + i))
+            .collect(),
+        NIC => (0..NIC_SLOTS).map(|s| format!("nic{zone}-{s}")).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The pools file every simulated node's exporter runs with.
+pub fn pools_file() -> serde_json::Value {
+    let gpus: Vec<_> = (0..ZONES)
+        .flat_map(|z| {
+            zone_devices(GPU, z)
+                .into_iter()
+                .map(move |id| json!({"id": id, "numaNode": z}))
+        })
+        .collect();
+    let nics: Vec<_> = (0..ZONES)
+        .map(|z| json!({"id": format!("nic{z}"), "numaNode": z}))
+        .collect();
+    json!({"pools": [
+        {"resource": GPU, "devices": gpus},
+        {"resource": NIC, "capacity": NIC_SLOTS, "devices": nics},
+    ]})
+}
+
+/// `status.allocatable` of a simulated Node.
+pub fn node_allocatable() -> serde_json::Value {
+    let zones = ZONES as usize;
+    json!({
+        "cpu": (zone_cpus(0).len() * zones).to_string(),
+        "memory": format!("{}Gi", ZONE_MEMORY / GIB * u64::from(ZONES)),
+        "pods": "110",
+        GPU: (GPUS_PER_ZONE * zones).to_string(),
+        NIC: (NIC_SLOTS * zones).to_string(),
+    })
+}
+
+fn topo(zone: u32) -> Option<TopologyInfo> {
+    Some(TopologyInfo {
+        nodes: vec![NumaNode { id: i64::from(zone) }],
+    })
+}
+
+/// What GetAllocatableResources answers on every simulated node.
+pub fn allocatable() -> AllocatableResourcesResponse {
+    let mut devices = Vec::new();
+    for z in 0..ZONES {
+        for res in [GPU, NIC] {
+            devices.extend(zone_devices(res, z).into_iter().map(|id| ContainerDevices {
+                resource_name: res.into(),
+                device_ids: vec![id],
+                topology: topo(z),
+            }));
+        }
+    }
+    AllocatableResourcesResponse {
+        cpu_ids: (0..ZONES).flat_map(zone_cpus).collect(),
+        devices,
+        memory: (0..ZONES)
+            .map(|z| ContainerMemory {
+                memory_type: "memory".into(),
+                size: ZONE_MEMORY,
+                topology: topo(z),
+            })
+            .collect(),
+    }
+}
+
+/// One Guaranteed container's request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Exclusive CPUs.
+    pub cpus: usize,
+    /// Memory in GiB.
+    pub memory_gib: u64,
+    /// Devices per resource (zero counts left out).
+    pub devices: BTreeMap<String, usize>,
+}
+
+impl Shape {
+    /// The mix of pod `i`: 1–4 CPUs, 1–4 GiB, a GPU in half of the pods (two in one eighth),
+    /// a NIC slot in half; deterministic so runs are comparable.
+    pub fn of(i: usize) -> Shape {
+        // A fixed odd multiplier spreads consecutive indices over the mix.
+        let h = i.wrapping_mul(2_654_435_761) >> 7;
+        let cpus = [1, 2, 2, 4][h % 4];
+        let memory_gib = [1, 2, 1, 4][(h >> 2) % 4];
+        let gpus = [0, 0, 0, 0, 1, 1, 1, 2][(h >> 4) % 8];
+        let nics = (h >> 7) % 2;
+        let devices = [(GPU, gpus), (NIC, nics)]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (r.to_owned(), n))
+            .collect();
+        Shape {
+            cpus,
+            memory_gib,
+            devices,
+        }
+    }
+
+    /// The container's `resources` (requests = limits: Guaranteed, exclusive CPUs).
+    pub fn resources(&self) -> serde_json::Value {
+        let mut r = json!({"cpu": self.cpus.to_string(), "memory": format!("{}Gi", self.memory_gib)});
+        for (res, n) in &self.devices {
+            r[res] = json!(n.to_string());
+        }
+        json!({"requests": r, "limits": r})
+    }
+
+    /// What the kubelet reads from a pod's spec (the single container's limits).
+    pub fn from_pod(pod: &Pod) -> Result<Shape, Violation> {
+        let bad = |why: &str| Violation::BadPod {
+            pod: key_of(pod),
+            why: why.to_owned(),
+        };
+        let container = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .ok_or_else(|| bad("no container"))?;
+        let limits = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap_or_default();
+        let int = |name: &str| -> Result<u64, Violation> {
+            limits.get(name).map_or(Ok(0), |q| {
+                Quantity::parse(&q.0)
+                    .ok()
+                    .and_then(|q| q.as_i64_exact())
+                    .and_then(|v| u64::try_from(v).ok())
+                    .ok_or_else(|| bad(&format!("{name} {:?} is not a whole number", q.0)))
+            })
+        };
+        let mut devices = BTreeMap::new();
+        for res in [GPU, NIC] {
+            let n = usize::try_from(int(res)?).map_err(|_| bad("device count"))?;
+            if n > 0 {
+                devices.insert(res.to_owned(), n);
+            }
+        }
+        Ok(Shape {
+            cpus: usize::try_from(int("cpu")?).map_err(|_| bad("cpu count"))?,
+            memory_gib: int("memory")? / GIB,
+            devices,
+        })
+    }
+}
+
+/// `namespace/name` of a pod.
+pub fn key_of(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Something the kubelet would refuse, or must never see: each fails the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// The pod reached the kubelet without a usable record, or with a spec it cannot read.
+    BadPod {
+        /// `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The predicted zone lacks CPUs or memory: admission would oversubscribe it.
+    ZoneFull {
+        /// `namespace/name`.
+        pod: String,
+        /// The zone.
+        zone: u32,
+        /// What ran out, with the numbers.
+        what: String,
+    },
+    /// The device manager found too few devices (or the plugin failed).
+    Devices {
+        /// `namespace/name`.
+        pod: String,
+        /// The device manager's error.
+        error: String,
+    },
+    /// A device or slot handed out although another pod holds it.
+    DoubleAllocation {
+        /// `namespace/name`.
+        pod: String,
+        /// The device.
+        device: String,
+        /// Who holds it.
+        holder: String,
+    },
+    /// A device outside the predicted zone (single-numa-node would reject the pod).
+    Unaligned {
+        /// `namespace/name`.
+        pod: String,
+        /// The device.
+        device: String,
+    },
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::BadPod { pod, why } => write!(f, "{pod}: {why}"),
+            Violation::ZoneFull { pod, zone, what } => write!(f, "{pod}: zone {zone} oversubscribed: {what}"),
+            Violation::Devices { pod, error } => write!(f, "{pod}: device admission failed: {error}"),
+            Violation::DoubleAllocation { pod, device, holder } => {
+                write!(f, "{pod}: got {device}, which {holder} holds")
+            }
+            Violation::Unaligned { pod, device } => write!(f, "{pod}: got {device} outside its zone"),
+        }
+    }
+}
+
+/// What one admitted pod holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The zone.
+    pub zone: u32,
+    /// Exclusive CPU IDs.
+    pub cpus: Vec<i64>,
+    /// Memory bytes.
+    pub memory: u64,
+    /// Device IDs per resource.
+    pub devices: BTreeMap<String, Vec<String>>,
+}
+
+/// What an NRT must show per zone for one kubelet state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneView {
+    /// Free CPUs.
+    pub cpus: usize,
+    /// Free memory bytes.
+    pub memory: u64,
+    /// Free device IDs per resource.
+    pub free: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The kubelet's resource accounting of one node: pure and synchronous.
+#[derive(Clone, Debug, Default)]
+pub struct Ledger {
+    pods: BTreeMap<String, Held>,
+}
+
+impl Ledger {
+    /// Free CPUs of `zone`, ascending.
+    pub fn free_cpus(&self, zone: u32) -> Vec<i64> {
+        let used: BTreeSet<i64> = self.pods.values().flat_map(|h| h.cpus.iter().copied()).collect();
+        zone_cpus(zone)
+            .into_iter()
+            .filter(|c| !used.contains(c))
+            .collect()
+    }
+
+    /// Free memory of `zone`.
+    pub fn free_memory(&self, zone: u32) -> u64 {
+        let used: u64 = self
+            .pods
+            .values()
+            .filter(|h| h.zone == zone)
+            .map(|h| h.memory)
+            .fold(0, u64::saturating_add);
+        ZONE_MEMORY.saturating_sub(used)
+    }
+
+    /// Who holds `device` of `resource`.
+    pub fn holder(&self, resource: &str, device: &str) -> Option<&str> {
+        self.pods
+            .iter()
+            .find(|(_, h)| {
+                h.devices
+                    .get(resource)
+                    .is_some_and(|ids| ids.iter().any(|d| d == device))
+            })
+            .map(|(k, _)| k.as_str())
+    }
+
+    /// Whether `pod` holds something here.
+    pub fn holds(&self, pod: &str) -> bool {
+        self.pods.contains_key(pod)
+    }
+
+    /// Pods admitted.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// No pod admitted.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// CPU and memory fit of `shape` in `zone` (devices are the device manager's).
+    pub fn check_fit(&self, pod: &str, zone: u32, shape: &Shape) -> Result<(), Violation> {
+        let free = self.free_cpus(zone).len();
+        if shape.cpus > free {
+            return Err(Violation::ZoneFull {
+                pod: pod.to_owned(),
+                zone,
+                what: format!("{} CPUs wanted, {free} free", shape.cpus),
+            });
+        }
+        let memory = shape.memory_gib.saturating_mul(GIB);
+        let free = self.free_memory(zone);
+        if memory > free {
+            return Err(Violation::ZoneFull {
+                pod: pod.to_owned(),
+                zone,
+                what: format!("{memory} bytes of memory wanted, {free} free"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Admits `pod` in `zone` with the devices the device manager gave it: takes the lowest free
+    /// CPUs (as the static CPU manager packs) and the memory. Nothing changes on a violation.
+    pub fn commit(
+        &mut self,
+        pod: &str,
+        zone: u32,
+        shape: &Shape,
+        devices: BTreeMap<String, Vec<String>>,
+    ) -> Result<&Held, Violation> {
+        self.check_fit(pod, zone, shape)?;
+        for (res, ids) in &devices {
+            let local = zone_devices(res, zone);
+            for id in ids {
+                if let Some(holder) = self.holder(res, id) {
+                    return Err(Violation::DoubleAllocation {
+                        pod: pod.to_owned(),
+                        device: id.clone(),
+                        holder: holder.to_owned(),
+                    });
+                }
+                if !local.contains(id) {
+                    return Err(Violation::Unaligned {
+                        pod: pod.to_owned(),
+                        device: id.clone(),
+                    });
+                }
+            }
+        }
+        let cpus = self.free_cpus(zone).into_iter().take(shape.cpus).collect();
+        let held = Held {
+            zone,
+            cpus,
+            memory: shape.memory_gib.saturating_mul(GIB),
+            devices,
+        };
+        Ok(self.pods.entry(pod.to_owned()).or_insert(held))
+    }
+
+    /// The pod is gone: its resources are free.
+    pub fn release(&mut self, pod: &str) -> Option<Held> {
+        self.pods.remove(pod)
+    }
+
+    /// What pod-resources `List` reports.
+    pub fn pod_resources(&self) -> Vec<PodResources> {
+        self.pods
+            .iter()
+            .map(|(key, h)| {
+                let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                PodResources {
+                    name: name.to_owned(),
+                    namespace: ns.to_owned(),
+                    containers: vec![ContainerResources {
+                        name: CONTAINER.into(),
+                        cpu_ids: h.cpus.clone(),
+                        memory: vec![ContainerMemory {
+                            memory_type: "memory".into(),
+                            size: h.memory,
+                            topology: topo(h.zone),
+                        }],
+                        devices: h
+                            .devices
+                            .iter()
+                            .map(|(res, ids)| ContainerDevices {
+                                resource_name: res.clone(),
+                                device_ids: ids.clone(),
+                                topology: topo(h.zone),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    /// The pod-set fingerprint of this state (every pod holds exclusive CPUs, so both of the
+    /// exporter's methods give the same).
+    pub fn fingerprint(&self) -> String {
+        fingerprint::compute(self.pods.keys().filter_map(|k| k.split_once('/')))
+    }
+
+    /// What the NRT must show for this state, per zone.
+    pub fn view(&self) -> Vec<ZoneView> {
+        (0..ZONES)
+            .map(|z| ZoneView {
+                cpus: self.free_cpus(z).len(),
+                memory: self.free_memory(z),
+                free: [GPU, NIC]
+                    .into_iter()
+                    .map(|res| {
+                        let free = zone_devices(res, z)
+                            .into_iter()
+                            .filter(|id| self.holder(res, id).is_none())
+                            .collect();
+                        (res.to_owned(), free)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// The zones an NRT shows, in the shape of [`ZoneView`], or why they cannot be read.
+pub fn nrt_view(nrt: &NodeResourceTopology) -> Result<Vec<ZoneView>, String> {
+    (0..ZONES)
+        .map(|z| {
+            let name = nrt::zone_name(z);
+            let zone = nrt
+                .zones
+                .iter()
+                .find(|zone| zone.name == name)
+                .ok_or_else(|| format!("no zone {name}"))?;
+            let available = |res: &str| -> Result<i64, String> {
+                let row = zone
+                    .resources
+                    .iter()
+                    .flatten()
+                    .find(|r| r.name == res)
+                    .ok_or_else(|| format!("{name} has no {res} row"))?;
+                Quantity::parse(&row.available.0)
+                    .ok()
+                    .and_then(|q| q.as_i64_exact())
+                    .ok_or_else(|| format!("{name} {res} available {:?}", row.available.0))
+            };
+            let free = [GPU, NIC]
+                .into_iter()
+                .map(|res| {
+                    let attr = format!("{}{res}", nrt::attr::FREE_DEVICES_PREFIX);
+                    let ids = zone
+                        .attributes
+                        .iter()
+                        .flatten()
+                        .find(|a| a.name == attr)
+                        .map(|a| nrt::split_device_ids(&a.value))
+                        .unwrap_or_default();
+                    (res.to_owned(), ids.into_iter().collect())
+                })
+                .collect();
+            Ok(ZoneView {
+                cpus: usize::try_from(available("cpu")?).map_err(|e| e.to_string())?,
+                memory: u64::try_from(available("memory")?).map_err(|e| e.to_string())?,
+                free,
+            })
+        })
+        .collect()
+}
+
+/// What happened to a pod, as the simulation saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The kubelet admitted the pod; `mismatch` lists devices that differ from the record.
+    Admitted {
+        /// `namespace/name`.
+        pod: String,
+        /// The node.
+        node: String,
+        /// Resources whose kubelet-allocated IDs differ from the recorded IDs: (resource,
+        /// recorded, allocated).
+        mismatch: Vec<(String, Vec<String>, Vec<String>)>,
+        /// When.
+        at: Instant,
+    },
+    /// The kubelet refused or must never have seen the pod.
+    Violation(Violation),
+    /// The kubelet released the pod's resources.
+    Released {
+        /// `namespace/name`.
+        pod: String,
+    },
+    /// An NRT with these pods accounted for was written (each pod reported once).
+    Reflected {
+        /// `namespace/name`.
+        pod: String,
+        /// When the NRT was seen.
+        at: Instant,
+    },
+    /// An NRT that disagrees with the kubelet state of its fingerprint, or with a fingerprint
+    /// the kubelet never reported.
+    BadNrt {
+        /// The node.
+        node: String,
+        /// What differs.
+        what: String,
+    },
+}
+
+/// Kubelet states by fingerprint: the pods and the view the NRT must show.
+type States = BTreeMap<String, (BTreeSet<String>, Vec<ZoneView>)>;
+
+struct KubeletState {
+    ledger: Ledger,
+    states: States,
+}
+
+/// One simulated node: its fake kubelet and its exporter.
+pub struct SimNode {
+    /// The node name.
+    pub name: String,
+    dp: FakeDeviceKubelet,
+    podres: FakeKubelet,
+    state: Mutex<KubeletState>,
+    /// The exporter process hosting our device plugin.
+    pub exporter: Agent,
+    _dir: tempfile::TempDir,
+}
+
+impl SimNode {
+    /// Starts the node's fake kubelet and its exporter (`--pools`, single-numa-node,
+    /// `resync` period), and waits until both pools registered.
+    pub async fn start(name: &str, kubeconfig: &Path, resync: &str) -> Result<SimNode, HarnessError> {
+        let dir = tempfile::tempdir()?;
+        let plugins = dir.path().join("device-plugins");
+        std::fs::create_dir(&plugins)?;
+        let dp = FakeDeviceKubelet::start(&plugins).await?;
+        let socket = dir.path().join("podres.sock");
+        let podres =
+            FakeKubelet::start(&socket, allocatable(), vec![], FakeKubeletOptions::default()).await?;
+        let pools = dir.path().join("pools.yaml");
+        std::fs::write(&pools, pools_file().to_string())?;
+        let args = allocator_exporter_args(
+            name,
+            &socket,
+            kubeconfig,
+            &pools,
+            &plugins,
+            &["--resync-interval", resync],
+        );
+        let mut exporter = Agent::spawn_exporter("run", &args)?;
+        exporter.wait_serving(Duration::from_secs(120)).await?;
+        for res in [GPU, NIC] {
+            dp.wait_registered(res, 1, Duration::from_secs(60)).await?;
+        }
+        let ledger = Ledger::default();
+        let mut states = States::new();
+        states.insert(ledger.fingerprint(), (BTreeSet::new(), ledger.view()));
+        Ok(SimNode {
+            name: name.to_owned(),
+            dp,
+            podres,
+            state: Mutex::new(KubeletState { ledger, states }),
+            exporter,
+            _dir: dir,
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, KubeletState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Pods the kubelet holds resources for.
+    pub fn admitted(&self) -> usize {
+        self.state().ledger.len()
+    }
+
+    /// The kubelet's current state view (what a settled NRT must show).
+    pub fn view(&self) -> Vec<ZoneView> {
+        self.state().ledger.view()
+    }
+
+    /// Reports the ledger through pod-resources, remembering the state by its fingerprint
+    /// first so that an NRT written from it is always recognised.
+    fn report(st: &mut KubeletState, podres: &FakeKubelet) {
+        let pods: BTreeSet<String> = st.ledger.pods.keys().cloned().collect();
+        st.states
+            .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
+        podres.set_pods(st.ledger.pod_resources());
+    }
+
+    /// Admits a pod bound here, as the kubelet does: affinity from the record (the Topology
+    /// Manager's choice, predicted by the scheduler), CPUs and memory checked against the zone,
+    /// devices through the device-plugin protocol, then reported through pod-resources.
+    pub async fn admit(&self, pod: &Pod) -> Result<Progress, Violation> {
+        let key = key_of(pod);
+        let bad = |why: String| Violation::BadPod {
+            pod: key.clone(),
+            why,
+        };
+        let raw = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .ok_or_else(|| bad("bound without an allocation record".into()))?;
+        let record = Allocation::parse(raw).map_err(|e| bad(format!("record: {e}")))?;
+        if record.node != self.name {
+            return Err(bad(format!("record names node {}", record.node)));
+        }
+        let planned = record
+            .containers
+            .iter()
+            .find(|c| c.name == CONTAINER)
+            .ok_or_else(|| bad("record has no container app".into()))?;
+        let zone = match planned.numa_nodes.as_deref() {
+            Some([z]) => *z,
+            other => {
+                return Err(bad(format!(
+                    "single-numa-node needs one zone, record has {other:?}"
+                )));
+            }
+        };
+        let shape = Shape::from_pod(pod)?;
+        self.state().ledger.check_fit(&key, zone, &shape)?;
+        let hint = [i64::from(zone)];
+        let mut devices = BTreeMap::new();
+        for (res, n) in &shape.devices {
+            match self.dp.admit(&key, CONTAINER, res, *n, Some(&hint)).await {
+                Ok((ids, _)) => {
+                    devices.insert(res.clone(), ids);
+                }
+                Err(error) => {
+                    self.dp.remove_pod(&key);
+                    return Err(Violation::Devices { pod: key, error });
+                }
+            }
+        }
+        // Both ways: a planned resource the kubelet gave nothing of is a mismatch too.
+        let resources: BTreeSet<&String> = devices.keys().chain(planned.devices.keys()).collect();
+        let mismatch = resources
+            .into_iter()
+            .filter_map(|res| {
+                let want = planned.devices.get(res).cloned().unwrap_or_default();
+                let got = devices.get(res).cloned().unwrap_or_default();
+                let same = want.iter().collect::<BTreeSet<_>>() == got.iter().collect::<BTreeSet<_>>();
+                (!same).then(|| (res.clone(), want, got))
+            })
+            .collect();
+        let mut st = self.state();
+        if let Err(v) = st.ledger.commit(&key, zone, &shape, devices) {
+            drop(st);
+            self.dp.remove_pod(&key);
+            return Err(v);
+        }
+        Self::report(&mut st, &self.podres);
+        Ok(Progress::Admitted {
+            pod: key,
+            node: self.name.clone(),
+            mismatch,
+            at: Instant::now(),
+        })
+    }
+
+    /// Asks our plugin of `resource` the kubelet's `GetPreferredAllocation` question directly
+    /// (offered `available`, `size` wanted) without allocating.
+    pub async fn preferred(
+        &self,
+        resource: &str,
+        available: Vec<String>,
+        size: usize,
+    ) -> Result<Vec<String>, String> {
+        self.dp.preferred(resource, available, Vec::new(), size).await
+    }
+
+    /// The pod is gone: the device manager and the ledger free what it held.
+    pub fn release(&self, key: &str) -> bool {
+        self.dp.remove_pod(key);
+        let mut st = self.state();
+        let held = st.ledger.release(key).is_some();
+        if held {
+            Self::report(&mut st, &self.podres);
+        }
+        held
+    }
+
+    /// Checks an NRT of this node against the kubelet state with its fingerprint; returns the
+    /// pods it accounts for.
+    pub fn check_nrt(&self, nrt: &NodeResourceTopology) -> Result<BTreeSet<String>, String> {
+        let fp = nrt
+            .attributes
+            .iter()
+            .flatten()
+            .find(|a| a.name == nrt::attr::PODS_FINGERPRINT)
+            .map(|a| a.value.clone())
+            .ok_or("no pod-set fingerprint")?;
+        let st = self.state();
+        let (pods, want) = st
+            .states
+            .get(&fp)
+            .ok_or_else(|| format!("fingerprint {fp} of a pod set the kubelet never reported"))?;
+        let got = nrt_view(nrt)?;
+        if &got != want {
+            return Err(format!(
+                "NRT for {} pods shows {got:?}, the kubelet holds {want:?}",
+                pods.len()
+            ));
+        }
+        Ok(pods.clone())
+    }
+
+    /// Runs the kubelet: watches the pods bound to this node and admits new ones in batches
+    /// sorted by creation time (then name, as the plugin breaks ties), releases deleted ones,
+    /// and marks admitted pods Running. Ends when `progress` is closed.
+    pub async fn run_kubelet(
+        self: Arc<Self>,
+        client: kube::Client,
+        progress: mpsc::UnboundedSender<Progress>,
+    ) {
+        let api: Api<Pod> = Api::all(client.clone());
+        let cfg = watcher::Config::default().fields(&format!("spec.nodeName={}", self.name));
+        let mut stream = watcher(api, cfg).default_backoff().boxed();
+        let mut known: BTreeSet<String> = BTreeSet::new();
+        let mut relist: Option<BTreeSet<String>> = None;
+        loop {
+            let Some(first) = stream.next().await else { return };
+            // Everything already delivered forms one batch, as the kubelet's config source
+            // merges updates before HandlePodAdditions sorts them.
+            let mut batch = vec![first];
+            while let Some(Some(next)) = futures::FutureExt::now_or_never(stream.next()) {
+                batch.push(next);
+            }
+            let mut added: Vec<Pod> = Vec::new();
+            let mut gone: Vec<String> = Vec::new();
+            for event in batch {
+                match event {
+                    Ok(watcher::Event::Init) => relist = Some(BTreeSet::new()),
+                    Ok(watcher::Event::InitApply(pod)) | Ok(watcher::Event::Apply(pod)) => {
+                        let key = key_of(&pod);
+                        if let Some(seen) = relist.as_mut() {
+                            seen.insert(key.clone());
+                        }
+                        let terminal = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.phase.as_deref())
+                            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+                        if terminal || pod.metadata.deletion_timestamp.is_some() {
+                            gone.push(key);
+                        } else if known.insert(key) {
+                            added.push(pod);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(seen) = relist.take() {
+                            gone.extend(known.iter().filter(|k| !seen.contains(*k)).cloned());
+                        }
+                    }
+                    Ok(watcher::Event::Delete(pod)) => gone.push(key_of(&pod)),
+                    // Retried by the backoff; the relist that follows restores the picture.
+                    Err(_) => {}
+                }
+            }
+            for key in gone {
+                known.remove(&key);
+                if self.release(&key) && progress.send(Progress::Released { pod: key }).is_err() {
+                    return;
+                }
+            }
+            added.sort_by(|a, b| {
+                let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                t(a).cmp(&t(b)).then_with(|| key_of(a).cmp(&key_of(b)))
+            });
+            for pod in added {
+                let outcome = match self.admit(&pod).await {
+                    Ok(p) => {
+                        let api: Api<Pod> = Api::namespaced(
+                            client.clone(),
+                            pod.metadata.namespace.as_deref().unwrap_or_default(),
+                        );
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        tokio::spawn(async move {
+                            // The pod may already be gone; its status does not matter then.
+                            let _ = api
+                                .patch_status(
+                                    &name,
+                                    &PatchParams::default(),
+                                    &Patch::Merge(json!({"status": {"phase": "Running"}})),
+                                )
+                                .await;
+                        });
+                        p
+                    }
+                    Err(v) => Progress::Violation(v),
+                };
+                if progress.send(outcome).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Watches every NRT, checks each against its node's kubelet state, and reports the pods each
+/// accounts for (once per pod) and any disagreement. Ends when `progress` is closed.
+pub async fn watch_nrts(
+    client: kube::Client,
+    nodes: BTreeMap<String, Arc<SimNode>>,
+    progress: mpsc::UnboundedSender<Progress>,
+) {
+    let api: Api<NodeResourceTopology> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut reflected: BTreeSet<String> = BTreeSet::new();
+    while let Some(event) = stream.next().await {
+        let Ok(nrt) = event else { continue };
+        let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
+            continue;
+        };
+        let at = Instant::now();
+        let sent = match node.check_nrt(&nrt) {
+            Ok(pods) => pods
+                .into_iter()
+                .filter(|p| reflected.insert(p.clone()))
+                .all(|pod| progress.send(Progress::Reflected { pod, at }).is_ok()),
+            Err(what) => progress
+                .send(Progress::BadNrt {
+                    node: node.name.clone(),
+                    what,
+                })
+                .is_ok(),
+        };
+        if !sent {
+            return;
+        }
+    }
+}
+
+/// Figures of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Pods created.
+    pub created: usize,
+    /// Pods admitted by a kubelet.
+    pub admitted: usize,
+    /// Pods shown by an NRT.
+    pub reflected: usize,
+    /// Pods deleted while the run went on (their holdings reused).
+    pub deleted: usize,
+    /// Most pods created but not yet admitted at once.
+    pub max_pending: usize,
+    /// Containers whose kubelet-allocated devices differ from the record.
+    pub mismatches: Vec<String>,
+    /// Admission violations.
+    pub violations: Vec<String>,
+    /// NRTs that disagreed with the kubelet.
+    pub bad_nrts: Vec<String>,
+    /// From the first creation until the last pod was reflected.
+    pub wall: Duration,
+    /// Per pod, from its creation to its admission by the kubelet (scheduling, binding, the
+    /// kubelet's watch and the device-plugin calls).
+    pub to_admitted: Vec<Duration>,
+    /// Per pod, from its admission to the first NRT that shows it.
+    pub to_reflected: Vec<Duration>,
+}
+
+impl Report {
+    /// Pods per second from the first creation to the last reflection.
+    pub fn pods_per_second(&self) -> f64 {
+        let s = self.wall.as_secs_f64();
+        if s > 0.0 { self.reflected as f64 / s } else { 0.0 }
+    }
+
+    /// The `p` quantile (0–1) of `durations`, in milliseconds (0 when empty).
+    pub fn quantile_ms(durations: &[Duration], p: f64) -> f64 {
+        let mut sorted = durations.to_vec();
+        sorted.sort();
+        let last = sorted.len().saturating_sub(1);
+        let idx = ((last as f64) * p.clamp(0.0, 1.0)).round() as usize;
+        sorted.get(idx.min(last)).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    }
+}
+
+/// A deterministic pseudo-random choice among `n` (for which reflected pod to delete next).
+fn pick(seed: usize, n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (seed.wrapping_mul(0x9E37_79B9) >> 5) % n
+    }
+}
+
+/// Drives `pods` pods through the system: creates them as Pending pods of
+/// `schedulerName: numaplane-scheduler` in `ns` while fewer than `window` are alive, follows
+/// them through admission and reflection, and deletes a random reflected pod whenever more
+/// than half the window is reflected and alive, so devices, slots and CPUs are reused.
+/// Returns when every pod is reflected (or `deadline` passes: the report says how far it got).
+pub async fn drive(
+    client: kube::Client,
+    ns: &str,
+    pods: usize,
+    window: usize,
+    progress: &mut mpsc::UnboundedReceiver<Progress>,
+    deadline: Duration,
+) -> Result<Report, HarnessError> {
+    let api: Api<Pod> = Api::namespaced(client, ns);
+    let mut report = Report::default();
+    let start = Instant::now();
+    let mut alive: BTreeSet<String> = BTreeSet::new();
+    let mut admitted: BTreeSet<String> = BTreeSet::new();
+    // Reflected and not deleted yet, in reflection order.
+    let mut deletable: Vec<String> = Vec::new();
+    let mut created_at: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut admitted_at: BTreeMap<String, Instant> = BTreeMap::new();
+    while report.reflected < pods {
+        while report.created < pods && alive.len() < window {
+            let i = report.created;
+            let name = format!("p-{i:05}");
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+                "spec": {"schedulerName": "numaplane-scheduler", "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": CONTAINER, "image": "registry.k8s.io/pause:3.10",
+                        "resources": Shape::of(i).resources()}]}}))?;
+            api.create(&kube::api::PostParams::default(), &pod).await?;
+            alive.insert(format!("{ns}/{name}"));
+            created_at.insert(format!("{ns}/{name}"), Instant::now());
+            report.created += 1;
+        }
+        report.max_pending = report.max_pending.max(alive.len().saturating_sub(admitted.len()));
+        let left = deadline.saturating_sub(start.elapsed());
+        let Ok(Some(first)) = tokio::time::timeout(left, progress.recv()).await else {
+            break;
+        };
+        let mut events = vec![first];
+        while let Ok(next) = progress.try_recv() {
+            events.push(next);
+        }
+        for event in events {
+            match event {
+                Progress::Admitted {
+                    pod,
+                    node,
+                    mismatch,
+                    at,
+                } => {
+                    for (res, want, got) in mismatch {
+                        report.mismatches.push(format!(
+                            "{pod} on {node}: {res} recorded {want:?}, allocated {got:?}"
+                        ));
+                    }
+                    if let Some(t) = created_at.get(&pod) {
+                        report.to_admitted.push(at.saturating_duration_since(*t));
+                    }
+                    admitted_at.insert(pod.clone(), at);
+                    if admitted.insert(pod) {
+                        report.admitted += 1;
+                    }
+                }
+                Progress::Violation(v) => report.violations.push(v.to_string()),
+                Progress::Released { pod } => {
+                    admitted.remove(&pod);
+                }
+                Progress::Reflected { pod, at } => {
+                    if let Some(t) = admitted_at.get(&pod) {
+                        report.to_reflected.push(at.saturating_duration_since(*t));
+                    }
+                    report.reflected += 1;
+                    deletable.push(pod);
+                }
+                Progress::BadNrt { node, what } => report.bad_nrts.push(format!("{node}: {what}")),
+            }
+        }
+        if !report.violations.is_empty() || !report.bad_nrts.is_empty() {
+            break;
+        }
+        while deletable.len() > window / 2 {
+            let key = deletable.swap_remove(pick(report.deleted, deletable.len()));
+            let name = key.rsplit('/').next().unwrap_or_default();
+            api.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+                .await?;
+            alive.remove(&key);
+            report.deleted += 1;
+        }
+    }
+    report.wall = start.elapsed();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn shape(cpus: usize, gib: u64, devices: &[(&str, usize)]) -> Shape {
+        Shape {
+            cpus,
+            memory_gib: gib,
+            devices: devices.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
+        }
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_full_zone_refuses_and_a_released_pod_frees_its_cpus() {
+        let mut l = Ledger::default();
+        l.commit("ns/a", 0, &shape(16, 1, &[]), BTreeMap::new()).unwrap();
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[]), BTreeMap::new())
+            .unwrap_err();
+        assert!(matches!(err, Violation::ZoneFull { zone: 0, .. }), "{err}");
+        // The other zone is untouched.
+        let b = l.commit("ns/b", 1, &shape(2, 1, &[]), BTreeMap::new()).unwrap();
+        assert_eq!(b.cpus, [8, 9]);
+        assert!(l.release("ns/a").is_some());
+        assert_eq!(l.free_cpus(0), zone_cpus(0));
+    }
+
+    #[test]
+    fn memory_beyond_the_zone_is_refused() {
+        let mut l = Ledger::default();
+        l.commit("ns/a", 1, &shape(1, 30, &[]), BTreeMap::new()).unwrap();
+        let err = l
+            .commit("ns/b", 1, &shape(1, 4, &[]), BTreeMap::new())
+            .unwrap_err();
+        assert!(err.to_string().contains("memory"), "{err}");
+    }
+
+    #[test]
+    fn a_device_is_never_given_twice_nor_outside_the_zone() {
+        let mut l = Ledger::default();
+        let gpu = |v: &[&str]| BTreeMap::from([(GPU.to_owned(), ids(v))]);
+        l.commit("ns/a", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
+            .unwrap();
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Violation::DoubleAllocation {
+                pod: "ns/b".into(),
+                device: "g1".into(),
+                holder: "ns/a".into()
+            }
+        );
+        let err = l
+            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g5"]))
+            .unwrap_err();
+        assert!(matches!(err, Violation::Unaligned { .. }), "{err}");
+        // Refusals changed nothing.
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.free_cpus(0).len(), 15);
+    }
+
+    #[test]
+    fn the_view_and_fingerprint_follow_the_pods() {
+        let mut l = Ledger::default();
+        let empty = l.fingerprint();
+        assert_eq!(empty, fingerprint::EMPTY_SIGNATURE);
+        let nic = BTreeMap::from([(NIC.to_owned(), ids(&["nic1-2"]))]);
+        l.commit("ns/a", 1, &shape(4, 2, &[(NIC, 1)]), nic).unwrap();
+        let v = l.view();
+        assert_eq!(v[0].cpus, 16);
+        assert_eq!(v[1].cpus, 12);
+        assert_eq!(v[1].memory, ZONE_MEMORY - 2 * GIB);
+        assert!(!v[1].free[NIC].contains("nic1-2"));
+        assert_eq!(v[1].free[NIC].len(), NIC_SLOTS - 1);
+        assert_eq!(l.fingerprint(), fingerprint::compute([("ns", "a")]));
+        let reported = l.pod_resources();
+        assert_eq!(reported[0].containers[0].cpu_ids, [8, 9, 10, 11]);
+        l.release("ns/a");
+        assert_eq!(l.fingerprint(), empty);
+    }
+
+    #[test]
+    fn the_mix_has_every_shape_and_reads_back_from_a_pod() {
+        let shapes: Vec<Shape> = (0..64).map(Shape::of).collect();
+        assert!(shapes.iter().any(|s| s.devices.is_empty()));
+        assert!(shapes.iter().any(|s| s.devices.get(GPU) == Some(&2)));
+        assert!(shapes.iter().any(|s| s.devices.contains_key(NIC)));
+        assert!(shapes.iter().any(|s| s.cpus == 4));
+        for (i, s) in shapes.iter().enumerate() {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("p{i}"), "namespace": "ns"},
+                "spec": {"containers": [{"name": CONTAINER, "resources": s.resources()}]}}))
+            .unwrap();
+            assert_eq!(&Shape::from_pod(&pod).unwrap(), s);
+        }
+    }
+}
