@@ -7,8 +7,9 @@
 //! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000) of a mixed shape (1–4 exclusive CPUs,
 //! memory, GPUs, NIC slots) are created while fewer than a window are alive, and reflected pods
 //! are deleted at random so later pods reuse their CPUs, devices and slots. The main run keeps
-//! about half the capacity alive (no pod waits for capacity); the ignored near-full run and the
-//! step-by-step test show a known bug (see their `ignore` reasons).
+//! about half the capacity alive with the scheduler's default parallel bindings; the near-full
+//! run makes pods wait for capacity, so pods are bound out of creation order; the step-by-step
+//! test pins that case down (the plugin steers by binding order, as the kubelet admits).
 //!
 //! Against a real cluster (`NUMAPLANE_E2E_KUBECONFIG`): the real nodes' kubelets and the
 //! exporters installed there (deploy/) take the fake kubelets' place; the test runs its own
@@ -56,18 +57,14 @@ fn pods_wanted(default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// `numaplane-scheduler run` arguments: unelected, with bindings one at a time unless
-/// `NUMAPLANE_E2E_SYSTEM_BIND_CONCURRENCY` says otherwise.
-///
-/// One at a time, so a node's kubelet sees its pods bound in creation order, the order in which
-/// the plugin expects admissions. With concurrent bindings (the scheduler's default 16), two
-/// same-size pods planned in one zone of one node can be bound out of creation order; the
-/// kubelet then admits the newer first, the plugin hands it the older pod's plan, and the two
-/// swap devices (a mismatch, though both stay in the zone).
+/// `numaplane-scheduler run` arguments: unelected, with the scheduler's default parallel
+/// bindings unless `NUMAPLANE_E2E_SYSTEM_BIND_CONCURRENCY` says otherwise. Parallel bindings
+/// land out of creation order, which the plugin must follow (it steers by binding order).
 fn scheduler_args(kubeconfig: &std::path::Path) -> Vec<String> {
-    let bind_concurrency = std::env::var(BIND_CONCURRENCY_ENV).unwrap_or_else(|_| "1".to_owned());
     let mut args = scheduler_run_args(kubeconfig);
-    args.extend(["--bind-concurrency".to_owned(), bind_concurrency]);
+    if let Ok(bind_concurrency) = std::env::var(BIND_CONCURRENCY_ENV) {
+        args.extend(["--bind-concurrency".to_owned(), bind_concurrency]);
+    }
     args
 }
 
@@ -97,30 +94,26 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
         real_cluster(&api).await;
         return;
     }
-    simulated(&api, WINDOW).await;
+    simulated(&api, WINDOW, 1000).await;
 }
 
 /// The same flow with the nodes kept near full, so that pods wait for capacity and a pod can be
 /// bound after a newer one planned in the same zone of the same node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the plugin steers to the oldest bound candidate by creation time, but the kubelet \
-            admits in binding order; a pod bound after a newer one (it waited for capacity, or \
-            bindings ran concurrently) has its plan handed to the newer pod: swapped devices"]
 async fn pods_waiting_for_capacity_get_their_recorded_devices() {
     let api = ApiTarget::start().await.unwrap();
     if api.is_real() {
         real_cluster(&api).await;
         return;
     }
-    simulated(&api, FULL_WINDOW).await;
+    // Fewer pods than the main run: every one of them waits for capacity, which is the point.
+    simulated(&api, FULL_WINDOW, 400).await;
 }
 
 /// The root of the swap above, one step at a time: pods `a` (older) and `b` (newer), one GPU
 /// each, planned in zone 0 (`a` g0, `b` g1) of one node. Their Bindings land `b` first, so the
 /// kubelet admits `b` first, while the plugin already knows both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the plugin answers the kubelet's question for b with a's plan (the oldest \
-            candidate), though the kubelet admits in binding order: b gets g0, a gets g1"]
 async fn a_pod_bound_before_an_older_one_gets_its_recorded_devices() {
     let api = ApiTarget::start().await.unwrap();
     let client = api.client();
@@ -185,10 +178,11 @@ async fn a_pod_bound_before_an_older_one_gets_its_recorded_devices() {
         .await;
 }
 
-/// The simulated run (module comment) with `window` pods alive at once.
-async fn simulated(api: &ApiTarget, window: usize) {
+/// The simulated run (module comment) with `window` pods alive at once and `default_pods` pods
+/// in all (unless `NUMAPLANE_E2E_SYSTEM_PODS` says otherwise).
+async fn simulated(api: &ApiTarget, window: usize, default_pods: usize) {
     let setup = std::time::Instant::now();
-    let pods = pods_wanted(1000);
+    let pods = pods_wanted(default_pods);
     let client = api.client();
     let ns = unique_name("np-system");
     api.create_namespace(&ns).await.unwrap();

@@ -100,7 +100,7 @@ impl PluginState {
                 .filter(|(k, _)| !holding.contains(*k))
                 .map(|(k, r)| Candidate {
                     key: k.clone(),
-                    created_ms: r.created_ms,
+                    arrival: r.arrival,
                     plans: r
                         .record
                         .containers

@@ -18,6 +18,10 @@ pub struct Recorded {
     pub uid: String,
     /// Creation time, ms since the epoch.
     pub created_ms: i64,
+    /// When this view first saw the pod bound with its record (1, 2, …): the kubelet admits
+    /// pods in the order its own watch delivers them bound, which is this order, not creation
+    /// order (a pod that waited for capacity is bound after newer ones).
+    pub arrival: u64,
     /// The record.
     pub record: Allocation,
 }
@@ -31,6 +35,8 @@ pub struct RecordView {
     pub rejected: BTreeMap<String, String>,
     /// The first list completed.
     pub synced: bool,
+    /// The last arrival number given out.
+    last_arrival: u64,
 }
 
 /// Shared handle, with a wake-up for waiters (a lagging watch is waited for, briefly).
@@ -119,6 +125,7 @@ pub fn record_of(
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_millisecond()),
+        arrival: 0,
         record,
     }))
 }
@@ -160,8 +167,15 @@ impl SharedRecords {
         let k = key(pod);
         let outcome = record_of(pod, node, &self.known);
         self.write(|v| match outcome {
-            Ok(Some(r)) => {
+            Ok(Some(mut r)) => {
                 v.rejected.remove(&k);
+                r.arrival = match v.pods.get(&k) {
+                    Some(known) => known.arrival,
+                    None => {
+                        v.last_arrival += 1;
+                        v.last_arrival
+                    }
+                };
                 v.pods.insert(k, r);
                 None
             }
@@ -196,11 +210,20 @@ impl SharedRecords {
             ..RecordView::default()
         };
         let mut ignored = Vec::new();
-        let before = self.read(|v| v.rejected.clone());
+        let (before, arrivals, mut last_arrival) = self.read(|v| {
+            let arrivals: BTreeMap<String, u64> =
+                v.pods.iter().map(|(k, r)| (k.clone(), r.arrival)).collect();
+            (v.rejected.clone(), arrivals, v.last_arrival)
+        });
+        let mut new_arrivals = Vec::new();
         for p in pods {
             let k = key(p);
             match record_of(p, node, &self.known) {
-                Ok(Some(r)) => {
+                Ok(Some(mut r)) => {
+                    match arrivals.get(&k) {
+                        Some(&a) => r.arrival = a,
+                        None => new_arrivals.push((r.created_ms, k.clone())),
+                    }
                     fresh.pods.insert(k, r);
                 }
                 Ok(None) => {}
@@ -213,6 +236,15 @@ impl SharedRecords {
                 }
             }
         }
+        // A list says nothing about binding order: pods first seen in it arrive oldest first.
+        new_arrivals.sort();
+        for (_, k) in new_arrivals {
+            if let Some(r) = fresh.pods.get_mut(&k) {
+                last_arrival += 1;
+                r.arrival = last_arrival;
+            }
+        }
+        fresh.last_arrival = last_arrival;
         self.write(|v| *v = fresh);
         ignored
     }
@@ -281,5 +313,36 @@ mod tests {
         );
         assert!(ignored.is_empty(), "b was reported already");
         assert!(s.read(|v| v.synced && v.pods.contains_key("ns/a")));
+    }
+
+    fn created(name: &str, at: &str) -> Pod {
+        let mut p = pod(name, Some(&record("n1")), "Pending");
+        p.metadata.creation_timestamp = Some(serde_json::from_value(json!(at)).unwrap());
+        p
+    }
+
+    #[test]
+    fn pods_arrive_in_the_order_they_are_seen_bound_not_created() {
+        let s = SharedRecords::default();
+        // The older pod waited for capacity and was bound after the newer one.
+        s.apply(&created("newer", "2026-11-25T10:00:05Z"), "n1");
+        s.apply(&created("older", "2026-11-25T10:00:00Z"), "n1");
+        // An update keeps the arrival.
+        s.apply(&created("newer", "2026-11-25T10:00:05Z"), "n1");
+        let arrival = |k: &str| s.read(|v| v.pods[k].arrival);
+        assert!(arrival("ns/newer") < arrival("ns/older"));
+        // A relist keeps known arrivals; pods first seen in it arrive oldest first, after them.
+        s.reset(
+            &[
+                created("older", "2026-11-25T10:00:00Z"),
+                created("newer", "2026-11-25T10:00:05Z"),
+                created("late-b", "2026-11-25T10:00:09Z"),
+                created("late-a", "2026-11-25T10:00:08Z"),
+            ],
+            "n1",
+        );
+        assert!(arrival("ns/newer") < arrival("ns/older"));
+        assert!(arrival("ns/older") < arrival("ns/late-a"));
+        assert!(arrival("ns/late-a") < arrival("ns/late-b"));
     }
 }

@@ -4,8 +4,10 @@
 //! The kubelet's request names no pod. Candidates are pods bound to this node whose record
 //! plans devices of the resource and that hold none of it yet (`kubelet-topology-manager.md`
 //! §6.4). A plan is honoured when it has exactly the requested size and lies inside what the
-//! kubelet offers (`available` plus `must_include`); the oldest candidate wins, because the
-//! kubelet admits new pods in creation-time order. The kubelet has already narrowed
+//! kubelet offers (`available` plus `must_include`); the candidate bound first wins, because
+//! the kubelet admits pods in the order its watch delivers them bound (not in creation order:
+//! a pod that waited for capacity, or one of several bound in parallel, is bound after newer
+//! ones). The kubelet has already narrowed
 //! `available` to its NUMA-aligned set, so a wrong pick among equal plans can only swap
 //! devices between pods planned in the same zone.
 
@@ -16,8 +18,9 @@ use std::collections::BTreeSet;
 pub struct Candidate {
     /// `namespace/name`.
     pub key: String,
-    /// Creation time (ms since the epoch); older pods are admitted first.
-    pub created_ms: i64,
+    /// When the pod watch saw it bound (see `Recorded::arrival`); earlier pods are admitted
+    /// first.
+    pub arrival: u64,
     /// Planned IDs of the resource, per container that plans any, in record order.
     pub plans: Vec<Vec<String>>,
 }
@@ -51,7 +54,7 @@ pub struct Choice {
     pub devices: Vec<String>,
 }
 
-/// The oldest candidate's first plan that the request can honour.
+/// The first-bound candidate's first plan that the request can honour.
 pub fn choose(candidates: &[Candidate], req: &Request) -> Result<Choice, Miss> {
     if candidates.iter().all(|c| c.plans.is_empty()) {
         return Err(Miss::NoCandidate);
@@ -63,7 +66,7 @@ pub fn choose(candidates: &[Candidate], req: &Request) -> Result<Choice, Miss> {
         .map(String::as_str)
         .collect();
     let mut order: Vec<&Candidate> = candidates.iter().collect();
-    order.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.key.cmp(&b.key)));
+    order.sort_by(|a, b| a.arrival.cmp(&b.arrival).then_with(|| a.key.cmp(&b.key)));
     for c in order {
         for plan in &c.plans {
             let fits = plan.len() == req.size
@@ -89,10 +92,10 @@ mod tests {
         s.iter().map(|x| (*x).to_owned()).collect()
     }
 
-    fn cand(key: &str, created_ms: i64, plans: &[&[&str]]) -> Candidate {
+    fn cand(key: &str, arrival: u64, plans: &[&[&str]]) -> Candidate {
         Candidate {
             key: key.to_owned(),
-            created_ms,
+            arrival,
             plans: plans.iter().map(|p| ids(p)).collect(),
         }
     }
@@ -106,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn oldest_honourable_plan_wins() {
+    fn first_bound_honourable_plan_wins() {
         let c = [cand("ns/b", 20, &[&["g1"]]), cand("ns/a", 10, &[&["g0"]])];
         let got = choose(&c, &req(&["g0", "g1", "g2"], &[], 1)).unwrap();
         assert_eq!((got.key.as_str(), got.devices), ("ns/a", ids(&["g0"])));
