@@ -167,6 +167,13 @@ impl RecordedRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The bearer token of the `Authorization` header: the client's identity (see
+    /// [`FakeApiServer::write_kubeconfig_as`]).
+    pub fn bearer_token(&self) -> Option<&str> {
+        self.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+    }
+
     /// Whether this was a watch request.
     pub fn is_watch(&self) -> bool {
         self.path.contains("/watch/") || matches!(self.query_param("watch").as_deref(), Some("true" | "1"))
@@ -371,6 +378,21 @@ impl FakeApiServer {
              preferences: {{}}\n",
             url = self.url()
         )
+    }
+
+    /// A kubeconfig like [`Self::kubeconfig_yaml`] whose token is `token`: each process given
+    /// its own identity this way can be told apart in [`Self::requests`]
+    /// ([`RecordedRequest::bearer_token`]).
+    pub fn kubeconfig_yaml_as(&self, token: &str) -> String {
+        self.kubeconfig_yaml()
+            .replace(&format!("token: {FAKE_TOKEN}\n"), &format!("token: {token}\n"))
+    }
+
+    /// Writes `dir/kubeconfig-<token>` (see [`Self::kubeconfig_yaml_as`]) and returns its path.
+    pub fn write_kubeconfig_as(&self, dir: &Path, token: &str) -> std::io::Result<PathBuf> {
+        let path = dir.join(format!("kubeconfig-{token}"));
+        std::fs::write(&path, self.kubeconfig_yaml_as(token))?;
+        Ok(path)
     }
 
     /// Writes `dir/kubeconfig` (see [`Self::kubeconfig_yaml`]) and returns its path.

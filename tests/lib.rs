@@ -8,3 +8,5 @@ pub mod fake_api;
 pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod harness;
+pub mod kustomize;
+pub mod rbac;

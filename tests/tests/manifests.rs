@@ -410,7 +410,7 @@ fn daemonset_runs_everywhere_locked_down() {
     assert!(!pod.host_network.unwrap_or(false) && !pod.host_pid.unwrap_or(false));
 
     let sa: ServiceAccount = object("ServiceAccount");
-    let ns: Namespace = object("Namespace");
+    let ns: Namespace = serde_json::from_value(documents("namespace.yaml")[0].clone()).unwrap();
     assert_eq!(pod.service_account_name, sa.metadata.name);
     assert_eq!(sa.metadata.namespace, ns.metadata.name);
     assert_eq!(ds.metadata.namespace, ns.metadata.name);
