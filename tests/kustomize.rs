@@ -124,7 +124,10 @@ fn build(dir: &Path, kind: &str, objects: &mut Vec<Value>) -> Result<(), RenderE
             build(&path, "Kustomization", objects)?;
         } else {
             for d in read_documents(&path)? {
-                if !(d["apiVersion"].is_string() && d["kind"].is_string() && d["metadata"]["name"].is_string()) {
+                if !(d["apiVersion"].is_string()
+                    && d["kind"].is_string()
+                    && d["metadata"]["name"].is_string())
+                {
                     return err(format!("{}: not a Kubernetes object: {d}", path.display()));
                 }
                 objects.push(d);
@@ -142,7 +145,10 @@ fn build(dir: &Path, kind: &str, objects: &mut Vec<Value>) -> Result<(), RenderE
 
 fn apply_patch(dir: &Path, patch: &Value, objects: &mut [Value]) -> Result<(), RenderError> {
     let Some(file) = patch["path"].as_str() else {
-        return err(format!("{}: only patches with a path are supported: {patch}", dir.display()));
+        return err(format!(
+            "{}: only patches with a path are supported: {patch}",
+            dir.display()
+        ));
     };
     let target = &patch["target"];
     if !target.is_object() {
@@ -209,7 +215,8 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
         let i = if last == "-" && allow_end {
             a.len()
         } else {
-            last.parse::<usize>().map_err(|_| format!("{pointer}: bad index {last:?}"))?
+            last.parse::<usize>()
+                .map_err(|_| format!("{pointer}: bad index {last:?}"))?
         };
         if i > a.len() || (!allow_end && i == a.len()) {
             return Err(format!("{pointer}: index {i} out of range"));
@@ -232,7 +239,8 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
             a[i] = op["value"].clone();
         }
         ("remove", Value::Object(m)) => {
-            m.remove(&last).ok_or_else(|| format!("{pointer}: nothing to remove"))?;
+            m.remove(&last)
+                .ok_or_else(|| format!("{pointer}: nothing to remove"))?;
         }
         ("remove", Value::Array(a)) => {
             let i = index(a, false)?;

@@ -183,9 +183,11 @@ pub fn rules_for(objects: &[Value], namespace: &str, name: &str) -> Result<Vec<R
         .filter(|o| o["apiVersion"] == "rbac.authorization.k8s.io/v1")
         .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
     {
-        let bound = b["subjects"].as_array().into_iter().flatten().any(|s| {
-            s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace
-        });
+        let bound = b["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace);
         if !bound {
             continue;
         }
@@ -193,7 +195,10 @@ pub fn rules_for(objects: &[Value], namespace: &str, name: &str) -> Result<Vec<R
         let role_kind = b["roleRef"]["kind"].as_str().unwrap_or_default();
         let role_name = b["roleRef"]["name"].as_str().unwrap_or_default();
         let scope = if b["kind"] == "RoleBinding" {
-            Some(binding_ns.ok_or_else(|| format!("RoleBinding {} has no namespace", b["metadata"]["name"]))?)
+            Some(
+                binding_ns
+                    .ok_or_else(|| format!("RoleBinding {} has no namespace", b["metadata"]["name"]))?,
+            )
         } else {
             None
         };

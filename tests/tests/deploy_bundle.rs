@@ -65,7 +65,8 @@ const COMPONENTS: [&str; 3] = ["allocator", "extender", "servicemonitor"];
 /// The base with `components`.
 fn render(components: &[&str]) -> Vec<Value> {
     let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
-    kustomize::render_with(&deploy(), &dirs).unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+    kustomize::render_with(&deploy(), &dirs)
+        .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
 }
 
 fn full() -> &'static [Value] {
@@ -81,7 +82,8 @@ fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
 }
 
 fn typed<T: serde::de::DeserializeOwned>(o: &Value) -> T {
-    serde_json::from_value(o.clone()).unwrap_or_else(|e| panic!("{} {}: {e}", o["kind"], o["metadata"]["name"]))
+    serde_json::from_value(o.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", o["kind"], o["metadata"]["name"]))
 }
 
 /// (kind, name) → the pod template of every workload.
@@ -122,7 +124,8 @@ struct Flag {
 
 /// The options of `binary subcommand`, by long name, from its `--help` (global ones included).
 fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
-    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), BTreeMap<String, Flag>>>> = OnceLock::new();
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), BTreeMap<String, Flag>>>> =
+        OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (binary.to_owned(), subcommand.to_owned());
     if let Some(f) = cache.lock().unwrap().get(&key) {
@@ -164,7 +167,10 @@ fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
             }
         }
     }
-    assert!(flags.contains_key("--help"), "cannot parse {binary} {subcommand} --help:\n{help}");
+    assert!(
+        flags.contains_key("--help"),
+        "cannot parse {binary} {subcommand} --help:\n{help}"
+    );
     cache.lock().unwrap().insert(key, flags.clone());
     flags
 }
@@ -291,7 +297,10 @@ fn base_and_every_component_render_and_every_object_is_complete() {
             }
             if o["kind"] != "CustomResourceDefinition" {
                 // The CRD is generated as upstream ships it.
-                assert_eq!(o["metadata"]["labels"]["app.kubernetes.io/part-of"], "numaplane", "{what}");
+                assert_eq!(
+                    o["metadata"]["labels"]["app.kubernetes.io/part-of"], "numaplane",
+                    "{what}"
+                );
             }
             // Typed parsing enforces the fields the API requires (containers' names, ports…).
             match o["kind"].as_str().unwrap() {
@@ -327,7 +336,10 @@ fn check_workloads(objects: &[Value]) {
         let what = format!("{kind} {name}");
         let o = find(objects, &kind, &name);
         assert!(
-            labels_match(&o["spec"]["selector"]["matchLabels"], &template["metadata"]["labels"]),
+            labels_match(
+                &o["spec"]["selector"]["matchLabels"],
+                &template["metadata"]["labels"]
+            ),
             "{what}: selector"
         );
         let spec = pod_spec(&template);
@@ -337,7 +349,14 @@ fn check_workloads(objects: &[Value]) {
             !rbac::rules_for(objects, NAMESPACE, &sa).unwrap().is_empty(),
             "{what}: ServiceAccount {sa} has no rules"
         );
-        assert_eq!(spec.security_context.as_ref().and_then(|s| s.seccomp_profile.as_ref()).map(|p| p.type_.as_str()), Some("RuntimeDefault"), "{what}");
+        assert_eq!(
+            spec.security_context
+                .as_ref()
+                .and_then(|s| s.seccomp_profile.as_ref())
+                .map(|p| p.type_.as_str()),
+            Some("RuntimeDefault"),
+            "{what}"
+        );
         for c in &spec.containers {
             let what = format!("{what} container {}", c.name);
             assert_eq!(
@@ -353,7 +372,8 @@ fn check_workloads(objects: &[Value]) {
                     .and_then(|p| p.http_get.as_ref())
                     .unwrap_or_else(|| panic!("{what}: no {path} probe"));
                 assert_eq!(get.path.as_deref(), Some(path), "{what}");
-                let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(port) = &get.port else {
+                let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(port) = &get.port
+                else {
                     panic!("{what}: probe on a port number; name it")
                 };
                 assert!(
@@ -361,15 +381,30 @@ fn check_workloads(objects: &[Value]) {
                     "{what}: probe port {port}"
                 );
             }
-            let res = c.resources.as_ref().unwrap_or_else(|| panic!("{what}: resources"));
+            let res = c
+                .resources
+                .as_ref()
+                .unwrap_or_else(|| panic!("{what}: resources"));
             let requests = res.requests.clone().unwrap_or_default();
-            assert!(requests.contains_key("cpu") && requests.contains_key("memory"), "{what}: requests");
-            assert!(res.limits.clone().unwrap_or_default().contains_key("memory"), "{what}: memory limit");
-            let sc = c.security_context.as_ref().unwrap_or_else(|| panic!("{what}: securityContext"));
+            assert!(
+                requests.contains_key("cpu") && requests.contains_key("memory"),
+                "{what}: requests"
+            );
+            assert!(
+                res.limits.clone().unwrap_or_default().contains_key("memory"),
+                "{what}: memory limit"
+            );
+            let sc = c
+                .security_context
+                .as_ref()
+                .unwrap_or_else(|| panic!("{what}: securityContext"));
             assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}");
             assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}");
             assert_eq!(
-                sc.capabilities.as_ref().and_then(|c| c.drop.clone()).unwrap_or_default(),
+                sc.capabilities
+                    .as_ref()
+                    .and_then(|c| c.drop.clone())
+                    .unwrap_or_default(),
                 ["ALL"],
                 "{what}"
             );
@@ -400,10 +435,17 @@ fn check_services(objects: &[Value]) {
             .iter()
             .filter(|(_, _, t)| labels_match(&selector, &t["metadata"]["labels"]))
             .collect();
-        assert_eq!(selected.len(), 1, "Service {} selects {selected:?}", s["metadata"]["name"]);
+        assert_eq!(
+            selected.len(),
+            1,
+            "Service {} selects {selected:?}",
+            s["metadata"]["name"]
+        );
         let pod = pod_spec(&selected[0].2);
         for p in spec.ports.unwrap() {
-            let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(target) = p.target_port.unwrap() else {
+            let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(target) =
+                p.target_port.unwrap()
+            else {
                 panic!("Service {}: name the target port", s["metadata"]["name"])
             };
             let port = pod
@@ -412,7 +454,11 @@ fn check_services(objects: &[Value]) {
                 .flat_map(|c| c.ports.iter().flatten())
                 .find(|cp| cp.name.as_deref() == Some(target.as_str()))
                 .unwrap_or_else(|| panic!("Service {}: no container port {target}", s["metadata"]["name"]));
-            assert_eq!(p.port, port.container_port, "Service {}: same port number", s["metadata"]["name"]);
+            assert_eq!(
+                p.port, port.container_port,
+                "Service {}: same port number",
+                s["metadata"]["name"]
+            );
             assert_eq!(p.name.as_deref(), Some("metrics"));
         }
     }
@@ -423,7 +469,11 @@ fn check_services(objects: &[Value]) {
                 .iter()
                 .filter(|m| labels_match(&m["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
                 .count();
-            assert_eq!(by, 1, "Service {} is scraped by {by} ServiceMonitors", s["metadata"]["name"]);
+            assert_eq!(
+                by, 1,
+                "Service {} is scraped by {by} ServiceMonitors",
+                s["metadata"]["name"]
+            );
         }
         for m in monitors {
             for e in m["spec"]["endpoints"].as_array().unwrap() {
@@ -435,7 +485,11 @@ fn check_services(objects: &[Value]) {
                     .filter(|s| labels_match(&m["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
                 {
                     assert!(
-                        s["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == port),
+                        s["spec"]["ports"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|p| p["name"] == port),
                         "ServiceMonitor {} port {port} on Service {}",
                         m["metadata"]["name"],
                         s["metadata"]["name"]
@@ -453,7 +507,11 @@ fn check_services(objects: &[Value]) {
         let d = find(objects, &selected[0].0, &selected[0].1);
         let replicas = d["spec"]["replicas"].as_i64().unwrap();
         let min = p["spec"]["minAvailable"].as_i64().unwrap();
-        assert!(0 < min && min < replicas, "PDB {}: a drain must be possible", p["metadata"]["name"]);
+        assert!(
+            0 < min && min < replicas,
+            "PDB {}: a drain must be possible",
+            p["metadata"]["name"]
+        );
     }
 }
 
@@ -475,13 +533,26 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
                 e.name,
                 envs.keys().collect::<Vec<_>>()
             );
-            assert!(e.value.is_some() != e.value_from.is_some(), "{what}: env {}", e.name);
+            assert!(
+                e.value.is_some() != e.value_from.is_some(),
+                "{what}: env {}",
+                e.name
+            );
         }
         for a in args.iter().skip(1).filter(|a| a.starts_with("--")) {
             let name = a.split('=').next().unwrap();
-            assert!(flags.contains_key(name), "{what}: {a} is not a flag of `{binary} {sub}`");
+            assert!(
+                flags.contains_key(name),
+                "{what}: {a} is not a flag of `{binary} {sub}`"
+            );
         }
-        for off in ["--kubeconfig", "--topology-xml", "--once", "--dry-run", "--leader-elect"] {
+        for off in [
+            "--kubeconfig",
+            "--topology-xml",
+            "--once",
+            "--dry-run",
+            "--leader-elect",
+        ] {
             if let Some(f) = flags.get(off) {
                 assert!(!args.iter().any(|a| a.starts_with(off)), "{what}: {off}");
                 if let Some(env) = &f.env {
@@ -522,8 +593,12 @@ fn scheduler_config_and_leases_agree_with_the_roles() {
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
             .unwrap_or_else(|| panic!("{name}: anti-affinity"));
         assert_eq!(anti[0].topology_key, "kubernetes.io/hostname");
-        let own = serde_json::to_value(anti[0].label_selector.as_ref().unwrap().match_labels.clone()).unwrap();
-        assert!(labels_match(&own, &serde_json::to_value(spec.template.metadata.unwrap().labels).unwrap()));
+        let own =
+            serde_json::to_value(anti[0].label_selector.as_ref().unwrap().match_labels.clone()).unwrap();
+        assert!(labels_match(
+            &own,
+            &serde_json::to_value(spec.template.metadata.unwrap().labels).unwrap()
+        ));
         let c = &pod.containers[0];
         assert_eq!(binary_of(c), "numaplane-scheduler");
         // The configuration file parses and resolves as the binary does.
@@ -532,18 +607,29 @@ fn scheduler_config_and_leases_agree_with_the_roles() {
         let file: numaplane_scheduler::live::config::FileConfig =
             serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {path}: {e}"));
         let lease_in_file = file.leader_election.resource_name.clone();
-        let cfg = serve_args(c).merge(file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let cfg = serve_args(c)
+            .merge(file)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(cfg.scheduler_names, ["numaplane-scheduler"]);
-        let le = cfg.leader_election.unwrap_or_else(|| panic!("{name}: leader election off"));
+        let le = cfg
+            .leader_election
+            .unwrap_or_else(|| panic!("{name}: leader election off"));
         let lease = effective(c, "--leader-elect-resource-name")
             .or(lease_in_file)
             .unwrap_or_else(|| "numaplane-scheduler".into());
         assert_eq!(le.name, lease);
         assert_eq!(lease, name, "{name}: each its own Lease");
-        assert_eq!(env_field(c, "NUMAPLANE_LEADER_ELECT_RESOURCE_NAMESPACE").as_deref(), Some("metadata.namespace"));
-        assert_eq!(env_field(c, "NUMAPLANE_LEADER_ELECT_IDENTITY").as_deref(), Some("metadata.name"));
+        assert_eq!(
+            env_field(c, "NUMAPLANE_LEADER_ELECT_RESOURCE_NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        assert_eq!(
+            env_field(c, "NUMAPLANE_LEADER_ELECT_IDENTITY").as_deref(),
+            Some("metadata.name")
+        );
         // The Role allows that Lease in the pod's namespace, and no other by name.
-        let rules = rbac::rules_for(objects, NAMESPACE, pod.service_account_name.as_deref().unwrap()).unwrap();
+        let rules =
+            rbac::rules_for(objects, NAMESPACE, pod.service_account_name.as_deref().unwrap()).unwrap();
         let at = |verb: &str, lease: Option<&str>| rbac::Attributes {
             group: "coordination.k8s.io".into(),
             resource: "leases".into(),
@@ -553,7 +639,10 @@ fn scheduler_config_and_leases_agree_with_the_roles() {
         };
         assert!(rbac::allowed(&rules, &at("create", None)), "{name}");
         assert!(rbac::allowed(&rules, &at("patch", Some(&lease))), "{name}");
-        assert!(!rbac::allowed(&rules, &at("patch", Some("kube-scheduler"))), "{name}");
+        assert!(
+            !rbac::allowed(&rules, &at("patch", Some("kube-scheduler"))),
+            "{name}"
+        );
         let mut elsewhere = at("create", None);
         elsewhere.namespace = Some("kube-system".into());
         assert!(!rbac::allowed(&rules, &elsewhere), "{name}");
@@ -631,7 +720,10 @@ fn allocator_component_mounts_the_plugin_directory_and_a_valid_pools_file() {
         (pod.containers[0].clone(), pod)
     };
     let (c0, _) = ds_of(&base);
-    assert!(effective(&c0, "--pools").is_none(), "the base runs without the allocator");
+    assert!(
+        effective(&c0, "--pools").is_none(),
+        "the base runs without the allocator"
+    );
     let (c, pod) = ds_of(&objects);
     let dir = effective(&c, "--device-plugin-dir").unwrap();
     let mount = c
@@ -640,8 +732,17 @@ fn allocator_component_mounts_the_plugin_directory_and_a_valid_pools_file() {
         .flatten()
         .find(|m| m.mount_path == dir)
         .expect("the device-plugin directory itself is mounted");
-    assert_ne!(mount.read_only, Some(true), "the plugins create their sockets there");
-    let v = pod.volumes.iter().flatten().find(|v| v.name == mount.name).unwrap();
+    assert_ne!(
+        mount.read_only,
+        Some(true),
+        "the plugins create their sockets there"
+    );
+    let v = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
     let host = v.host_path.as_ref().unwrap();
     assert_eq!(host.path, "/var/lib/kubelet/device-plugins");
     assert_eq!(host.type_.as_deref(), Some("Directory"));
@@ -650,7 +751,9 @@ fn allocator_component_mounts_the_plugin_directory_and_a_valid_pools_file() {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), text).unwrap();
     // The shipped pools match the GPUs of a GPU machine (hwloc fixture).
-    let machine = numaplane_topology::Machine::from_xml_file(&workspace().join("topology/tests/fixtures/gpu-nic.xml")).unwrap();
+    let machine =
+        numaplane_topology::Machine::from_xml_file(&workspace().join("topology/tests/fixtures/gpu-nic.xml"))
+            .unwrap();
     let loaded = numaplane_exporter::allocator::pools::load(file.path(), &machine).unwrap();
     assert!(!loaded.is_empty());
 }
@@ -671,7 +774,12 @@ fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
         for d in kustomize::read_documents(f).unwrap() {
             let pod: Pod = typed(&d);
             let spec = pod.spec.unwrap();
-            assert_eq!(spec.scheduler_name.as_deref(), Some("numaplane-scheduler"), "{}", f.display());
+            assert_eq!(
+                spec.scheduler_name.as_deref(),
+                Some("numaplane-scheduler"),
+                "{}",
+                f.display()
+            );
             for c in &spec.containers {
                 let r = c.resources.as_ref().unwrap();
                 assert_eq!(r.requests, r.limits, "{}: Guaranteed", f.display());
@@ -776,7 +884,14 @@ fn spawn(
         } else if let Some(v) = &e.value {
             cmd.env(&e.name, v);
         } else {
-            let path = &e.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path;
+            let path = &e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path;
             let v = fields
                 .get(path.as_str())
                 .unwrap_or_else(|| panic!("{name}: no test value for {path}"));
@@ -849,7 +964,11 @@ fn check_identity(target: &ApiTarget, identity: &str, unused_ok: &[(&str, &str, 
     assert!(!requests.is_empty(), "{identity} made no request");
     for r in &requests {
         let Some(mut attrs) = rbac::attributes(r).unwrap() else {
-            assert_eq!(r.method, "GET", "{identity}: non-resource {} {}", r.method, r.path);
+            assert_eq!(
+                r.method, "GET",
+                "{identity}: non-resource {} {}",
+                r.method, r.path
+            );
             continue;
         };
         let mut all = vec![attrs.clone()];
@@ -879,7 +998,10 @@ fn check_identity(target: &ApiTarget, identity: &str, unused_ok: &[(&str, &str, 
         .filter(|t| !ok.contains(*t))
         .cloned()
         .collect();
-    assert!(unused.is_empty(), "{identity}: granted but never used: {unused:?}");
+    assert!(
+        unused.is_empty(),
+        "{identity}: granted but never used: {unused:?}"
+    );
 }
 
 fn topo(numa: i64) -> Option<TopologyInfo> {
@@ -940,7 +1062,10 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     // The kubelet is down at start-up, and once more later: a ScanFailed Event, then patched.
     podres.fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
     let pools = dir.path().join("pools.yaml");
-    let devices: Vec<_> = gpus.iter().map(|(id, n)| json!({"id": id, "numaNode": n})).collect();
+    let devices: Vec<_> = gpus
+        .iter()
+        .map(|(id, n)| json!({"id": id, "numaNode": n}))
+        .collect();
     std::fs::write(
         &pools,
         json!({"pools": [
@@ -959,18 +1084,26 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         .retain(|e| e.name != "NUMAPLANE_KUBELET_CONFIG");
     let exporter_metrics: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
     let replace: BTreeMap<&str, String> = [
-        ("NUMAPLANE_PODRESOURCES_SOCKET", podres_socket.display().to_string()),
+        (
+            "NUMAPLANE_PODRESOURCES_SOCKET",
+            podres_socket.display().to_string(),
+        ),
         ("NUMAPLANE_METRICS_ADDRESS", exporter_metrics.to_string()),
         ("NUMAPLANE_POOLS", pools.display().to_string()),
         ("NUMAPLANE_DEVICE_PLUGIN_DIR", plugins.display().to_string()),
         (
             "KUBECONFIG",
-            kubeconfig_for(&target, dir.path(), "numaplane-exporter").display().to_string(),
+            kubeconfig_for(&target, dir.path(), "numaplane-exporter")
+                .display()
+                .to_string(),
         ),
         ("NUMAPLANE_TOPOLOGY_MANAGER_POLICY", "single-numa-node".into()),
         (
             "NUMAPLANE_TOPOLOGY_XML",
-            workspace().join("topology/tests/fixtures/2numa.xml").display().to_string(),
+            workspace()
+                .join("topology/tests/fixtures/2numa.xml")
+                .display()
+                .to_string(),
         ),
         ("NUMAPLANE_RESYNC_INTERVAL", "500ms".into()),
         ("NUMAPLANE_API_BACKOFF_MIN", "200ms".into()),
@@ -1012,7 +1145,9 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         ("NUMAPLANE_LISTEN", sched_addr.to_string()),
         (
             "NUMAPLANE_KUBECONFIG",
-            kubeconfig_for(&target, dir.path(), "numaplane-scheduler").display().to_string(),
+            kubeconfig_for(&target, dir.path(), "numaplane-scheduler")
+                .display()
+                .to_string(),
         ),
         // A pod that fits nowhere is retried (and reported again) within the test.
         ("NUMAPLANE_POD_MAX_BACKOFF", "2s".into()),
@@ -1077,14 +1212,23 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     // for the extender (one filtered then bound, one bound without a filter of its own).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut fits = pod_json("fits", "numaplane-scheduler", "2", 1);
-    let limits = fits.spec.as_mut().unwrap().containers[0].resources.as_mut().unwrap();
+    let limits = fits.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap();
     for m in [limits.limits.as_mut().unwrap(), limits.requests.as_mut().unwrap()] {
-        m.insert(LICENSE.into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()));
+        m.insert(
+            LICENSE.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        );
     }
     pods.create(&PostParams::default(), &fits).await.unwrap();
-    pods.create(&PostParams::default(), &pod_json("too-big", "numaplane-scheduler", "64", 0))
-        .await
-        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod_json("too-big", "numaplane-scheduler", "64", 0),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + WAIT;
     let record = loop {
         let p = pods.get("fits").await.unwrap();
@@ -1098,7 +1242,13 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     // The kubelet admits it on the recorded NUMA node; pod-resources then reports it, so the
     // exporter publishes the license as held here.
     let c = &record.containers[0];
-    let hint: Vec<i64> = c.numa_nodes.clone().unwrap().iter().map(|n| i64::from(*n)).collect();
+    let hint: Vec<i64> = c
+        .numa_nodes
+        .clone()
+        .unwrap()
+        .iter()
+        .map(|n| i64::from(*n))
+        .collect();
     let key = format!("{ns}/fits");
     let (got, _) = dp.admit(&key, "app", GPU, 1, Some(&hint)).await.unwrap();
     let (lic, _) = dp.admit(&key, "app", LICENSE, 1, None).await.unwrap();
@@ -1123,14 +1273,15 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         }],
         ..Default::default()
     }]);
-    // The kubelet fails once more: the ScanFailed Event is patched.
-    podres.fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
 
     // The extender: filter then bind one pod, bind another it never saw.
     for name in ["ext-a", "ext-b"] {
-        pods.create(&PostParams::default(), &pod_json(name, "default-scheduler", "1", 1))
-            .await
-            .unwrap();
+        pods.create(
+            &PostParams::default(),
+            &pod_json(name, "default-scheduler", "1", 1),
+        )
+        .await
+        .unwrap();
     }
     let a = pods.get("ext-a").await.unwrap();
     let filter = json!({"Pod": a, "Nodes": null, "NodeNames": [node]}).to_string();
@@ -1143,13 +1294,19 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     assert_eq!(reply["NodeNames"], json!([node]), "{body}\n{}", xlog());
     for name in ["ext-a", "ext-b"] {
         let p = pods.get(name).await.unwrap();
-        let bind = json!({"PodName": name, "PodNamespace": ns, "PodUID": p.metadata.uid, "Node": node}).to_string();
+        let bind =
+            json!({"PodName": name, "PodNamespace": ns, "PodUID": p.metadata.uid, "Node": node}).to_string();
         let (status, body) = tokio::task::spawn_blocking(move || http_post(ext_addr, "/bind", &bind))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(status, 200, "{body}");
-        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["Error"], "", "{body}\n{}", xlog());
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap()["Error"],
+            "",
+            "{body}\n{}",
+            xlog()
+        );
     }
 
     // Everything each binary does has happened: Events created and patched, the status
@@ -1158,18 +1315,51 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         r.bearer_token() == Some(who) && r.method == method && r.path.contains("/events")
     };
     if let Some(fake) = target.fake() {
-        let fake = fake.clone();
-        let all_logs = || format!("{}\n{}", elog(), slog());
-        until("Events created and patched, status patched", &all_logs, || {
+        let deadline = Instant::now() + WAIT;
+        let mut injected = Instant::now();
+        loop {
             let reqs = fake.requests();
-            let done = ["numaplane-exporter", "numaplane-scheduler"].iter().all(|who| {
-                reqs.iter().any(|r| is_events(r, who, "POST")) && reqs.iter().any(|r| is_events(r, who, "PATCH"))
-            }) && reqs
+            // Only scans call GetAllocatableResources (the allocator Lists): fail it until a
+            // repeated ScanFailed is patched.
+            if !reqs.iter().any(|r| is_events(r, "numaplane-exporter", "PATCH"))
+                && injected.elapsed() > Duration::from_secs(2)
+            {
+                podres.fail_next(
+                    Method::GetAllocatableResources,
+                    1,
+                    tonic::Code::Unavailable,
+                    "kubelet restarting",
+                );
+                injected = Instant::now();
+            }
+            let mut missing = Vec::new();
+            for who in ["numaplane-exporter", "numaplane-scheduler"] {
+                for method in ["POST", "PATCH"] {
+                    if !reqs.iter().any(|r| is_events(r, who, method)) {
+                        missing.push(format!("{who}: {method} events"));
+                    }
+                }
+            }
+            if !reqs
                 .iter()
-                .any(|r| r.bearer_token() == Some("numaplane-scheduler") && r.path.ends_with("/status"));
-            async move { done }
-        })
-        .await;
+                .any(|r| r.bearer_token() == Some("numaplane-scheduler") && r.path.ends_with("/status"))
+            {
+                missing.push("numaplane-scheduler: pods/status".to_owned());
+            }
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "missing {missing:?}; requests: {:#?}\nexporter:\n{}",
+                reqs.iter()
+                    .filter(|r| r.bearer_token() != Some(numaplane_e2e::fake_api::FAKE_TOKEN))
+                    .map(|r| format!("{:?} {} {} {}", r.bearer_token(), r.method, r.path, r.status))
+                    .collect::<BTreeSet<_>>(),
+                elog()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     until("the NRT shows the license held", &elog, || async {
         nrts.get(&node)
@@ -1190,7 +1380,10 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         .into_iter()
         .filter_map(|e| e.reason)
         .collect();
-    assert!(reasons.contains("Scheduled") && reasons.contains("FailedScheduling"), "{reasons:?}");
+    assert!(
+        reasons.contains("Scheduled") && reasons.contains("FailedScheduling"),
+        "{reasons:?}"
+    );
     exporter_cmd.assert_running("exporter");
     scheduler.assert_running("scheduler");
     extender.assert_running("extender");
@@ -1202,7 +1395,10 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     check_identity(&target, "numaplane-scheduler-extender", &[]);
 
     let _ = pods
-        .delete_collection(&kube::api::DeleteParams::default().grace_period(0), &ListParams::default())
+        .delete_collection(
+            &kube::api::DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
         .await;
     target.cleanup(&node, &ns).await;
     drop(podres);
