@@ -14,9 +14,12 @@
 //!   against the rendered RBAC: every one allowed, every grant used.
 //!
 //! With `NUMAPLANE_E2E_KUBECONFIG` the same flows run against a real cluster where the bundle
-//! is installed with both components (`deploy/allocator`, `deploy/extender`): each binary then
-//! impersonates its ServiceAccount, so any request its rules do not allow fails the flow. That
-//! the rules grant nothing unused is checked on the fake only (a real server records nothing).
+//! is installed with both components (`deploy/allocator`, `deploy/extender`) and the
+//! `numaplane-scheduler` and `numaplane-scheduler-extender` Deployments are scaled to 0 (the
+//! test's replicas take their Leases and their pods), and whose test user may impersonate
+//! ServiceAccounts: each binary then runs as its ServiceAccount, so any request its rules do not
+//! allow fails the flow. That the rules grant nothing unused is checked on the fake only (a real
+//! server records nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
