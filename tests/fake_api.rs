@@ -50,7 +50,8 @@
 //!   aggregated discovery (`as=APIGroupDiscoveryList`), `/healthz`, `/readyz`, `/livez`.
 //! - Metadata-only requests (`Accept: …;as=PartialObjectMetadata…`: kube's `get_metadata`,
 //!   `list_metadata`, `Api<PartialObjectMeta<K>>`) answer `PartialObjectMetadata(List)`.
-//! - Test hooks: request recording, injected failures with proper `Status` bodies, event-history
+//! - Test hooks: request recording (with each client's bearer token, so processes given their
+//!   own kubeconfig by [`FakeApiServer::write_kubeconfig_as`] can be told apart), injected failures with proper `Status` bodies, event-history
 //!   compaction, forced watch disconnection and bookmarks.
 //!
 //! # Known gaps vs a real API server

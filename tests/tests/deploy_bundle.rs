@@ -125,10 +125,12 @@ struct Flag {
     default: Option<String>,
 }
 
+/// Options by long name.
+type Flags = BTreeMap<String, Flag>;
+
 /// The options of `binary subcommand`, by long name, from its `--help` (global ones included).
 fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
-    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), BTreeMap<String, Flag>>>> =
-        OnceLock::new();
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), Flags>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (binary.to_owned(), subcommand.to_owned());
     if let Some(f) = cache.lock().unwrap().get(&key) {
