@@ -865,9 +865,8 @@ impl Drop for Proc {
     }
 }
 
-/// Starts `binary` with the container's arguments and environment: plain values as written
-/// (but those in `replace`, node paths and ports among them), downward-API values from
-/// `fields`, and `extra`.
+/// Starts `binary` with the container's arguments and environment: plain values as written,
+/// downward-API values from `fields`, and `replace` over both (node paths, ports, test speed).
 fn spawn(
     binary: &Path,
     c: &Container,
