@@ -50,7 +50,8 @@
 //!   aggregated discovery (`as=APIGroupDiscoveryList`), `/healthz`, `/readyz`, `/livez`.
 //! - Metadata-only requests (`Accept: …;as=PartialObjectMetadata…`: kube's `get_metadata`,
 //!   `list_metadata`, `Api<PartialObjectMeta<K>>`) answer `PartialObjectMetadata(List)`.
-//! - Test hooks: request recording, injected failures with proper `Status` bodies, event-history
+//! - Test hooks: request recording (with each client's bearer token, so processes given their
+//!   own kubeconfig by [`FakeApiServer::write_kubeconfig_as`] can be told apart), injected failures with proper `Status` bodies, event-history
 //!   compaction, forced watch disconnection and bookmarks.
 //!
 //! # Known gaps vs a real API server
@@ -165,6 +166,13 @@ impl RecordedRequest {
             .iter()
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The bearer token of the `Authorization` header: the client's identity (see
+    /// [`FakeApiServer::write_kubeconfig_as`]).
+    pub fn bearer_token(&self) -> Option<&str> {
+        self.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
     }
 
     /// Whether this was a watch request.
@@ -371,6 +379,21 @@ impl FakeApiServer {
              preferences: {{}}\n",
             url = self.url()
         )
+    }
+
+    /// A kubeconfig like [`Self::kubeconfig_yaml`] whose token is `token`: each process given
+    /// its own identity this way can be told apart in [`Self::requests`]
+    /// ([`RecordedRequest::bearer_token`]).
+    pub fn kubeconfig_yaml_as(&self, token: &str) -> String {
+        self.kubeconfig_yaml()
+            .replace(&format!("token: {FAKE_TOKEN}\n"), &format!("token: {token}\n"))
+    }
+
+    /// Writes `dir/kubeconfig-<token>` (see [`Self::kubeconfig_yaml_as`]) and returns its path.
+    pub fn write_kubeconfig_as(&self, dir: &Path, token: &str) -> std::io::Result<PathBuf> {
+        let path = dir.join(format!("kubeconfig-{token}"));
+        std::fs::write(&path, self.kubeconfig_yaml_as(token))?;
+        Ok(path)
     }
 
     /// Writes `dir/kubeconfig` (see [`Self::kubeconfig_yaml`]) and returns its path.

@@ -8,4 +8,6 @@ pub mod fake_api;
 pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod harness;
+pub mod kustomize;
+pub mod rbac;
 pub mod whole_system;

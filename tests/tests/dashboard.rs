@@ -1,8 +1,11 @@
 //! Every query of `deploy/grafana-dashboard.json` against a real Prometheus server scraping a
-//! real `numaplane-exporter run` agent: a fake kubelet (2 NUMA nodes, hugepages, a device, pods
-//! holding exclusive resources) and the fake API server (so that the agent publishes, and the
-//! write, Event and error metrics exist), Prometheus started by the test on a free port with its
-//! own configuration and storage. A panel whose query fails, or answers nothing, is a broken
+//! real `numaplane-exporter run` agent with its device plugin (`--pools`) and a real
+//! `numaplane-scheduler run`: a fake kubelet (2 NUMA nodes, hugepages, a device, pods holding
+//! exclusive resources; and its device-plugin side, which asks the plugin once), the fake API
+//! server (so that the agent publishes, the write, Event and error metrics exist, a pod's
+//! allocation record disagrees with what the kubelet gave it, and the scheduler binds one pod
+//! and fails another while Prometheus watches), Prometheus started by the test on a free port
+//! with its own configuration and storage. A panel whose query fails, or answers nothing, is a broken
 //! panel: a metric renamed in the exporter, a typo, a label that does not exist.
 //!
 //! Prometheus is Debian's `prometheus` package (`scripts/setup` installs it); without it the test
@@ -22,6 +25,7 @@ use numaplane::proto::podresources::{
     PodResources, TopologyInfo,
 };
 use numaplane_e2e::fake_api::FakeApiServer;
+use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -302,6 +306,7 @@ fn vars(node: &str, numa_node: &str) -> BTreeMap<&'static str, String> {
     BTreeMap::from([
         ("node", node.to_owned()),
         ("numa_node", numa_node.to_owned()),
+        ("resource", ".*".to_owned()),
         ("datasource", "prometheus".to_owned()),
         ("__rate_interval", RATE_INTERVAL.to_owned()),
         ("__interval", SCRAPE_INTERVAL.to_owned()),
@@ -397,7 +402,16 @@ fn pod_object(name: &str) -> Value {
 }
 
 /// The agent in publishing mode against `api`, serving metrics on `metrics`.
-fn start_exporter(dir: &Path, socket: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Proc {
+fn start_exporter(dir: &Path, socket: &Path, kubeconfig: &Path, metrics: SocketAddr, plugins: &Path) -> Proc {
+    // The kubelet's GPUs as the allocator's pool, so its metrics exist.
+    let pools = dir.join("pools.yaml");
+    std::fs::write(
+        &pools,
+        json!({"pools": [{"resource": "example.com/gpu", "devices": [
+            {"id": "gpu0", "numaNode": 0}, {"id": "gpu1", "numaNode": 1}]}]})
+        .to_string(),
+    )
+    .unwrap();
     let xml = workspace().join("topology/tests/fixtures/hugepages-2sizes.xml");
     let mut cmd = Command::new(exporter_bin());
     cmd.arg("run")
@@ -411,7 +425,11 @@ fn start_exporter(dir: &Path, socket: &Path, kubeconfig: &Path, metrics: SocketA
         .args(["--metrics-address", &metrics.to_string()])
         .args(["--resync-interval", "1s", "--force-write-interval", "3s"])
         .args(["--api-backoff-min", "200ms", "--api-backoff-max", "1s"])
-        .args(["--log-level", "info,numaplane_exporter=debug"]);
+        .args(["--log-level", "info,numaplane_exporter=debug"])
+        .arg("--pools")
+        .arg(&pools)
+        .arg("--device-plugin-dir")
+        .arg(plugins);
     for (key, _) in std::env::vars_os() {
         let key_str = key.to_string_lossy();
         if key_str.starts_with("NUMAPLANE_") || key_str == "KUBECONFIG" {
@@ -421,7 +439,35 @@ fn start_exporter(dir: &Path, socket: &Path, kubeconfig: &Path, metrics: SocketA
     Proc::spawn("numaplane-exporter", cmd, dir)
 }
 
-fn start_prometheus(dir: &Path, target: SocketAddr, listen: SocketAddr) -> Proc {
+/// The secondary scheduler against `kubeconfig`, serving metrics on `listen`; assumptions
+/// expire quickly (no kubelet ever reports its pods), so their end is counted.
+fn start_scheduler(dir: &Path, kubeconfig: &Path, listen: SocketAddr) -> Proc {
+    let mut cmd = Command::new(numaplane_e2e::binaries::scheduler());
+    cmd.arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--leader-elect=false", "--listen", &listen.to_string()])
+        .args(["--assume-timeout", "2s", "--log-level", "info"]);
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("NUMAPLANE_") || key_str == "KUBECONFIG" || key_str.starts_with("POD_") {
+            cmd.env_remove(&key);
+        }
+    }
+    Proc::spawn("numaplane-scheduler", cmd, dir)
+}
+
+/// A Guaranteed pod for the scheduler.
+fn pending_pod(name: &str, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulerName": "numaplane-scheduler", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}}]},
+    })
+}
+
+fn start_prometheus(dir: &Path, target: SocketAddr, scheduler: SocketAddr, listen: SocketAddr) -> Proc {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -429,7 +475,8 @@ fn start_prometheus(dir: &Path, target: SocketAddr, listen: SocketAddr) -> Proc 
             "global:\n  scrape_interval: {SCRAPE_INTERVAL}\n  scrape_timeout: {SCRAPE_INTERVAL}\n  \
              evaluation_interval: {SCRAPE_INTERVAL}\n\
              scrape_configs:\n  - job_name: numaplane-exporter\n    static_configs:\n      \
-             - targets: ['{target}']\n"
+             - targets: ['{target}']\n  - job_name: numaplane-scheduler\n    static_configs:\n      \
+             - targets: ['{scheduler}']\n"
         ),
     )
     .unwrap();
@@ -466,10 +513,20 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
 
     let api = FakeApiServer::start().await.unwrap();
     api.install_nrt_crd();
-    api.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    api.put(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+        "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", "example.com/gpu": "2"}}}),
+    );
     for name in ["db", "web"] {
         api.put(pod_object(name));
     }
+    // db's record planned gpu1 (NUMA 1), the kubelet gave it gpu0: a prediction mismatch.
+    let mut db = pod_object("db");
+    db["metadata"]["annotations"] = json!({numaplane::allocation::ANNOTATION: json!({
+        "version": "v1", "node": NODE, "policy": "single-numa-node", "scope": "container",
+        "containers": [{"name": "postgres", "kind": "app", "numaNodes": [1], "devices": {"example.com/gpu": ["gpu1"]}}]
+    }).to_string()});
+    api.put(db);
     // The first Node lookup fails: an error for the errors panel; a later publish finds it.
     api.fail_next("GET", &format!("/api/v1/nodes/{NODE}"), 500, 1);
     let kubeconfig = api.write_kubeconfig(dir.path()).unwrap();
@@ -477,13 +534,31 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     let metrics_addr: SocketAddr = format!("127.0.0.1:{}", numaplane_e2e::harness::free_port().unwrap())
         .parse()
         .unwrap();
-    let mut exporter = start_exporter(dir.path(), &socket, &kubeconfig, metrics_addr);
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let device_kubelet = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let mut exporter = start_exporter(dir.path(), &socket, &kubeconfig, metrics_addr, &plugins);
+    device_kubelet
+        .wait_registered("example.com/gpu", 1, DEADLINE)
+        .await
+        .unwrap();
+    // The kubelet asks the plugin once (no pending record: the kubelet keeps its choice).
+    device_kubelet
+        .preferred("example.com/gpu", vec!["gpu1".into()], vec![], 1)
+        .await
+        .unwrap();
+    let scheduler_addr: SocketAddr = format!("127.0.0.1:{}", numaplane_e2e::harness::free_port().unwrap())
+        .parse()
+        .unwrap();
+    let mut scheduler = start_scheduler(dir.path(), &kubeconfig, scheduler_addr);
 
     // The agent has scanned, published, and been asked for its Node a second time.
     let needles = [
         "numaplane_exporter_zone_resource_allocatable{",
         "numaplane_exporter_nrt_writes_total{operation=\"apply\",result=\"success\"}",
         "numaplane_exporter_errors_total{kind=\"node_lookup\"}",
+        "numaplane_exporter_allocator_mismatches_total{resource=\"example.com/gpu\"} 1",
+        "numaplane_exporter_allocator_preferred_allocations_total{",
     ];
     let exposition = eventually("the exporter's /metrics", || {
         exporter.assert_running();
@@ -502,16 +577,13 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     let prom_addr: SocketAddr = format!("127.0.0.1:{}", numaplane_e2e::harness::free_port().unwrap())
         .parse()
         .unwrap();
-    let mut prometheus = start_prometheus(dir.path(), metrics_addr, prom_addr);
-    eventually("Prometheus scraping the exporter", || {
+    let mut prometheus = start_prometheus(dir.path(), metrics_addr, scheduler_addr, prom_addr);
+    eventually("Prometheus scraping the exporter and the scheduler", || {
         prometheus.assert_running();
+        scheduler.assert_running();
         async {
-            let up = query(
-                prom_addr,
-                "count_over_time(up{job=\"numaplane-exporter\"}[1m]) >= 5 and up == 1",
-            )
-            .await?;
-            if up.is_empty() {
+            let up = query(prom_addr, "count_over_time(up[1m]) >= 5 and up == 1").await?;
+            if up.len() < 2 {
                 let targets = prom_api(prom_addr, "/api/v1/targets").await.unwrap_or_default();
                 return Err(format!("fewer than 5 good scrapes yet; targets: {targets}"));
             }
@@ -520,6 +592,44 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     })
     .await;
 
+    // While Prometheus watches: the scheduler binds one pod (its queue-to-bind histogram
+    // changes within the range) and fails another; the placement's assumption then expires.
+    api.put(pending_pod("sched-fits", "1"));
+    api.put(pending_pod("sched-too-big", "64"));
+    eventually("the scheduler binding a pod and expiring its assumption", || {
+        scheduler.assert_running();
+        let bound = api
+            .get("v1", "Pod", Some("default"), "sched-fits")
+            .is_some_and(|p| p["spec"]["nodeName"] == NODE);
+        async move {
+            let (_, body) = http_get(scheduler_addr, "/metrics").await?;
+            let expired = body.contains("numaplane_scheduler_assumptions_ended_total{reason=\"expired\"}");
+            let failed = body.contains("result=\"unschedulable\"");
+            if bound && expired && failed {
+                Ok(())
+            } else {
+                Err(format!(
+                    "bound {bound}, expired {expired}, unschedulable {failed}:\n{body}"
+                ))
+            }
+        }
+    })
+    .await;
+    // A second pod once the `scheduled` series exists, so that its increase shows in range.
+    api.put(pending_pod("sched-fits-2", "1"));
+    eventually("the scheduler binding a second pod", || {
+        let bound = api
+            .get("v1", "Pod", Some("default"), "sched-fits-2")
+            .is_some_and(|p| p["spec"]["nodeName"] == NODE);
+        async move {
+            if bound {
+                Ok(())
+            } else {
+                Err("not bound".to_owned())
+            }
+        }
+    })
+    .await;
     check_datasources(&dash);
     check_variables(&dash, prom_addr).await;
 
@@ -555,6 +665,7 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
 
     check_values(&queries, prom_addr).await;
     exporter.assert_running();
+    scheduler.assert_running();
     prometheus.assert_running();
     kubelet.stop().await;
 }
@@ -652,6 +763,20 @@ async fn check_variables(dash: &Value, prom: SocketAddr) {
     assert_eq!(
         seen.get("numa_node"),
         Some(&BTreeSet::from(["0".to_owned(), "1".to_owned()])),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.get("resource"),
+        Some(&BTreeSet::from(
+            [
+                "cpu",
+                "example.com/gpu",
+                "hugepages-1Gi",
+                "hugepages-2Mi",
+                "memory"
+            ]
+            .map(str::to_owned)
+        )),
         "{seen:?}"
     );
 }
@@ -771,6 +896,14 @@ async fn check_values(queries: &[PanelQuery], prom: SocketAddr) {
     )
     .await;
     assert!(calls.contains_key(&key(&["List", "OK"])), "{calls:?}");
+    // (The mismatch happened before Prometheus started, so its panel shows 0 over the range;
+    // the exporter's count of 1 is checked on /metrics above.)
+    let scheduled = queries.iter().find(|q| q.panel == "Scheduled (range)").unwrap();
+    let scheduled = values_by(prom, scheduled, ".*", &[]).await;
+    assert!(
+        !scheduled.is_empty() && scheduled.values().all(|v| *v >= 0.9),
+        "one pod bound: {scheduled:?}"
+    );
     let stale = values_by(prom, find(queries, "Stale", "node"), ".*", &["node"]).await;
     assert_eq!(stale, BTreeMap::from([(key(&[NODE]), 0.0)]));
 }

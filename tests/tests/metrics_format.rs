@@ -2,7 +2,7 @@
 //! `Accept` header lists it (as Prometheus does), the classic text format 0.0.4 otherwise, each
 //! body valid for its content type. `promtool check metrics` (installed with Prometheus by
 //! scripts/setup) must be clean on the classic output of a running exporter (with the device
-//! plugin) and a running scheduler.
+//! plugin), a running scheduler and a running extender.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -117,12 +117,15 @@ async fn both_components_serve_the_format_asked_for_and_promtool_is_clean() {
     dp.wait_registered("example.com/cam", 1, WAIT).await.unwrap();
     let mut scheduler = Agent::spawn_scheduler("run", &scheduler_run_args(api.kubeconfig())).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
+    let mut extender = Agent::spawn_scheduler("extender", &scheduler_run_args(api.kubeconfig())).unwrap();
+    extender.wait_serving(WAIT).await.unwrap();
     // Let both publish their first figures (scans, resyncs, watch events).
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     tokio::task::spawn_blocking(move || {
         check(&exporter, "exporter");
         check(&scheduler, "scheduler");
+        check(&extender, "extender");
     })
     .await
     .unwrap();

@@ -1,0 +1,224 @@
+//! Kubernetes RBAC, as much as tests need to hold a ServiceAccount's rules against the requests
+//! its binary made on the fake API server: request attributes from the URL and method (as the
+//! API server's request-info resolver derives them), the rules bound to a ServiceAccount
+//! through ClusterRoleBindings and RoleBindings, and whether they allow a request
+//! (`resourceNames` and a RoleBinding's namespace included). Wildcards are refused outright:
+//! deploy/ must not use them.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::fake_api::RecordedRequest;
+
+/// What RBAC decides on for one resource request.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Attributes {
+    /// API group, `""` for core.
+    pub group: String,
+    /// Resource, with `/subresource` if any (`pods/binding`).
+    pub resource: String,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// Namespace of a namespaced request.
+    pub namespace: Option<String>,
+    /// Object name, when the URL names one.
+    pub name: Option<String>,
+}
+
+impl Attributes {
+    /// (group, resource, verb).
+    pub fn triple(&self) -> (String, String, String) {
+        (self.group.clone(), self.resource.clone(), self.verb.clone())
+    }
+}
+
+/// The attributes of a request, or `None` for a non-resource URL (discovery, `/version`), which
+/// every authenticated user may GET through `system:discovery`.
+pub fn attributes(r: &RecordedRequest) -> Result<Option<Attributes>, String> {
+    let mut segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] if !rest.is_empty() => (String::new(), rest.to_vec()),
+        ["apis", group, _version, rest @ ..] if !rest.is_empty() => ((*group).to_owned(), rest.to_vec()),
+        _ => return Ok(None),
+    };
+    segments.clear();
+    // The legacy `/watch/` prefix makes the request a watch.
+    let (legacy_watch, rest) = match rest.as_slice() {
+        ["watch", tail @ ..] => (true, tail.to_vec()),
+        _ => (false, rest),
+    };
+    let (namespace, rest) = match rest.as_slice() {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some((*ns).to_owned()), tail.to_vec()),
+        _ => (None, rest),
+    };
+    let (resource, name) = match rest.as_slice() {
+        [resource] => ((*resource).to_owned(), None),
+        [resource, name] => ((*resource).to_owned(), Some((*name).to_owned())),
+        [resource, name, sub] => (format!("{resource}/{sub}"), Some((*name).to_owned())),
+        _ => return Err(format!("unexpected path {}", r.path)),
+    };
+    let verb = match (r.method.as_str(), name.is_some()) {
+        ("GET", _) if legacy_watch || r.is_watch() => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        (m, _) => return Err(format!("unexpected method {m} {}", r.path)),
+    };
+    Ok(Some(Attributes {
+        group,
+        resource,
+        verb: verb.to_owned(),
+        namespace,
+        name,
+    }))
+}
+
+/// One policy rule as bound: `namespace` is the RoleBinding's, `None` through a
+/// ClusterRoleBinding (every namespace and cluster-scoped objects).
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// API groups.
+    pub groups: Vec<String>,
+    /// Resources (`pods/binding` for a subresource).
+    pub resources: Vec<String>,
+    /// Verbs.
+    pub verbs: Vec<String>,
+    /// `resourceNames`, if restricted.
+    pub names: Option<Vec<String>>,
+    /// Where it applies.
+    pub namespace: Option<String>,
+    /// The Role or ClusterRole it comes from, for messages.
+    pub from: String,
+}
+
+impl Rule {
+    /// Whether this rule allows the request.
+    pub fn allows(&self, a: &Attributes) -> bool {
+        self.groups.contains(&a.group)
+            && self.resources.contains(&a.resource)
+            && self.verbs.contains(&a.verb)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| a.namespace.as_ref() == Some(ns))
+            && self
+                .names
+                .as_ref()
+                .is_none_or(|names| a.name.as_ref().is_some_and(|n| names.contains(n)))
+    }
+
+    /// Every (group, resource, verb) it grants.
+    pub fn triples(&self) -> BTreeSet<(String, String, String)> {
+        let mut out = BTreeSet::new();
+        for g in &self.groups {
+            for r in &self.resources {
+                for v in &self.verbs {
+                    out.insert((g.clone(), r.clone(), v.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn string_list(v: &Value, what: &str) -> Result<Vec<String>, String> {
+    let items = v.as_array().ok_or_else(|| format!("{what}: not a list: {v}"))?;
+    items
+        .iter()
+        .map(|i| {
+            let s = i.as_str().ok_or_else(|| format!("{what}: {i} is not a string"))?;
+            if s.contains('*') {
+                return Err(format!("{what}: wildcard {s:?}"));
+            }
+            Ok(s.to_owned())
+        })
+        .collect()
+}
+
+fn rules_of_role(role: &Value, namespace: Option<String>) -> Result<Vec<Rule>, String> {
+    let from = format!(
+        "{} {}",
+        role["kind"].as_str().unwrap_or_default(),
+        role["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        if !rule["nonResourceURLs"].is_null() {
+            return Err(format!("{from}: nonResourceURLs"));
+        }
+        let names = match &rule["resourceNames"] {
+            Value::Null => None,
+            v => Some(string_list(v, &format!("{from} resourceNames"))?),
+        };
+        out.push(Rule {
+            groups: string_list(&rule["apiGroups"], &format!("{from} apiGroups"))?,
+            resources: string_list(&rule["resources"], &format!("{from} resources"))?,
+            verbs: string_list(&rule["verbs"], &format!("{from} verbs"))?,
+            names,
+            namespace: namespace.clone(),
+            from: from.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The rules that `objects` (rendered manifests) bind to ServiceAccount `namespace/name`.
+pub fn rules_for(objects: &[Value], namespace: &str, name: &str) -> Result<Vec<Rule>, String> {
+    let find = |kind: &str, role: &str, ns: Option<&str>| {
+        objects.iter().find(|o| {
+            o["kind"] == kind
+                && o["apiVersion"] == "rbac.authorization.k8s.io/v1"
+                && o["metadata"]["name"] == role
+                && ns.is_none_or(|ns| o["metadata"]["namespace"] == ns)
+        })
+    };
+    let mut out = Vec::new();
+    for b in objects
+        .iter()
+        .filter(|o| o["apiVersion"] == "rbac.authorization.k8s.io/v1")
+        .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+    {
+        let bound = b["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace);
+        if !bound {
+            continue;
+        }
+        let binding_ns = b["metadata"]["namespace"].as_str();
+        let role_kind = b["roleRef"]["kind"].as_str().unwrap_or_default();
+        let role_name = b["roleRef"]["name"].as_str().unwrap_or_default();
+        let scope = if b["kind"] == "RoleBinding" {
+            Some(
+                binding_ns
+                    .ok_or_else(|| format!("RoleBinding {} has no namespace", b["metadata"]["name"]))?,
+            )
+        } else {
+            None
+        };
+        let role = match role_kind {
+            "ClusterRole" => find("ClusterRole", role_name, None),
+            "Role" if scope.is_some() => find("Role", role_name, scope),
+            other => return Err(format!("binding {}: roleRef kind {other}", b["metadata"]["name"])),
+        }
+        .ok_or_else(|| format!("binding {}: no {role_kind} {role_name}", b["metadata"]["name"]))?;
+        out.extend(rules_of_role(role, scope.map(str::to_owned))?);
+    }
+    Ok(out)
+}
+
+/// Whether any of `rules` allows `a`.
+pub fn allowed(rules: &[Rule], a: &Attributes) -> bool {
+    rules.iter().any(|r| r.allows(a))
+}
+
+/// Every (group, resource, verb) the rules grant.
+pub fn granted(rules: &[Rule]) -> BTreeSet<(String, String, String)> {
+    rules.iter().flat_map(Rule::triples).collect()
+}

@@ -1,0 +1,1409 @@
+//! The whole `deploy/` bundle (the base and its optional components, rendered by the small
+//! kustomize renderer of `numaplane_e2e::kustomize`) against the binaries it deploys:
+//!
+//! - every object has what the API server requires, in the namespace the bundle creates, and
+//!   parses as its typed Kubernetes object; workloads have images, named ports, HTTP probes on
+//!   the serving port, resources, a ServiceAccount with bindings, volumes for every mount;
+//!   Services, the PodDisruptionBudget and the ServiceMonitors select what they should;
+//! - every flag and environment variable a container uses is one its binary's `--help` lists,
+//!   and the ports, config file, Lease name and extender URL agree with what the binary does;
+//! - each ServiceAccount's rules grant exactly the requests its binary makes: the exporter with
+//!   its device plugin (a cluster-shared pool), the scheduler (`run`, leader election, a pod
+//!   bound and one that fits nowhere) and the extender (`filter` and `bind`) run against the
+//!   fake API server, each with its own token, and the requests recorded per token are held
+//!   against the rendered RBAC: every one allowed, every grant used.
+//!
+//! With `NUMAPLANE_E2E_KUBECONFIG` the same flows run against a real cluster where the bundle
+//! is installed with both components (`deploy/allocator`, `deploy/extender`) and the
+//! `numaplane-scheduler` and `numaplane-scheduler-extender` Deployments are scaled to 0 (the
+//! test's replicas take their Leases and their pods), and whose test user may impersonate
+//! ServiceAccounts: each binary then runs as its ServiceAccount, so any request its rules do not
+//! allow fails the flow. That the rules grant nothing unused is checked on the fake only (a real
+//! server records nothing).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use numaplane::allocation::ANNOTATION;
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
+};
+use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
+use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
+use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
+use numaplane_e2e::kustomize;
+use numaplane_e2e::rbac;
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "numaplane-system";
+const WAIT: Duration = Duration::from_secs(90);
+const GPU: &str = "example.com/gpu";
+const LICENSE: &str = "example.com/license";
+
+// ---------------------------------------------------------------------------------------------
+// The bundle
+// ---------------------------------------------------------------------------------------------
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn deploy() -> PathBuf {
+    workspace().join("deploy")
+}
+
+const COMPONENTS: [&str; 3] = ["allocator", "extender", "servicemonitor"];
+
+/// The base with `components`.
+fn render(components: &[&str]) -> Vec<Value> {
+    let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
+    kustomize::render_with(&deploy(), &dirs)
+        .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+}
+
+fn full() -> &'static [Value] {
+    static FULL: OnceLock<Vec<Value>> = OnceLock::new();
+    FULL.get_or_init(|| render(&COMPONENTS))
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn typed<T: serde::de::DeserializeOwned>(o: &Value) -> T {
+    serde_json::from_value(o.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", o["kind"], o["metadata"]["name"]))
+}
+
+/// (kind, name) → the pod template of every workload.
+fn workloads(objects: &[Value]) -> Vec<(String, String, Value)> {
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment" || o["kind"] == "DaemonSet")
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+                o["spec"]["template"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn pod_spec(template: &Value) -> PodSpec {
+    serde_json::from_value(template["spec"].clone()).unwrap()
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| &labels[k] == v))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binaries' command lines
+// ---------------------------------------------------------------------------------------------
+
+/// One option of a subcommand's `--help`.
+#[derive(Debug, Default, Clone)]
+struct Flag {
+    env: Option<String>,
+    default: Option<String>,
+}
+
+/// Options by long name.
+type Flags = BTreeMap<String, Flag>;
+
+/// The options of `binary subcommand`, by long name, from its `--help` (global ones included).
+fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), Flags>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (binary.to_owned(), subcommand.to_owned());
+    if let Some(f) = cache.lock().unwrap().get(&key) {
+        return f.clone();
+    }
+    let path = match binary {
+        "numaplane-exporter" => numaplane_e2e::binaries::exporter(),
+        "numaplane-scheduler" => numaplane_e2e::binaries::scheduler(),
+        other => panic!("unknown binary {other}"),
+    };
+    let out = Command::new(path)
+        .args([subcommand, "--help"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{binary} {subcommand} --help: {out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut flags = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let t = line.trim();
+        let header = t.starts_with("--") || (t.starts_with('-') && t.get(2..3) == Some(","));
+        if header {
+            current = t
+                .split([' ', ',', '='])
+                .find(|w| w.starts_with("--"))
+                .map(str::to_owned);
+            if let Some(name) = &current {
+                flags.insert(name.clone(), Flag::default());
+            }
+        } else if let Some(name) = &current {
+            // `[env: X=]` and `[default: Y]` on their own line (long help) or after the text.
+            let flag: &mut Flag = flags.get_mut(name).unwrap();
+            if let Some((_, env)) = t.split_once("[env: ") {
+                flag.env = env.split(['=', ']']).next().map(str::to_owned);
+            }
+            if let Some((_, default)) = t.split_once("[default: ") {
+                flag.default = default.split(']').next().map(str::to_owned);
+            }
+        }
+    }
+    assert!(
+        flags.contains_key("--help"),
+        "cannot parse {binary} {subcommand} --help:\n{help}"
+    );
+    cache.lock().unwrap().insert(key, flags.clone());
+    flags
+}
+
+/// The binary a container runs: its command, else the image's entrypoint (the exporter).
+fn binary_of(c: &Container) -> String {
+    match c.command.as_ref().and_then(|c| c.first()) {
+        Some(cmd) => Path::new(cmd).file_name().unwrap().to_string_lossy().into_owned(),
+        None => "numaplane-exporter".to_owned(),
+    }
+}
+
+fn env_value(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+fn env_field(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone())
+}
+
+/// What the container uses for `flag`: its argument, its variable, else the binary's default.
+fn effective(c: &Container, flag: &str) -> Option<String> {
+    let flags = help_flags(&binary_of(c), &c.args.as_ref().unwrap()[0]);
+    let f = flags.get(flag).unwrap_or_else(|| panic!("no flag {flag}"));
+    let args = c.args.clone().unwrap_or_default();
+    let from_args = args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&format!("{flag}=")).map(str::to_owned)
+        }
+    });
+    from_args
+        .or_else(|| f.env.as_deref().and_then(|e| env_value(c, e)))
+        .or_else(|| f.default.clone())
+}
+
+fn containers(objects: &[Value]) -> Vec<(String, Container, PodSpec)> {
+    workloads(objects)
+        .into_iter()
+        .flat_map(|(kind, name, template)| {
+            let spec = pod_spec(&template);
+            spec.containers
+                .clone()
+                .into_iter()
+                .map(move |c| (format!("{kind} {name}"), c, spec.clone()))
+        })
+        .collect()
+}
+
+/// The text of the file a container reads at `path` from a ConfigMap volume.
+fn config_file(objects: &[Value], c: &Container, spec: &PodSpec, path: &str) -> String {
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| Path::new(path).starts_with(&m.mount_path))
+        .max_by_key(|m| m.mount_path.len())
+        .unwrap_or_else(|| panic!("no mount holds {path}"));
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let cm_name = &volume
+        .config_map
+        .as_ref()
+        .unwrap_or_else(|| panic!("{path} is not from a ConfigMap"))
+        .name;
+    let cm: ConfigMap = typed(find(objects, "ConfigMap", cm_name));
+    let key = Path::new(path).strip_prefix(&mount.mount_path).unwrap();
+    cm.data
+        .unwrap_or_default()
+        .get(key.to_str().unwrap())
+        .cloned()
+        .unwrap_or_else(|| panic!("ConfigMap {cm_name} has no key {}", key.display()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Static checks
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn base_and_every_component_render_and_every_object_is_complete() {
+    let cluster_scoped = [
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+    ];
+    let mut sets: Vec<Vec<&str>> = vec![vec![]];
+    sets.extend(COMPONENTS.iter().map(|c| vec![*c]));
+    sets.push(COMPONENTS.to_vec());
+    for set in sets {
+        let objects = render(&set);
+        assert!(
+            objects
+                .iter()
+                .any(|o| o["kind"] == "Namespace" && o["metadata"]["name"] == NAMESPACE)
+        );
+        for o in &objects {
+            let what = format!("{set:?}: {} {}", o["kind"], o["metadata"]["name"]);
+            assert!(o["apiVersion"].is_string() && o["kind"].is_string(), "{what}");
+            let name = o["metadata"]["name"].as_str().unwrap();
+            assert!(
+                !name.is_empty() && name.len() <= 63 && !name.contains(['_', ' ']),
+                "{what}: name"
+            );
+            if cluster_scoped.contains(&o["kind"].as_str().unwrap()) {
+                assert!(o["metadata"]["namespace"].is_null(), "{what}: cluster-scoped");
+            } else {
+                assert_eq!(o["metadata"]["namespace"], NAMESPACE, "{what}");
+            }
+            if o["kind"] != "CustomResourceDefinition" {
+                // The CRD is generated as upstream ships it.
+                assert_eq!(
+                    o["metadata"]["labels"]["app.kubernetes.io/part-of"], "numaplane",
+                    "{what}"
+                );
+            }
+            // Typed parsing enforces the fields the API requires (containers' names, ports…).
+            match o["kind"].as_str().unwrap() {
+                "Deployment" => drop(typed::<Deployment>(o)),
+                "DaemonSet" => drop(typed::<DaemonSet>(o)),
+                "Service" => drop(typed::<Service>(o)),
+                "ConfigMap" => drop(typed::<ConfigMap>(o)),
+                "PodDisruptionBudget" => drop(typed::<PodDisruptionBudget>(o)),
+                "ClusterRole" => drop(typed::<k8s_openapi::api::rbac::v1::ClusterRole>(o)),
+                "Role" => drop(typed::<k8s_openapi::api::rbac::v1::Role>(o)),
+                "ClusterRoleBinding" => drop(typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(o)),
+                "RoleBinding" => drop(typed::<k8s_openapi::api::rbac::v1::RoleBinding>(o)),
+                "ServiceAccount" => drop(typed::<k8s_openapi::api::core::v1::ServiceAccount>(o)),
+                "Namespace" => drop(typed::<k8s_openapi::api::core::v1::Namespace>(o)),
+                "CustomResourceDefinition" => drop(typed::<
+                    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+                >(o)),
+                "ServiceMonitor" => {
+                    assert_eq!(o["apiVersion"], "monitoring.coreos.com/v1", "{what}");
+                    assert!(o["spec"]["endpoints"].as_array().is_some_and(|e| !e.is_empty()), "{what}");
+                }
+                other => panic!("{what}: unexpected kind {other}"),
+            }
+        }
+        check_workloads(&objects);
+        check_services(&objects);
+    }
+}
+
+/// Images, ports, probes, resources, ServiceAccounts and volumes of every workload.
+fn check_workloads(objects: &[Value]) {
+    for (kind, name, template) in workloads(objects) {
+        let what = format!("{kind} {name}");
+        let o = find(objects, &kind, &name);
+        assert!(
+            labels_match(
+                &o["spec"]["selector"]["matchLabels"],
+                &template["metadata"]["labels"]
+            ),
+            "{what}: selector"
+        );
+        let spec = pod_spec(&template);
+        let sa = spec.service_account_name.clone().expect("a ServiceAccount");
+        find(objects, "ServiceAccount", &sa);
+        assert!(
+            !rbac::rules_for(objects, NAMESPACE, &sa).unwrap().is_empty(),
+            "{what}: ServiceAccount {sa} has no rules"
+        );
+        assert_eq!(
+            spec.security_context
+                .as_ref()
+                .and_then(|s| s.seccomp_profile.as_ref())
+                .map(|p| p.type_.as_str()),
+            Some("RuntimeDefault"),
+            "{what}"
+        );
+        for c in &spec.containers {
+            let what = format!("{what} container {}", c.name);
+            assert_eq!(
+                c.image.as_deref(),
+                Some(format!("ghcr.io/numaplane/numaplane:{}", env!("CARGO_PKG_VERSION")).as_str()),
+                "{what}: image tag = workspace version"
+            );
+            let ports = c.ports.clone().unwrap_or_default();
+            assert!(!ports.is_empty(), "{what}: ports");
+            for (probe, path) in [(&c.liveness_probe, "/healthz"), (&c.readiness_probe, "/readyz")] {
+                let get = probe
+                    .as_ref()
+                    .and_then(|p| p.http_get.as_ref())
+                    .unwrap_or_else(|| panic!("{what}: no {path} probe"));
+                assert_eq!(get.path.as_deref(), Some(path), "{what}");
+                let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(port) = &get.port
+                else {
+                    panic!("{what}: probe on a port number; name it")
+                };
+                assert!(
+                    ports.iter().any(|p| p.name.as_deref() == Some(port.as_str())),
+                    "{what}: probe port {port}"
+                );
+            }
+            let res = c
+                .resources
+                .as_ref()
+                .unwrap_or_else(|| panic!("{what}: resources"));
+            let requests = res.requests.clone().unwrap_or_default();
+            assert!(
+                requests.contains_key("cpu") && requests.contains_key("memory"),
+                "{what}: requests"
+            );
+            assert!(
+                res.limits.clone().unwrap_or_default().contains_key("memory"),
+                "{what}: memory limit"
+            );
+            let sc = c
+                .security_context
+                .as_ref()
+                .unwrap_or_else(|| panic!("{what}: securityContext"));
+            assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}");
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}");
+            assert_eq!(
+                sc.capabilities
+                    .as_ref()
+                    .and_then(|c| c.drop.clone())
+                    .unwrap_or_default(),
+                ["ALL"],
+                "{what}"
+            );
+            for m in c.volume_mounts.iter().flatten() {
+                let v = spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .find(|v| v.name == m.name)
+                    .unwrap_or_else(|| panic!("{what}: no volume {}", m.name));
+                if let Some(cm) = &v.config_map {
+                    find(objects, "ConfigMap", &cm.name);
+                }
+            }
+        }
+    }
+}
+
+/// Every Service selects a workload and targets one of its named ports; every ServiceMonitor
+/// selects Services with its port; the PodDisruptionBudget selects the scheduler.
+fn check_services(objects: &[Value]) {
+    let loads = workloads(objects);
+    for s in objects.iter().filter(|o| o["kind"] == "Service") {
+        let svc: Service = typed(s);
+        let spec = svc.spec.unwrap();
+        let selector = serde_json::to_value(spec.selector.clone().unwrap()).unwrap();
+        let selected: Vec<_> = loads
+            .iter()
+            .filter(|(_, _, t)| labels_match(&selector, &t["metadata"]["labels"]))
+            .collect();
+        assert_eq!(
+            selected.len(),
+            1,
+            "Service {} selects {selected:?}",
+            s["metadata"]["name"]
+        );
+        let pod = pod_spec(&selected[0].2);
+        for p in spec.ports.unwrap() {
+            let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(target) =
+                p.target_port.unwrap()
+            else {
+                panic!("Service {}: name the target port", s["metadata"]["name"])
+            };
+            let port = pod
+                .containers
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|cp| cp.name.as_deref() == Some(target.as_str()))
+                .unwrap_or_else(|| panic!("Service {}: no container port {target}", s["metadata"]["name"]));
+            assert_eq!(
+                p.port, port.container_port,
+                "Service {}: same port number",
+                s["metadata"]["name"]
+            );
+            assert_eq!(p.name.as_deref(), Some("metrics"));
+        }
+    }
+    let monitors: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "ServiceMonitor").collect();
+    if !monitors.is_empty() {
+        for s in objects.iter().filter(|o| o["kind"] == "Service") {
+            let by = monitors
+                .iter()
+                .filter(|m| labels_match(&m["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
+                .count();
+            assert_eq!(
+                by, 1,
+                "Service {} is scraped by {by} ServiceMonitors",
+                s["metadata"]["name"]
+            );
+        }
+        for m in monitors {
+            for e in m["spec"]["endpoints"].as_array().unwrap() {
+                assert_eq!(e["path"], "/metrics");
+                let port = e["port"].as_str().unwrap();
+                for s in objects
+                    .iter()
+                    .filter(|o| o["kind"] == "Service")
+                    .filter(|s| labels_match(&m["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
+                {
+                    assert!(
+                        s["spec"]["ports"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|p| p["name"] == port),
+                        "ServiceMonitor {} port {port} on Service {}",
+                        m["metadata"]["name"],
+                        s["metadata"]["name"]
+                    );
+                }
+            }
+        }
+    }
+    for p in objects.iter().filter(|o| o["kind"] == "PodDisruptionBudget") {
+        let selected: Vec<_> = loads
+            .iter()
+            .filter(|(_, _, t)| labels_match(&p["spec"]["selector"]["matchLabels"], &t["metadata"]["labels"]))
+            .collect();
+        assert_eq!(selected.len(), 1, "PDB {}", p["metadata"]["name"]);
+        let d = find(objects, &selected[0].0, &selected[0].1);
+        let replicas = d["spec"]["replicas"].as_i64().unwrap();
+        let min = p["spec"]["minAvailable"].as_i64().unwrap();
+        assert!(
+            0 < min && min < replicas,
+            "PDB {}: a drain must be possible",
+            p["metadata"]["name"]
+        );
+    }
+}
+
+#[test]
+fn every_flag_and_environment_variable_is_one_the_binary_reads() {
+    for (what, c, _) in containers(full()) {
+        let binary = binary_of(&c);
+        let args = c.args.clone().unwrap_or_default();
+        let sub = args.first().unwrap_or_else(|| panic!("{what}: no subcommand"));
+        let flags = help_flags(&binary, sub);
+        let envs: BTreeMap<&str, &str> = flags
+            .iter()
+            .filter_map(|(n, f)| f.env.as_deref().map(|e| (e, n.as_str())))
+            .collect();
+        for e in c.env.iter().flatten() {
+            assert!(
+                envs.contains_key(e.name.as_str()),
+                "{what}: env {} is not read by `{binary} {sub}` (it reads {:?})",
+                e.name,
+                envs.keys().collect::<Vec<_>>()
+            );
+            assert!(
+                e.value.is_some() != e.value_from.is_some(),
+                "{what}: env {}",
+                e.name
+            );
+        }
+        for a in args.iter().skip(1).filter(|a| a.starts_with("--")) {
+            let name = a.split('=').next().unwrap();
+            assert!(
+                flags.contains_key(name),
+                "{what}: {a} is not a flag of `{binary} {sub}`"
+            );
+        }
+        for off in [
+            "--kubeconfig",
+            "--topology-xml",
+            "--once",
+            "--dry-run",
+            "--leader-elect",
+        ] {
+            if let Some(f) = flags.get(off) {
+                assert!(!args.iter().any(|a| a.starts_with(off)), "{what}: {off}");
+                if let Some(env) = &f.env {
+                    assert!(env_value(&c, env).is_none(), "{what}: {env}");
+                }
+            }
+        }
+        // The serving port is the container port the probes and the Service use.
+        let listen_flag = if binary == "numaplane-exporter" {
+            "--metrics-address"
+        } else {
+            "--listen"
+        };
+        let addr: SocketAddr = effective(&c, listen_flag).unwrap().parse().unwrap();
+        let named = c
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("metrics"))
+            .unwrap_or_else(|| panic!("{what}: no port named metrics"));
+        assert_eq!(named.container_port, i32::from(addr.port()), "{what}");
+        assert!(addr.ip().is_unspecified(), "{what}: listen on every address");
+    }
+}
+
+#[test]
+fn scheduler_config_and_leases_agree_with_the_roles() {
+    let objects = full();
+    for name in ["numaplane-scheduler", "numaplane-scheduler-extender"] {
+        let d: Deployment = typed(find(objects, "Deployment", name));
+        let spec = d.spec;
+        assert_eq!(spec.replicas, Some(2), "{name}");
+        let pod = spec.template.spec.unwrap();
+        let anti = pod
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
+            .unwrap_or_else(|| panic!("{name}: anti-affinity"));
+        assert_eq!(anti[0].topology_key, "kubernetes.io/hostname");
+        let own =
+            serde_json::to_value(anti[0].label_selector.as_ref().unwrap().match_labels.clone()).unwrap();
+        assert!(labels_match(
+            &own,
+            &serde_json::to_value(spec.template.metadata.unwrap().labels).unwrap()
+        ));
+        let c = &pod.containers[0];
+        assert_eq!(binary_of(c), "numaplane-scheduler");
+        // The configuration file parses and resolves as the binary does.
+        let path = effective(c, "--config").unwrap_or_else(|| panic!("{name}: no config file"));
+        let text = config_file(objects, c, &pod, &path);
+        let file: numaplane_scheduler::live::config::FileConfig =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {path}: {e}"));
+        let lease_in_file = file.leader_election.resource_name.clone();
+        let cfg = serve_args(c)
+            .merge(file)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(cfg.scheduler_names, ["numaplane-scheduler"]);
+        let le = cfg
+            .leader_election
+            .unwrap_or_else(|| panic!("{name}: leader election off"));
+        let lease = effective(c, "--leader-elect-resource-name")
+            .or(lease_in_file)
+            .unwrap_or_else(|| "numaplane-scheduler".into());
+        assert_eq!(le.name, lease);
+        assert_eq!(lease, name, "{name}: each its own Lease");
+        assert_eq!(
+            env_field(c, "NUMAPLANE_LEADER_ELECT_RESOURCE_NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        assert_eq!(
+            env_field(c, "NUMAPLANE_LEADER_ELECT_IDENTITY").as_deref(),
+            Some("metadata.name")
+        );
+        // The Role allows that Lease in the pod's namespace, and no other by name.
+        let rules =
+            rbac::rules_for(objects, NAMESPACE, pod.service_account_name.as_deref().unwrap()).unwrap();
+        let at = |verb: &str, lease: Option<&str>| rbac::Attributes {
+            group: "coordination.k8s.io".into(),
+            resource: "leases".into(),
+            verb: verb.into(),
+            namespace: Some(NAMESPACE.into()),
+            name: lease.map(str::to_owned),
+        };
+        assert!(rbac::allowed(&rules, &at("create", None)), "{name}");
+        assert!(rbac::allowed(&rules, &at("patch", Some(&lease))), "{name}");
+        assert!(
+            !rbac::allowed(&rules, &at("patch", Some("kube-scheduler"))),
+            "{name}"
+        );
+        let mut elsewhere = at("create", None);
+        elsewhere.namespace = Some("kube-system".into());
+        assert!(!rbac::allowed(&rules, &elsewhere), "{name}");
+    }
+}
+
+/// `ServeArgs` as the container's environment sets them (the flags merge tests need).
+fn serve_args(c: &Container) -> numaplane_scheduler::live::config::ServeArgs {
+    numaplane_scheduler::live::config::ServeArgs {
+        config: None,
+        kubeconfig: None,
+        scheduler_names: Vec::new(),
+        kube_api_qps: None,
+        kube_api_burst: None,
+        listen: env_value(c, "NUMAPLANE_LISTEN").map(|l| l.parse().unwrap()),
+        leader_elect: None,
+        leader_elect_resource_name: env_value(c, "NUMAPLANE_LEADER_ELECT_RESOURCE_NAME"),
+        leader_elect_resource_namespace: Some(NAMESPACE.into()),
+        leader_elect_identity: Some("pod".into()),
+        leader_elect_lease_duration: None,
+        leader_elect_renew_before: None,
+        pod_initial_backoff: None,
+        pod_max_backoff: None,
+        assume_timeout: None,
+        bind_concurrency: None,
+    }
+}
+
+#[test]
+fn kube_scheduler_configuration_calls_the_extender_service() {
+    let objects = render(&["extender"]);
+    let cm: ConfigMap = typed(find(&objects, "ConfigMap", "numaplane-kube-scheduler-config"));
+    let text = &cm.data.unwrap()["kube-scheduler-config.yaml"];
+    let ksc: Value = serde_saphyr::from_str(text).unwrap();
+    assert_eq!(ksc["apiVersion"], "kubescheduler.config.k8s.io/v1");
+    assert_eq!(ksc["kind"], "KubeSchedulerConfiguration");
+    let extenders = ksc["extenders"].as_array().unwrap();
+    assert_eq!(extenders.len(), 1);
+    let e = &extenders[0];
+    // The wire format of docs/extender.md: verbs are the last path segment.
+    assert_eq!(e["filterVerb"], "filter");
+    assert_eq!(e["prioritizeVerb"], "prioritize");
+    assert_eq!(e["bindVerb"], "bind");
+    assert!(e["preemptVerb"].is_null(), "preemption is not served");
+    assert_eq!(e["nodeCacheCapable"], true);
+    assert_eq!(e["ignorable"], false);
+    assert_eq!(e["enableHTTPS"], false);
+    assert!(e["weight"].as_i64().is_some_and(|w| w > 0));
+    for r in e["managedResources"].as_array().unwrap() {
+        assert!(r["name"].as_str().unwrap().contains('/'), "{r}");
+        assert_eq!(r["ignoredByScheduler"], false);
+    }
+    let svc: Service = typed(find(&objects, "Service", "numaplane-scheduler-extender"));
+    let port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port;
+    assert_eq!(
+        e["urlPrefix"],
+        format!(
+            "http://{}.{}.svc:{port}",
+            svc.metadata.name.as_deref().unwrap(),
+            svc.metadata.namespace.as_deref().unwrap()
+        )
+    );
+    let d: Deployment = typed(find(&objects, "Deployment", "numaplane-scheduler-extender"));
+    let c = d.spec.template.spec.unwrap().containers[0].clone();
+    assert_eq!(c.args.as_deref(), Some(&["extender".to_owned()][..]));
+}
+
+#[test]
+fn allocator_component_mounts_the_plugin_directory_and_a_valid_pools_file() {
+    let base = render(&[]);
+    let objects = render(&["allocator"]);
+    let ds_of = |objects: &[Value]| -> (Container, PodSpec) {
+        let ds: DaemonSet = typed(find(objects, "DaemonSet", "numaplane-exporter"));
+        let pod = ds.spec.template.spec.unwrap();
+        (pod.containers[0].clone(), pod)
+    };
+    let (c0, _) = ds_of(&base);
+    assert!(
+        effective(&c0, "--pools").is_none(),
+        "the base runs without the allocator"
+    );
+    let (c, pod) = ds_of(&objects);
+    let dir = effective(&c, "--device-plugin-dir").unwrap();
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == dir)
+        .expect("the device-plugin directory itself is mounted");
+    assert_ne!(
+        mount.read_only,
+        Some(true),
+        "the plugins create their sockets there"
+    );
+    let v = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let host = v.host_path.as_ref().unwrap();
+    assert_eq!(host.path, "/var/lib/kubelet/device-plugins");
+    assert_eq!(host.type_.as_deref(), Some("Directory"));
+    let pools = effective(&c, "--pools").unwrap();
+    let text = config_file(&objects, &c, &pod, &pools);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    // The shipped pools match the GPUs of a GPU machine (hwloc fixture).
+    let machine =
+        numaplane_topology::Machine::from_xml_file(&workspace().join("topology/tests/fixtures/gpu-nic.xml"))
+            .unwrap();
+    let loaded = numaplane_exporter::allocator::pools::load(file.path(), &machine).unwrap();
+    assert!(!loaded.is_empty());
+}
+
+#[test]
+fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
+    let dir = workspace().join("examples/pods");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let mut asked = BTreeSet::new();
+    let mut names = Vec::new();
+    for f in &files {
+        for d in kustomize::read_documents(f).unwrap() {
+            let pod: Pod = typed(&d);
+            let spec = pod.spec.unwrap();
+            assert_eq!(
+                spec.scheduler_name.as_deref(),
+                Some("numaplane-scheduler"),
+                "{}",
+                f.display()
+            );
+            for c in &spec.containers {
+                let r = c.resources.as_ref().unwrap();
+                assert_eq!(r.requests, r.limits, "{}: Guaranteed", f.display());
+                let limits = r.limits.clone().unwrap();
+                let cpu = &limits["cpu"].0;
+                assert!(cpu.parse::<u32>().is_ok(), "{}: whole CPUs ({cpu})", f.display());
+                for k in limits.keys() {
+                    asked.insert(if k.starts_with("hugepages-") {
+                        "hugepages".to_owned()
+                    } else if k.contains('/') {
+                        "device".to_owned()
+                    } else {
+                        k.clone()
+                    });
+                }
+            }
+            names.push(format!(
+                "{}/{}",
+                pod.metadata.namespace.unwrap_or_else(|| "default".into()),
+                pod.metadata.name.unwrap()
+            ));
+        }
+    }
+    assert_eq!(
+        asked,
+        ["cpu", "device", "hugepages", "memory"].map(str::to_owned).into(),
+        "the examples together ask for every aligned resource"
+    );
+    // Each is placed on the example cluster by the scheduler's model.
+    let out = Command::new(numaplane_e2e::binaries::scheduler())
+        .args(["simulate", "--cluster"])
+        .arg(workspace().join("examples/cluster.yaml"))
+        .arg("--pods")
+        .args(&files)
+        .args(["-o", "json"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let placed: BTreeMap<String, String> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((r["pod"].as_str()?.to_owned(), r["node"].as_str()?.to_owned())))
+        .collect();
+    for n in &names {
+        assert!(placed.contains_key(n), "{n} is not placed: {report}");
+    }
+    assert_eq!(report["summary"]["unschedulable"], 0, "{report}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What each running binary asks the API server for
+// ---------------------------------------------------------------------------------------------
+
+/// A child process, killed on drop, logging to a file.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn assert_running(&mut self, what: &str) {
+        if let Some(s) = self.child.try_wait().unwrap() {
+            panic!("{what} exited ({s}):\n{}", self.log());
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `binary` with the container's arguments and environment: plain values as written,
+/// downward-API values from `fields`, and `replace` over both (node paths, ports, test speed).
+fn spawn(
+    binary: &Path,
+    c: &Container,
+    replace: &BTreeMap<&str, String>,
+    fields: &BTreeMap<&str, String>,
+    dir: &Path,
+    name: &str,
+) -> Proc {
+    let log = dir.join(format!("{name}.log"));
+    let mut cmd = Command::new(binary);
+    cmd.args(c.args.clone().unwrap_or_default())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).unwrap());
+    for e in c.env.iter().flatten() {
+        if let Some(v) = replace.get(e.name.as_str()) {
+            cmd.env(&e.name, v);
+        } else if let Some(v) = &e.value {
+            cmd.env(&e.name, v);
+        } else {
+            let path = &e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path;
+            let v = fields
+                .get(path.as_str())
+                .unwrap_or_else(|| panic!("{name}: no test value for {path}"));
+            cmd.env(&e.name, v);
+        }
+    }
+    for (k, v) in replace {
+        cmd.env(k, v);
+    }
+    Proc {
+        child: cmd.spawn().unwrap(),
+        log,
+    }
+}
+
+/// A kubeconfig for `identity` (a ServiceAccount name): on the fake its own token; on a real
+/// cluster the test's credentials impersonating the ServiceAccount.
+fn kubeconfig_for(target: &ApiTarget, dir: &Path, identity: &str) -> PathBuf {
+    match target.fake() {
+        Some(fake) => fake.write_kubeconfig_as(dir, identity).unwrap(),
+        None => {
+            let mut kc = kube::config::Kubeconfig::read_from(target.kubeconfig()).unwrap();
+            for a in &mut kc.auth_infos {
+                if let Some(info) = a.auth_info.as_mut() {
+                    info.impersonate = Some(format!("system:serviceaccount:{NAMESPACE}:{identity}"));
+                }
+            }
+            let path = dir.join(format!("kubeconfig-{identity}"));
+            std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
+            path
+        }
+    }
+}
+
+fn pod_json(name: &str, scheduler: &str, cpu: &str, gpus: u32) -> Pod {
+    let r = json!({"cpu": cpu, "memory": "1Gi", GPU: gpus.to_string()});
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {"schedulerName": scheduler, "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": r, "limits": r}}]}}))
+    .unwrap()
+}
+
+async fn until<F, Fut>(what: &str, log: &dyn Fn() -> String, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what} within {WAIT:?}\n{}", log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Holds the requests of `identity` against the rules the bundle binds to it: every one
+/// allowed, every grant used (but `unused_ok`, each with its reason in deploy/README.md).
+fn check_identity(target: &ApiTarget, identity: &str, unused_ok: &[(&str, &str, &str)]) {
+    let Some(fake) = target.fake() else {
+        return;
+    };
+    let rules = rbac::rules_for(full(), NAMESPACE, identity).unwrap();
+    let mut used = BTreeSet::new();
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.bearer_token() == Some(identity))
+        .collect();
+    assert!(!requests.is_empty(), "{identity} made no request");
+    for r in &requests {
+        let Some(mut attrs) = rbac::attributes(r).unwrap() else {
+            assert_eq!(
+                r.method, "GET",
+                "{identity}: non-resource {} {}",
+                r.method, r.path
+            );
+            continue;
+        };
+        let mut all = vec![attrs.clone()];
+        // An apply that creates the object is authorized as a create too.
+        if attrs.verb == "patch" && r.status == 201 {
+            attrs.verb = "create".into();
+            attrs.name = None;
+            all.push(attrs);
+        }
+        for a in all {
+            assert!(
+                rbac::allowed(&rules, &a),
+                "{identity}: {} {}?{} needs {a:?}, which its rules do not grant",
+                r.method,
+                r.path,
+                r.query
+            );
+            used.insert(a.triple());
+        }
+    }
+    let ok: BTreeSet<(String, String, String)> = unused_ok
+        .iter()
+        .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+        .collect();
+    let unused: Vec<_> = rbac::granted(&rules)
+        .difference(&used)
+        .filter(|t| !ok.contains(*t))
+        .cloned()
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "{identity}: granted but never used: {unused:?}"
+    );
+}
+
+fn topo(numa: i64) -> Option<TopologyInfo> {
+    Some(TopologyInfo {
+        nodes: vec![NumaNode { id: numa }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_account_grants_exactly_what_its_binary_requests() {
+    let target = ApiTarget::start().await.unwrap();
+    let client = target.client();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = unique_name("np-rbac");
+    let node = unique_name("np-rbac-node");
+    target.create_namespace(&ns).await.unwrap();
+    if let Some(fake) = target.fake() {
+        // Where the bundle puts the Leases.
+        fake.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}));
+    }
+    let allocatable = json!({"cpu": "32", "memory": "128Gi", "pods": "110", GPU: "4", LICENSE: "2"});
+    target
+        .create_labelled_node(&node, &[], Some(allocatable))
+        .await
+        .unwrap();
+    let objects = full();
+    let container_of = |kind: &str, name: &str| -> (Container, PodSpec) {
+        let t = &find(objects, kind, name)["spec"]["template"];
+        let spec = pod_spec(t);
+        (spec.containers[0].clone(), spec)
+    };
+
+    // The exporter with its device plugin: 4 GPUs and a license shared cluster-wide.
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let gpus: Vec<(String, i64)> = (0..4).map(|i| (format!("g{i}"), i / 2)).collect();
+    let podres_socket = dir.path().join("podres.sock");
+    let podres = FakeKubelet::start(
+        &podres_socket,
+        AllocatableResourcesResponse {
+            cpu_ids: (0..32).collect(),
+            devices: gpus
+                .iter()
+                .map(|(id, numa)| ContainerDevices {
+                    resource_name: GPU.into(),
+                    device_ids: vec![id.clone()],
+                    topology: topo(*numa),
+                })
+                .collect(),
+            memory: vec![],
+        },
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    // The kubelet is down at start-up, and once more later: a ScanFailed Event, then patched.
+    podres.fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
+    let pools = dir.path().join("pools.yaml");
+    let devices: Vec<_> = gpus
+        .iter()
+        .map(|(id, n)| json!({"id": id, "numaNode": n}))
+        .collect();
+    std::fs::write(
+        &pools,
+        json!({"pools": [
+            {"resource": GPU, "devices": devices},
+            {"resource": LICENSE, "shared": "cluster", "capacity": 2, "devices": [{"id": "lic"}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let (mut exporter_c, _) = container_of("DaemonSet", "numaplane-exporter");
+    // No kubelet config here: the policy by flag, the machine from a fixture.
+    exporter_c
+        .env
+        .as_mut()
+        .unwrap()
+        .retain(|e| e.name != "NUMAPLANE_KUBELET_CONFIG");
+    let exporter_metrics: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
+    let replace: BTreeMap<&str, String> = [
+        (
+            "NUMAPLANE_PODRESOURCES_SOCKET",
+            podres_socket.display().to_string(),
+        ),
+        ("NUMAPLANE_METRICS_ADDRESS", exporter_metrics.to_string()),
+        ("NUMAPLANE_POOLS", pools.display().to_string()),
+        ("NUMAPLANE_DEVICE_PLUGIN_DIR", plugins.display().to_string()),
+        (
+            "KUBECONFIG",
+            kubeconfig_for(&target, dir.path(), "numaplane-exporter")
+                .display()
+                .to_string(),
+        ),
+        ("NUMAPLANE_TOPOLOGY_MANAGER_POLICY", "single-numa-node".into()),
+        (
+            "NUMAPLANE_TOPOLOGY_XML",
+            workspace()
+                .join("topology/tests/fixtures/2numa.xml")
+                .display()
+                .to_string(),
+        ),
+        ("NUMAPLANE_RESYNC_INTERVAL", "500ms".into()),
+        ("NUMAPLANE_API_BACKOFF_MIN", "200ms".into()),
+        ("NUMAPLANE_API_BACKOFF_MAX", "1s".into()),
+    ]
+    .into();
+    let fields: BTreeMap<&str, String> = [
+        ("spec.nodeName", node.clone()),
+        ("metadata.name", "numaplane-exporter-rbac".to_owned()),
+    ]
+    .into();
+    let mut exporter_cmd = spawn(
+        numaplane_e2e::binaries::exporter(),
+        &exporter_c,
+        &replace,
+        &fields,
+        dir.path(),
+        "exporter",
+    );
+    let exporter_log = exporter_cmd.log.clone();
+    let elog = move || std::fs::read_to_string(&exporter_log).unwrap_or_default();
+    dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+    dp.wait_registered(LICENSE, 1, WAIT).await.unwrap();
+    let nrts: Api<numaplane::nrt::NodeResourceTopology> = Api::all(client.clone());
+    until("the exporter publishes", &elog, || async {
+        nrts.get_opt(&node).await.unwrap().is_some()
+    })
+    .await;
+    exporter_cmd.assert_running("exporter");
+
+    // The scheduler (`run`, leader election on, as deployed) with the shipped config file.
+    let (sched_c, sched_pod) = container_of("Deployment", "numaplane-scheduler");
+    let config = dir.path().join("scheduler-config.yaml");
+    let config_path = effective(&sched_c, "--config").unwrap();
+    std::fs::write(&config, config_file(objects, &sched_c, &sched_pod, &config_path)).unwrap();
+    let sched_addr: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
+    let replace: BTreeMap<&str, String> = [
+        ("NUMAPLANE_SCHEDULER_CONFIG", config.display().to_string()),
+        ("NUMAPLANE_LISTEN", sched_addr.to_string()),
+        (
+            "NUMAPLANE_KUBECONFIG",
+            kubeconfig_for(&target, dir.path(), "numaplane-scheduler")
+                .display()
+                .to_string(),
+        ),
+        // A pod that fits nowhere is retried (and reported again) within the test.
+        ("NUMAPLANE_POD_MAX_BACKOFF", "2s".into()),
+        ("NUMAPLANE_LOG", "info,numaplane_scheduler=debug".into()),
+    ]
+    .into();
+    let fields: BTreeMap<&str, String> = [
+        ("metadata.name", "numaplane-scheduler-rbac".to_owned()),
+        ("metadata.namespace", NAMESPACE.to_owned()),
+    ]
+    .into();
+    let mut scheduler = spawn(
+        numaplane_e2e::binaries::scheduler(),
+        &sched_c,
+        &replace,
+        &fields,
+        dir.path(),
+        "scheduler",
+    );
+    let slog_path = scheduler.log.clone();
+    let slog = move || std::fs::read_to_string(&slog_path).unwrap_or_default();
+    until("the scheduler leads", &slog, || async {
+        http_get(sched_addr, "/metrics").is_ok_and(|(_, m)| m.contains("numaplane_scheduler_leader 1"))
+    })
+    .await;
+
+    // The extender, as deployed (its own Lease).
+    let (ext_c, _) = container_of("Deployment", "numaplane-scheduler-extender");
+    let ext_addr: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
+    let replace: BTreeMap<&str, String> = [
+        ("NUMAPLANE_SCHEDULER_CONFIG", config.display().to_string()),
+        ("NUMAPLANE_LISTEN", ext_addr.to_string()),
+        (
+            "NUMAPLANE_KUBECONFIG",
+            kubeconfig_for(&target, dir.path(), "numaplane-scheduler-extender")
+                .display()
+                .to_string(),
+        ),
+    ]
+    .into();
+    let fields: BTreeMap<&str, String> = [
+        ("metadata.name", "numaplane-scheduler-extender-rbac".to_owned()),
+        ("metadata.namespace", NAMESPACE.to_owned()),
+    ]
+    .into();
+    let mut extender = spawn(
+        numaplane_e2e::binaries::scheduler(),
+        &ext_c,
+        &replace,
+        &fields,
+        dir.path(),
+        "extender",
+    );
+    let xlog_path = extender.log.clone();
+    let xlog = move || std::fs::read_to_string(&xlog_path).unwrap_or_default();
+    until("the extender is ready", &xlog, || async {
+        http_get(ext_addr, "/readyz").is_ok_and(|(s, _)| s == 200)
+    })
+    .await;
+
+    // Pods: one the scheduler binds (a GPU and the license), one that fits nowhere, and two
+    // for the extender (one filtered then bound, one bound without a filter of its own).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut fits = pod_json("fits", "numaplane-scheduler", "2", 1);
+    let limits = fits.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap();
+    for m in [limits.limits.as_mut().unwrap(), limits.requests.as_mut().unwrap()] {
+        m.insert(
+            LICENSE.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        );
+    }
+    pods.create(&PostParams::default(), &fits).await.unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod_json("too-big", "numaplane-scheduler", "64", 0),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let record = loop {
+        let p = pods.get("fits").await.unwrap();
+        if let Some(a) = p.metadata.annotations.and_then(|a| a.get(ANNOTATION).cloned()) {
+            assert_eq!(p.spec.unwrap().node_name.as_deref(), Some(node.as_str()));
+            break numaplane::allocation::Allocation::parse(&a).unwrap();
+        }
+        assert!(Instant::now() < deadline, "`fits` not bound:\n{}", slog());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The kubelet admits it on the recorded NUMA node; pod-resources then reports it, so the
+    // exporter publishes the license as held here.
+    let c = &record.containers[0];
+    let hint: Vec<i64> = c
+        .numa_nodes
+        .clone()
+        .unwrap()
+        .iter()
+        .map(|n| i64::from(*n))
+        .collect();
+    let key = format!("{ns}/fits");
+    let (got, _) = dp.admit(&key, "app", GPU, 1, Some(&hint)).await.unwrap();
+    let (lic, _) = dp.admit(&key, "app", LICENSE, 1, None).await.unwrap();
+    podres.set_pods(vec![PodResources {
+        name: "fits".into(),
+        namespace: ns.clone(),
+        containers: vec![ContainerResources {
+            name: "app".into(),
+            devices: vec![
+                ContainerDevices {
+                    resource_name: GPU.into(),
+                    device_ids: got.clone(),
+                    topology: topo(hint[0]),
+                },
+                ContainerDevices {
+                    resource_name: LICENSE.into(),
+                    device_ids: lic,
+                    topology: None,
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]);
+
+    // The extender: filter then bind one pod, bind another it never saw.
+    for name in ["ext-a", "ext-b"] {
+        pods.create(
+            &PostParams::default(),
+            &pod_json(name, "default-scheduler", "1", 1),
+        )
+        .await
+        .unwrap();
+    }
+    let a = pods.get("ext-a").await.unwrap();
+    let filter = json!({"Pod": a, "Nodes": null, "NodeNames": [node]}).to_string();
+    let (status, body) = tokio::task::spawn_blocking(move || http_post(ext_addr, "/filter", &filter))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["NodeNames"], json!([node]), "{body}\n{}", xlog());
+    for name in ["ext-a", "ext-b"] {
+        let p = pods.get(name).await.unwrap();
+        let bind =
+            json!({"PodName": name, "PodNamespace": ns, "PodUID": p.metadata.uid, "Node": node}).to_string();
+        let (status, body) = tokio::task::spawn_blocking(move || http_post(ext_addr, "/bind", &bind))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap()["Error"],
+            "",
+            "{body}\n{}",
+            xlog()
+        );
+    }
+
+    // Everything each binary does has happened: Events created and patched, the status
+    // condition, the Binding, the license published as held.
+    let is_events = |r: &numaplane_e2e::fake_api::RecordedRequest, who: &str, method: &str| {
+        r.bearer_token() == Some(who) && r.method == method && r.path.contains("/events")
+    };
+    if let Some(fake) = target.fake() {
+        let deadline = Instant::now() + WAIT;
+        let mut injected = Instant::now();
+        loop {
+            let reqs = fake.requests();
+            // Only scans call GetAllocatableResources (the allocator Lists): fail it until a
+            // repeated ScanFailed is patched.
+            if !reqs.iter().any(|r| is_events(r, "numaplane-exporter", "PATCH"))
+                && injected.elapsed() > Duration::from_secs(2)
+            {
+                podres.fail_next(
+                    Method::GetAllocatableResources,
+                    1,
+                    tonic::Code::Unavailable,
+                    "kubelet restarting",
+                );
+                injected = Instant::now();
+            }
+            let mut missing = Vec::new();
+            for who in ["numaplane-exporter", "numaplane-scheduler"] {
+                for method in ["POST", "PATCH"] {
+                    if !reqs.iter().any(|r| is_events(r, who, method)) {
+                        missing.push(format!("{who}: {method} events"));
+                    }
+                }
+            }
+            if !reqs
+                .iter()
+                .any(|r| r.bearer_token() == Some("numaplane-scheduler") && r.path.ends_with("/status"))
+            {
+                missing.push("numaplane-scheduler: pods/status".to_owned());
+            }
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "missing {missing:?}; requests: {:#?}\nexporter:\n{}",
+                reqs.iter()
+                    .filter(|r| r.bearer_token() != Some(numaplane_e2e::fake_api::FAKE_TOKEN))
+                    .map(|r| format!("{:?} {} {} {}", r.bearer_token(), r.method, r.path, r.status))
+                    .collect::<BTreeSet<_>>(),
+                elog()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    until("the NRT shows the license held", &elog, || async {
+        nrts.get(&node)
+            .await
+            .unwrap()
+            .attributes
+            .iter()
+            .flatten()
+            .any(|a| a.name == format!("numaplane.io/cluster-held.{LICENSE}") && !a.value.is_empty())
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let reasons: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.contains("Scheduled") && reasons.contains("FailedScheduling"),
+        "{reasons:?}"
+    );
+    exporter_cmd.assert_running("exporter");
+    scheduler.assert_running("scheduler");
+    extender.assert_running("extender");
+    drop((exporter_cmd, scheduler, extender));
+
+    // Server-side apply creates the NRT (`create`); nothing reads it back with get or update.
+    check_identity(&target, "numaplane-exporter", &[]);
+    check_identity(&target, "numaplane-scheduler", &[]);
+    check_identity(&target, "numaplane-scheduler-extender", &[]);
+
+    let _ = pods
+        .delete_collection(
+            &kube::api::DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+    target.cleanup(&node, &ns).await;
+    drop(podres);
+}
