@@ -188,6 +188,13 @@ pub fn start(
     let mut cluster = Vec::new();
     for pool in pools {
         let pool = Arc::new(pool);
+        // A zero series up front, so `increase()` sees the first mismatch.
+        let _ = metrics
+            .allocator
+            .mismatches
+            .get_or_create(&metrics::ResourceLabels {
+                resource: pool.resource.clone(),
+            });
         let (tx, rx) = watch::channel(plugin::device_list(&pool, &BTreeSet::new()));
         if pool.shared == pools::Sharing::Cluster {
             cluster.push((pool.clone(), tx));

@@ -179,6 +179,11 @@ impl Engine {
         } else {
             cfg.scheduler_names.len()
         };
+        if cfg.extender {
+            metrics.prepare_attempts([extender::PROFILE]);
+        } else {
+            metrics.prepare_attempts(cfg.scheduler_names.iter().map(String::as_str));
+        }
         let leading = *leader.borrow();
         metrics.leader.set(i64::from(leading));
         health

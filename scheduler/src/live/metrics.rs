@@ -229,6 +229,19 @@ impl Metrics {
         Ok(out)
     }
 
+    /// Zero series for every result of each profile, so `increase()` sees the first attempt
+    /// (a series born at 1 shows no increase).
+    pub fn prepare_attempts<'a>(&self, profiles: impl IntoIterator<Item = &'a str>) {
+        for profile in profiles {
+            for result in ["scheduled", "unschedulable", "error"] {
+                let _ = self.attempts.get_or_create(&AttemptLabels {
+                    result,
+                    profile: profile.to_owned(),
+                });
+            }
+        }
+    }
+
     /// Counts one attempt.
     pub fn attempt(&self, result: &'static str, profile: &str) {
         self.attempts
