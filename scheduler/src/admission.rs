@@ -116,6 +116,89 @@ pub struct Rejection {
     pub kubelet_reason: &'static str,
 }
 
+/// What the pod's finished init containers hold and later containers of the same pod may reuse
+/// (kubelet-topology-manager.md §2.7): the CPU manager's `cpusToReuse` and the device manager's
+/// `devicesToReuse`. An init container adds what it got; an app or sidecar container removes what
+/// it got. Memory is not tracked: an init container's memory is not held (as before).
+#[derive(Clone, Debug, Default)]
+struct Reuse {
+    /// Per resource (exclusive `cpu` in millicores, devices in units), the reusable items.
+    items: BTreeMap<ResId, Vec<Held>>,
+}
+
+/// One reusable item: an amount on one zone (CPUs, devices without published IDs) or one device
+/// ID on the zones that list it.
+#[derive(Clone, Debug)]
+struct Held {
+    /// Zone positions (subset bits) the item is attached to.
+    bits: usize,
+    /// Amount (millicores for cpu, 1 per device ID).
+    amount: i64,
+    /// The device ID, when the node publishes IDs.
+    id: Option<String>,
+}
+
+impl Reuse {
+    fn is_empty(&self) -> bool {
+        self.items.values().all(|v| v.iter().all(|h| h.amount <= 0))
+    }
+
+    /// Reusable amount of `id` (CPUs in millicores).
+    fn total(&self, id: ResId) -> i64 {
+        self.items.get(&id).map_or(0, |v| {
+            v.iter().fold(0i64, |a, h| a.saturating_add(h.amount.max(0)))
+        })
+    }
+
+    /// The kubelet's rule: a mask that leaves out a reusable CPU or device (one with topology)
+    /// is skipped (§3.1 step 3, §3.3 step 4).
+    fn allows(&self, id: ResId, bits: usize) -> bool {
+        self.items
+            .get(&id)
+            .is_none_or(|v| v.iter().all(|h| h.amount <= 0 || h.bits & bits != 0))
+    }
+
+    /// Zone positions holding reusable items of any resource in `req` (for explanations).
+    fn zones_for(&self, req: &ResList) -> usize {
+        req.positive()
+            .filter_map(|(id, _)| self.items.get(&id))
+            .flatten()
+            .filter(|h| h.amount > 0)
+            .fold(0, |a, h| a | h.bits)
+    }
+
+    fn add(&mut self, id: ResId, held: Held) {
+        if held.amount <= 0 {
+            return;
+        }
+        let v = self.items.entry(id).or_default();
+        match v
+            .iter_mut()
+            .find(|h| h.id.is_none() && held.id.is_none() && h.bits == held.bits)
+        {
+            Some(h) => h.amount = h.amount.saturating_add(held.amount),
+            None => v.push(held),
+        }
+    }
+
+    /// Takes up to `want` of `id` on zone position `zone` (amount items only); returns the
+    /// amount taken. `keep`: an init container reusing items leaves them reusable.
+    fn take_amount(&mut self, id: ResId, zone: usize, want: i64, keep: bool) -> i64 {
+        let Some(v) = self.items.get_mut(&id) else {
+            return 0;
+        };
+        let mut taken = 0;
+        for h in v.iter_mut().filter(|h| h.id.is_none() && h.bits == 1 << zone) {
+            let t = h.amount.min(want.saturating_sub(taken)).max(0);
+            if !keep {
+                h.amount -= t;
+            }
+            taken += t;
+        }
+        taken
+    }
+}
+
 fn mask_ids(m: Option<NumaMask>) -> Option<Vec<u32>> {
     m.map(|m| m.iter().collect())
 }
@@ -138,7 +221,18 @@ struct Hints {
 /// Hints from per-mask "registered" and "free" sums: a mask is emitted when its free amount
 /// covers the need, and preferred when its size is the smallest whose registered amount
 /// covers it ("as narrow as possible on an empty machine", as every kubelet provider does).
-fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: i64) -> Vec<TopologyHint> {
+///
+/// With reusable items (init containers of the same pod), `minAffinitySize` is lowered first;
+/// then a mask that leaves out a reusable item is skipped, and the reusable amount counts
+/// towards the need of every other mask (§3.1 step 3, §3.3 step 4).
+fn hints_from_sums(
+    topo: &NumaTopology,
+    registered: &[i64],
+    free: &[i64],
+    need: i64,
+    reusable: i64,
+    allowed: impl Fn(usize) -> bool,
+) -> Vec<TopologyHint> {
     let mut min_affinity = u32::MAX;
     for (bits, r) in registered.iter().enumerate().skip(1) {
         if *r >= need {
@@ -150,7 +244,7 @@ fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: 
         free.iter()
             .enumerate()
             .skip(1)
-            .filter(|(_, f)| **f >= need)
+            .filter(|(bits, f)| f.saturating_add(reusable) >= need && allowed(*bits))
             .map(|(bits, _)| TopologyHint::new(topo.masks[bits], bits.count_ones() == min_affinity)),
     );
     hints
@@ -161,6 +255,7 @@ fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: 
 fn device_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     id: ResId,
     need: i64,
     scratch: &mut Scratch,
@@ -187,16 +282,26 @@ fn device_hints(
         }
         _ => subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b),
     }
-    if scratch.b.last().copied().unwrap_or(0) < need {
+    // Available and reusable together fewer than requested: "cannot satisfy".
+    let reusable = reuse.total(id);
+    if scratch.b.last().copied().unwrap_or(0).saturating_add(reusable) < need {
         return Some(Vec::new());
     }
-    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need))
+    Some(hints_from_sums(
+        topo,
+        &scratch.a,
+        &scratch.b,
+        need,
+        reusable,
+        |bits| reuse.allows(id, bits),
+    ))
 }
 
 /// CPU hints (§3.1): capacity gives `minAffinitySize`, available decides feasibility.
 fn cpu_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     need_cpus: i64,
     scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
@@ -207,7 +312,15 @@ fn cpu_hints(
         &mut scratch.a,
     );
     subset_sums(n, |i| w.available[i].get_or_zero(CPU) / 1000, &mut scratch.b);
-    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need_cpus))
+    let reusable = reuse.total(CPU) / 1000;
+    Some(hints_from_sums(
+        topo,
+        &scratch.a,
+        &scratch.b,
+        need_cpus,
+        reusable,
+        |bits| reuse.allows(CPU, bits),
+    ))
 }
 
 /// Memory-manager requests (memory and hugepages) the Static policy aligns: Guaranteed pods
@@ -329,6 +442,7 @@ fn collect_hints(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     qos: Qos,
     req: &ResList,
 ) -> Result<Hints, Rejection> {
@@ -337,11 +451,11 @@ fn collect_hints(
     let mut lists = Vec::new();
     for (id, need) in req.positive() {
         if res.kind(id) == ResKind::Extended {
-            lists.push((id, device_hints(topo, w, id, need, scratch)));
+            lists.push((id, device_hints(topo, w, reuse, id, need, scratch)));
         }
     }
     if let Some(n) = exclusive_cpus(qos, req, topo) {
-        lists.push((CPU, cpu_hints(topo, w, n, scratch)));
+        lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
     if !wants.is_empty() {
@@ -552,28 +666,38 @@ fn masks_of_size(n: usize, k: usize) -> impl Iterator<Item = usize> {
 
 /// Merged hint for one request unit: the direct computation where it applies, else the
 /// kubelet's literal hint generation and merge.
+///
+/// The direct computations ignore reusable items, so they run only while the pod's init
+/// containers hold nothing; `best-effort`'s also returns "any" as the mask, which would misplace
+/// what an init container leaves for the next containers, so init containers take the literal
+/// path under it.
+#[allow(clippy::too_many_arguments)]
 fn decide(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
+    unit: Option<ContainerKind>,
     qos: Qos,
     req: &ResList,
     explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
-    if topo.policy == Policy::BestEffort && !explain {
+    let plain = reuse.is_empty();
+    if topo.policy == Policy::BestEffort && !explain && plain && unit != Some(ContainerKind::Init) {
         return best_effort_admission(res, topo, w, qos, req);
     }
     if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
+        && plain
         && let Some(outcome) = fast_merge(res, topo, w, qos, req)?
     {
         if outcome.admit || !explain {
             return Ok((outcome, None));
         }
         // Rejections are rare; rebuild the hint lists for a precise explanation.
-        let hints = collect_hints(res, topo, w, qos, req)?;
+        let hints = collect_hints(res, topo, w, reuse, qos, req)?;
         return Ok((outcome, Some(hints)));
     }
-    let hints = collect_hints(res, topo, w, qos, req)?;
+    let hints = collect_hints(res, topo, w, reuse, qos, req)?;
     let merged = merge(topo, &hints).map_err(merge_rejection)?;
     Ok((merged, Some(hints)))
 }
@@ -682,6 +806,7 @@ fn rejection_for(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     req: &ResList,
     hints: &Hints,
     who: &str,
@@ -713,10 +838,22 @@ fn rejection_for(
         ),
     };
     let need = ResList(aligned.iter().map(|&id| (id, req.get(id))).collect()).describe(res);
+    let held = reuse.zones_for(req);
+    let reusing = if held == 0 {
+        String::new()
+    } else {
+        let zones: Vec<u32> = (0..w.ids.len())
+            .filter(|i| held & (1 << i) != 0)
+            .map(|i| w.ids[i])
+            .collect();
+        format!(
+            "; it must reuse what the pod's init containers hold on NUMA {zones:?}, so every hint includes those nodes"
+        )
+    };
     Rejection {
         category,
         message: format!(
-            "cannot align {who}: {}/{} needs {need} {}; {}",
+            "cannot align {who}: {}/{} needs {need} {}; {}{reusing}",
             topo.policy,
             topo.scope,
             policy_where(topo.policy),
@@ -728,21 +865,33 @@ fn rejection_for(
 
 /// Consumes `req` from the working zones under `mask`, as the kubelet's managers allocate:
 /// exclusive CPUs and memory from the mask's nodes first (ascending), then from the rest;
-/// devices aligned first, lowest zone and lowest ID first.
+/// devices aligned first, lowest zone and lowest ID first. Returns notes for the explanation.
+///
+/// Reusable items of the pod's init containers come first. The device manager takes them
+/// before anything else (§3.3 allocation step 1); the CPU manager picks from available ∪
+/// reusable, aligned first, with a topology packing the NRT does not let us reproduce: the
+/// model takes the reusable CPUs first, which is what that packing picks when the pool and the
+/// mask are those the init container was given. What an init container takes becomes reusable
+/// and stays held by the pod; an app or sidecar container removes what it reused.
+#[allow(clippy::too_many_arguments)]
 fn allocate(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
+    reuse: &mut Reuse,
+    kind: ContainerKind,
     qos: Qos,
     req: &ResList,
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
-) -> Result<(), Rejection> {
+) -> Result<Vec<String>, Rejection> {
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
         .collect();
     let rest: Vec<usize> = (0..w.ids.len()).filter(|i| !in_mask.contains(i)).collect();
     let order: Vec<usize> = in_mask.iter().chain(rest.iter()).copied().collect();
+    let init = kind == ContainerKind::Init;
+    let mut notes = Vec::new();
     let exhausted = |what: String| Rejection {
         category: format!("insufficient {what} on the node's NUMA zones"),
         message: format!("kubelet cannot allocate {what}: not enough free in any NUMA zone"),
@@ -750,10 +899,28 @@ fn allocate(
     };
     if let Some(n) = exclusive_cpus(qos, req, topo) {
         smt_aligned(topo, n, &placement.name)?;
-        take_fill(w, &order, CPU, n * 1000).map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
+            .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        if reused > 0 && !init {
+            notes.push(format!(
+                "reuses {} exclusive CPUs of the init containers",
+                reused / 1000
+            ));
+        }
     }
     for (id, need) in memory_requests(res, topo, qos, req) {
-        take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+        if init {
+            // An init container's memory is not modelled as held: it must only fit.
+            let total = w
+                .available
+                .iter()
+                .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)));
+            if total < need {
+                return Err(exhausted(res.name(id).to_owned()));
+            }
+        } else {
+            take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+        }
     }
     for (id, need) in req
         .positive()
@@ -767,7 +934,29 @@ fn allocate(
             .as_ref()
             .is_some_and(|f| f.iter().any(|z| z.contains_key(&id)));
         if let (true, Some(free_devices)) = (has_ids, w.free_devices.as_mut()) {
-            let mut chosen: Vec<String> = Vec::new();
+            // Reusable IDs first, in the order the zones are visited, then by ID.
+            let rank = |bits: usize| {
+                order
+                    .iter()
+                    .position(|&i| bits & (1 << i) != 0)
+                    .unwrap_or(usize::MAX)
+            };
+            let mut reusable: Vec<(usize, String)> = reuse
+                .items
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|h| h.amount > 0)
+                .filter_map(|h| h.id.clone().map(|d| (rank(h.bits), d)))
+                .collect();
+            reusable.sort_unstable();
+            let reusable_count = reusable.len();
+            let mut chosen: Vec<String> = reusable
+                .into_iter()
+                .map(|(_, d)| d)
+                .take(usize::try_from(need).unwrap_or(usize::MAX))
+                .collect();
+            let reused = chosen.len();
             for &i in &order {
                 let Some(free) = free_devices[i].get(&id) else {
                     continue;
@@ -784,24 +973,111 @@ fn allocate(
             if (chosen.len() as i64) < need {
                 return Err(exhausted(res.name(id).to_owned()));
             }
+            let fresh = &chosen[reused..];
             // A device on several NUMA nodes is listed (and counted) in each of them.
+            let mut bits_of: Vec<usize> = vec![0; fresh.len()];
             for (i, zone_free) in free_devices.iter_mut().enumerate() {
                 if let Some(free) = zone_free.get_mut(&id) {
                     let before = free.len();
-                    free.retain(|d| !chosen.contains(d));
+                    free.retain(|d| match fresh.iter().position(|c| c == d) {
+                        Some(k) => {
+                            bits_of[k] |= 1 << i;
+                            false
+                        }
+                        None => true,
+                    });
                     let removed = i64::try_from(before - free.len()).unwrap_or(0);
                     w.available[i].sub_clamped(id, removed);
                 }
             }
+            if init {
+                for (d, bits) in fresh.iter().zip(bits_of) {
+                    reuse.add(
+                        id,
+                        Held {
+                            bits,
+                            amount: 1,
+                            id: Some(d.clone()),
+                        },
+                    );
+                }
+            } else if let Some(items) = reuse.items.get_mut(&id) {
+                items.retain(|h| h.id.as_ref().is_none_or(|d| !chosen[..reused].contains(d)));
+            }
+            if reused > 0 && !init {
+                let ids = chosen[..reused].join(",");
+                notes.push(if reusable_count > reused {
+                    format!(
+                        "reuses {} {ids} of the init containers' {reusable_count}; which of them \
+                         is the device manager's choice (Go map order, not determined): the model \
+                         takes the lowest",
+                        res.name(id)
+                    )
+                } else {
+                    format!("reuses {} {ids} of the init containers", res.name(id))
+                });
+            }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, need, init)
+                .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            if reused > 0 && !init {
+                notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
+            }
             if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
                 placement.device_counts.insert(res.name(id).to_owned(), need);
             }
         }
     }
-    Ok(())
+    Ok(notes)
+}
+
+/// Takes `need` of `id` (amounts per zone): reusable then available in the mask's zones, then
+/// the same outside; fails without effect if short. What an init container takes from the
+/// available amounts becomes reusable; reusable items an init container takes stay reusable,
+/// those another container takes do not. Returns the amount reused.
+fn take_reusing(
+    w: &mut WorkingZones,
+    reuse: &mut Reuse,
+    in_mask: &[usize],
+    rest: &[usize],
+    id: ResId,
+    need: i64,
+    init: bool,
+) -> Result<i64, ()> {
+    let available = w
+        .available
+        .iter()
+        .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)));
+    if available.saturating_add(reuse.total(id)) < need {
+        return Err(());
+    }
+    let (mut left, mut reused) = (need, 0);
+    for group in [in_mask, rest] {
+        for &i in group {
+            let t = reuse.take_amount(id, i, left, init);
+            left -= t;
+            reused += t;
+        }
+        for &i in group {
+            let t = w.available[i].get_or_zero(id).min(left).max(0);
+            if t > 0 {
+                w.available[i].sub_clamped(id, t);
+                left -= t;
+                if init {
+                    reuse.add(
+                        id,
+                        Held {
+                            bits: 1 << i,
+                            amount: t,
+                            id: None,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    Ok(reused)
 }
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
@@ -938,31 +1214,41 @@ fn run(
         for (id, v) in pod.overhead.iter() {
             req.add(id, -v);
         }
-        let (merged, hints) = decide(res, topo, w, pod.qos, &req, record)?;
+        // Pod-scope hints come before any allocation: nothing is reusable yet.
+        let (merged, hints) = decide(res, topo, w, &Reuse::default(), None, pod.qos, &req, record)?;
         if !merged.admit {
             if !record {
                 return Err(silent());
             }
             let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-            return Err(rejection_for(res, topo, w, &req, &hints, "pod"));
+            return Err(rejection_for(
+                res,
+                topo,
+                w,
+                &Reuse::default(),
+                &req,
+                &hints,
+                "pod",
+            ));
         }
         pod_mask = merged.hint.mask;
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
+    let mut reuse = Reuse::default();
     for (c, kind) in units {
         let mask = if pod_scope {
             pod_mask
         } else if topo.policy == Policy::None {
             None
         } else {
-            let (merged, hints) = decide(res, topo, w, pod.qos, &c.requests, record)?;
+            let (merged, hints) = decide(res, topo, w, &reuse, Some(kind), pod.qos, &c.requests, record)?;
             if !merged.admit {
                 if !record {
                     return Err(silent());
                 }
                 let who = format!("{} `{}`", kind.noun(), c.name);
                 let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-                return Err(rejection_for(res, topo, w, &c.requests, &hints, &who));
+                return Err(rejection_for(res, topo, w, &reuse, &c.requests, &hints, &who));
             }
             merged.hint.mask
         };
@@ -974,24 +1260,25 @@ fn run(
             device_counts: BTreeMap::new(),
             explanation: String::new(),
         };
-        // Regular init containers finish before the app containers start: the kubelet lets
-        // later containers reuse what they held, so their allocation is not kept.
-        if kind == ContainerKind::Init {
-            let mut scratch = w.clone();
-            allocate(
-                res,
-                topo,
-                &mut scratch,
-                pod.qos,
-                &c.requests,
-                mask,
-                &mut placement,
-            )?;
-        } else {
-            allocate(res, topo, w, pod.qos, &c.requests, mask, &mut placement)?;
-        }
+        // Regular init containers finish before the app containers start: what they got is
+        // reusable by the later containers of the pod, and held by the pod otherwise.
+        let notes = allocate(
+            res,
+            topo,
+            w,
+            &mut reuse,
+            kind,
+            pod.qos,
+            &c.requests,
+            mask,
+            &mut placement,
+        )?;
         if record {
-            placement.explanation = explain_devices(&placement);
+            placement.explanation = std::iter::once(explain_devices(&placement))
+                .chain(notes)
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             out.max_span = out.max_span.max(mask.map_or(w.ids.len(), |m| m.count() as usize));
             out.containers.push(placement);
         }
@@ -1172,7 +1459,8 @@ mod tests {
             } else {
                 Qos::Guaranteed
             };
-            let general = collect_hints(&res, &topo, &w, qos, &req).map(|h| merge(&topo, &h).expect("merge"));
+            let general = collect_hints(&res, &topo, &w, &Reuse::default(), qos, &req)
+                .map(|h| merge(&topo, &h).expect("merge"));
             let fast = fast_merge(&res, &topo, &w, qos, &req);
             // Both must agree on admission, and on the merged hint when admitting. Rejections
             // may differ in reason only (which provider is reported first).
