@@ -10,6 +10,7 @@ use std::{cell::Cell, collections::BTreeMap};
 use crate::{
     node::NumaTopology,
     pod::{PodSpec, Qos},
+    prepared::{PreparedPod, Unit},
     resources::{CPU, ResId, ResKind, ResList, Resources},
     topology_manager::{
         MergeOutcome, NumaMask, Policy, ResourceHints, Scope, TopologyHint, TopologyManagerError,
@@ -432,10 +433,10 @@ fn memory_rejection(res: &Resources, wants: &[(ResId, i64)]) -> Rejection {
 }
 
 /// What the CPU manager grants exclusively: Guaranteed pods with a whole, positive CPU request.
-fn exclusive_cpus(qos: Qos, req: &ResList, topo: &NumaTopology) -> Option<i64> {
-    let cpu = req.get(CPU);
-    let cpu_managed = topo.zones.iter().any(|z| z.allocatable.get_or_zero(CPU) > 0);
-    (qos == Qos::Guaranteed && cpu > 0 && cpu % 1000 == 0 && cpu_managed).then_some(cpu / 1000)
+/// (The pod side is prepared once per decision: [`Unit::whole_cpus`].)
+fn exclusive_cpus(u: &Unit<'_>, topo: &NumaTopology) -> Option<i64> {
+    let cpu_managed = || topo.zones.iter().any(|z| z.allocatable.get_or_zero(CPU) > 0);
+    u.whole_cpus.filter(|_| cpu_managed())
 }
 
 fn collect_hints(
@@ -443,9 +444,9 @@ fn collect_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
     reuse: &Reuse,
-    qos: Qos,
-    req: &ResList,
+    u: &Unit<'_>,
 ) -> Result<Hints, Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     let mut pooled = PooledScratch::take();
     let scratch = &mut pooled.0;
     let mut lists = Vec::new();
@@ -454,7 +455,7 @@ fn collect_hints(
             lists.push((id, device_hints(topo, w, reuse, id, need, scratch)));
         }
     }
-    if let Some(n) = exclusive_cpus(qos, req, topo) {
+    if let Some(n) = exclusive_cpus(u, topo) {
         lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
@@ -486,9 +487,9 @@ fn fast_merge(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    u: &Unit<'_>,
 ) -> Result<Option<MergeOutcome>, Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     let n = w.ids.len();
     let reject = MergeOutcome {
         hint: TopologyHint::any(false),
@@ -520,7 +521,7 @@ fn fast_merge(
         }
         rows.push(SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id)));
     }
-    if let Some(cpus) = exclusive_cpus(qos, req, topo) {
+    if let Some(cpus) = exclusive_cpus(u, topo) {
         let registered = |i: usize| topo.zones[i].capacity.get_or_zero(CPU) / 1000;
         if !agree(min_size(n, registered, cpus)) {
             return Ok(Some(reject));
@@ -671,33 +672,30 @@ fn masks_of_size(n: usize, k: usize) -> impl Iterator<Item = usize> {
 /// containers hold nothing; `best-effort`'s also returns "any" as the mask, which would misplace
 /// what an init container leaves for the next containers, so init containers take the literal
 /// path under it.
-#[allow(clippy::too_many_arguments)]
 fn decide(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
     reuse: &Reuse,
-    unit: Option<ContainerKind>,
-    qos: Qos,
-    req: &ResList,
+    u: &Unit<'_>,
     explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
     let plain = reuse.is_empty();
-    if topo.policy == Policy::BestEffort && !explain && plain && unit != Some(ContainerKind::Init) {
-        return best_effort_admission(res, topo, w, qos, req);
+    if topo.policy == Policy::BestEffort && !explain && plain && u.kind != ContainerKind::Init {
+        return best_effort_admission(res, topo, w, u);
     }
     if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
         && plain
-        && let Some(outcome) = fast_merge(res, topo, w, qos, req)?
+        && let Some(outcome) = fast_merge(res, topo, w, u)?
     {
         if outcome.admit || !explain {
             return Ok((outcome, None));
         }
         // Rejections are rare; rebuild the hint lists for a precise explanation.
-        let hints = collect_hints(res, topo, w, reuse, qos, req)?;
+        let hints = collect_hints(res, topo, w, reuse, u)?;
         return Ok((outcome, Some(hints)));
     }
-    let hints = collect_hints(res, topo, w, reuse, qos, req)?;
+    let hints = collect_hints(res, topo, w, reuse, u)?;
     let merged = merge(topo, &hints).map_err(merge_rejection)?;
     Ok((merged, Some(hints)))
 }
@@ -721,9 +719,9 @@ fn best_effort_admission(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    u: &Unit<'_>,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
     let wants = memory_requests(res, topo, qos, req);
     let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
@@ -873,31 +871,29 @@ fn rejection_for(
 /// model takes the reusable CPUs first, which is what that packing picks when the pool and the
 /// mask are those the init container was given. What an init container takes becomes reusable
 /// and stays held by the pod; an app or sidecar container removes what it reused.
-#[allow(clippy::too_many_arguments)]
 fn allocate(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
     reuse: &mut Reuse,
-    kind: ContainerKind,
-    qos: Qos,
-    req: &ResList,
+    u: &Unit<'_>,
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
 ) -> Result<Vec<String>, Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
         .collect();
     let rest: Vec<usize> = (0..w.ids.len()).filter(|i| !in_mask.contains(i)).collect();
     let order: Vec<usize> = in_mask.iter().chain(rest.iter()).copied().collect();
-    let init = kind == ContainerKind::Init;
+    let init = u.kind == ContainerKind::Init;
     let mut notes = Vec::new();
     let exhausted = |what: String| Rejection {
         category: format!("insufficient {what} on the node's NUMA zones"),
         message: format!("kubelet cannot allocate {what}: not enough free in any NUMA zone"),
         kubelet_reason: "UnexpectedAdmissionError",
     };
-    if let Some(n) = exclusive_cpus(qos, req, topo) {
+    if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, &placement.name)?;
         let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
             .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
@@ -1164,12 +1160,32 @@ pub fn predict(
     w: &mut WorkingZones,
     pod: &PodSpec,
 ) -> Result<Placement, Rejection> {
+    run(res, topo, w, &PreparedPod::new(pod), true)
+}
+
+/// [`predict`] for a pod prepared once per decision.
+pub fn predict_prepared(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+) -> Result<Placement, Rejection> {
     run(res, topo, w, pod, true)
 }
 
 /// Whether the kubelet admits `pod`, as [`predict`] decides, without recording the placement
 /// or explaining a rejection: the filter's hot path. Consumes from `w` like [`predict`].
 pub fn admits(res: &Resources, topo: &NumaTopology, w: &mut WorkingZones, pod: &PodSpec) -> bool {
+    run(res, topo, w, &PreparedPod::new(pod), false).is_ok()
+}
+
+/// [`admits`] for a pod prepared once per decision.
+pub fn admits_prepared(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+) -> bool {
     run(res, topo, w, pod, false).is_ok()
 }
 
@@ -1178,7 +1194,7 @@ fn run(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
-    pod: &PodSpec,
+    pod: &PreparedPod<'_>,
     record: bool,
 ) -> Result<Placement, Rejection> {
     let silent = || Rejection {
@@ -1186,21 +1202,6 @@ fn run(
         message: String::new(),
         kubelet_reason: "",
     };
-    let units: Vec<(&crate::pod::ContainerSpec, ContainerKind)> = pod
-        .init_containers
-        .iter()
-        .map(|c| {
-            (
-                c,
-                if c.sidecar {
-                    ContainerKind::Sidecar
-                } else {
-                    ContainerKind::Init
-                },
-            )
-        })
-        .chain(pod.containers.iter().map(|c| (c, ContainerKind::App)))
-        .collect();
     let mut out = Placement {
         pod_numa_nodes: None,
         containers: Vec::new(),
@@ -1209,13 +1210,9 @@ fn run(
     let pod_scope = topo.scope == Scope::Pod && topo.policy != Policy::None;
     let mut pod_mask = None;
     if pod_scope {
-        let mut req = pod.effective_request();
-        // The kubelet's pod-level requests do not include overhead.
-        for (id, v) in pod.overhead.iter() {
-            req.add(id, -v);
-        }
         // Pod-scope hints come before any allocation: nothing is reusable yet.
-        let (merged, hints) = decide(res, topo, w, &Reuse::default(), None, pod.qos, &req, record)?;
+        let u = &pod.pod_unit;
+        let (merged, hints) = decide(res, topo, w, &Reuse::default(), u, record)?;
         if !merged.admit {
             if !record {
                 return Err(silent());
@@ -1226,7 +1223,7 @@ fn run(
                 topo,
                 w,
                 &Reuse::default(),
-                &req,
+                &u.request,
                 &hints,
                 "pod",
             ));
@@ -1235,26 +1232,30 @@ fn run(
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
     let mut reuse = Reuse::default();
-    for (c, kind) in units {
+    for u in &pod.containers {
         let mask = if pod_scope {
             pod_mask
         } else if topo.policy == Policy::None {
             None
         } else {
-            let (merged, hints) = decide(res, topo, w, &reuse, Some(kind), pod.qos, &c.requests, record)?;
+            let (merged, hints) = decide(res, topo, w, &reuse, u, record)?;
             if !merged.admit {
                 if !record {
                     return Err(silent());
                 }
-                let who = format!("{} `{}`", kind.noun(), c.name);
+                let who = format!("{} `{}`", u.kind.noun(), u.name());
                 let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-                return Err(rejection_for(res, topo, w, &reuse, &c.requests, &hints, &who));
+                return Err(rejection_for(res, topo, w, &reuse, &u.request, &hints, &who));
             }
             merged.hint.mask
         };
         let mut placement = ContainerPlacement {
-            name: if record { c.name.clone() } else { String::new() },
-            kind,
+            name: if record {
+                u.name().to_owned()
+            } else {
+                String::new()
+            },
+            kind: u.kind,
             numa_nodes: if record { mask_ids(mask) } else { None },
             devices: BTreeMap::new(),
             device_counts: BTreeMap::new(),
@@ -1262,17 +1263,7 @@ fn run(
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.
-        let notes = allocate(
-            res,
-            topo,
-            w,
-            &mut reuse,
-            kind,
-            pod.qos,
-            &c.requests,
-            mask,
-            &mut placement,
-        )?;
+        let notes = allocate(res, topo, w, &mut reuse, u, mask, &mut placement)?;
         if record {
             placement.explanation = std::iter::once(explain_devices(&placement))
                 .chain(notes)
@@ -1459,9 +1450,10 @@ mod tests {
             } else {
                 Qos::Guaranteed
             };
-            let general = collect_hints(&res, &topo, &w, &Reuse::default(), qos, &req)
+            let u = Unit::new(None, ContainerKind::App, req.clone(), qos);
+            let general = collect_hints(&res, &topo, &w, &Reuse::default(), &u)
                 .map(|h| merge(&topo, &h).expect("merge"));
-            let fast = fast_merge(&res, &topo, &w, qos, &req);
+            let fast = fast_merge(&res, &topo, &w, &u);
             // Both must agree on admission, and on the merged hint when admitting. Rejections
             // may differ in reason only (which provider is reported first).
             let g = general.as_ref().ok().filter(|g| g.admit).map(|g| g.hint);

@@ -13,6 +13,7 @@ pub mod fit;
 pub mod live;
 pub mod node;
 pub mod pod;
+pub mod prepared;
 pub mod queue;
 pub mod resources;
 pub mod score;
