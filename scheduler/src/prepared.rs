@@ -78,7 +78,7 @@ impl<'a> PreparedPod<'a> {
         for (id, v) in spec.overhead.iter() {
             pod_request.add(id, -v);
         }
-        let containers = spec
+        let containers: Vec<Unit<'a>> = spec
             .init_containers
             .iter()
             .map(|c| {
@@ -92,13 +92,32 @@ impl<'a> PreparedPod<'a> {
             .chain(spec.containers.iter().map(|c| (c, ContainerKind::App)))
             .map(|(c, kind)| Unit::new(Some(c), kind, c.requests.clone(), spec.qos))
             .collect();
+        let mut pod_unit = Unit::new(None, ContainerKind::App, pod_request, spec.qos);
+        pod_unit.whole_cpus = pod_whole_cpus(&containers);
         PreparedPod {
             spec,
             qos: spec.qos,
             effective,
             fit_request,
-            pod_unit: Unit::new(None, ContainerKind::App, pod_request, spec.qos),
+            pod_unit,
             containers,
         }
     }
+}
+
+/// The CPU manager's pod-level request (`podGuaranteedCPUs`, §2.7): the pod-level formula over
+/// each container's exclusive CPUs, where a container without a whole CPU request counts 0 (so
+/// a Guaranteed pod of 1.5 + 0.5 CPUs asks for no exclusive CPUs, not 2).
+fn pod_whole_cpus(containers: &[Unit<'_>]) -> Option<i64> {
+    let (mut sidecars, mut init_max, mut apps) = (0i64, 0i64, 0i64);
+    for u in containers {
+        let cpus = u.whole_cpus.unwrap_or(0);
+        match u.kind {
+            ContainerKind::Sidecar => sidecars = sidecars.saturating_add(cpus),
+            ContainerKind::Init => init_max = init_max.max(sidecars.saturating_add(cpus)),
+            ContainerKind::App => apps = apps.saturating_add(cpus),
+        }
+    }
+    let cpus = init_max.max(apps.saturating_add(sidecars));
+    (cpus > 0).then_some(cpus)
 }
