@@ -200,6 +200,98 @@ impl Reuse {
     }
 }
 
+/// The Static memory manager's NUMA groups (kubelet-topology-manager.md §3.2 steps 2–3), as
+/// far as an NRT lets them be known. The NRT carries per-zone memory only, not which
+/// allocations span which nodes, so zones already in use before this pod are of unknown group:
+///
+/// * a multi-NUMA memory mask that includes a zone in use is not predicted: the kubelet accepts
+///   it only when that zone's group is exactly the mask, which cannot be known;
+/// * the greedy fill of a multi-NUMA allocation exhausts the first node of its group, so while
+///   some zone's memory (or hugepages) is used up, every zone in use may belong to a group and a
+///   single-NUMA mask on it is not predicted either. Without an exhausted zone no group is
+///   assumed (only a group whose first node a departed pod partly freed escapes this).
+///
+/// The pod's own containers are tracked exactly: a multi-NUMA allocation forms a group, a
+/// single-NUMA one marks its node.
+#[derive(Clone, Debug, Default)]
+struct Groups {
+    /// Zone positions (subset bits) with memory in use before this pod.
+    unknown: usize,
+    /// Some zone's memory-manager resource is used up: groups may exist among `unknown`.
+    exhausted: bool,
+    /// Zones this pod used for single-NUMA allocations.
+    single: usize,
+    /// Multi-NUMA groups this pod formed.
+    groups: Vec<usize>,
+}
+
+impl Groups {
+    fn of(res: &Resources, topo: &NumaTopology, w: &WorkingZones) -> Self {
+        let mut g = Groups::default();
+        if !topo.memory_managed {
+            return g;
+        }
+        for (i, z) in topo.zones.iter().enumerate() {
+            for (id, allocatable) in z.allocatable.iter() {
+                if !res.kind(id).is_memory_like() || allocatable <= 0 {
+                    continue;
+                }
+                let free = w.available.get(i).map_or(0, |a| a.get_or_zero(id));
+                if free < allocatable {
+                    g.unknown |= 1 << i;
+                }
+                g.exhausted |= free == 0;
+            }
+        }
+        g
+    }
+
+    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
+    fn trivial(&self) -> bool {
+        self.unknown == 0 && self.single == 0 && self.groups.is_empty()
+    }
+
+    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3.
+    fn allows(&self, bits: usize) -> bool {
+        let in_group = |b: usize| self.groups.iter().any(|g| g & b != 0);
+        if bits.count_ones() == 1 {
+            let maybe_in_unknown_group = self.exhausted && self.unknown & bits != 0;
+            return !(in_group(bits) || maybe_in_unknown_group);
+        }
+        let mut rest = bits;
+        while rest != 0 {
+            let b = rest & rest.wrapping_neg();
+            rest &= rest - 1;
+            if self.unknown & b != 0 || self.single & b != 0 {
+                return false;
+            }
+            if self.groups.iter().any(|g| g & b != 0 && *g != bits) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records an allocation of the pod on `bits`.
+    fn record(&mut self, bits: usize) {
+        if bits.count_ones() == 1 {
+            self.single |= bits;
+        } else if bits != 0 && !self.groups.contains(&bits) {
+            self.groups.push(bits);
+        }
+    }
+}
+
+/// What the kubelet's managers carry from one container of the pod to the next.
+#[derive(Clone, Debug, Default)]
+struct PodState {
+    reuse: Reuse,
+    groups: Groups,
+    /// A later container of the pod asks the memory manager too: where this one's memory goes
+    /// decides the groups it meets.
+    later_memory: bool,
+}
+
 fn mask_ids(m: Option<NumaMask>) -> Option<Vec<u32>> {
     m.map(|m| m.iter().collect())
 }
@@ -217,6 +309,9 @@ fn subset_sums(n: usize, value: impl Fn(usize) -> i64, out: &mut Vec<i64>) {
 /// One request unit's hint lists, in provider order (device, cpu, memory).
 struct Hints {
     lists: Vec<(ResId, Option<Vec<TopologyHint>>)>,
+    /// The memory manager has no hint at all: it gives the Topology Manager no preference, and
+    /// fails in Allocate if the merge admits (§3.2 quirk).
+    memory_fails: Option<Rejection>,
 }
 
 /// Hints from per-mask "registered" and "free" sums: a mask is emitted when its free amount
@@ -338,7 +433,13 @@ fn memory_requests(res: &Resources, topo: &NumaTopology, qos: Qos, req: &ResList
 /// Per mask (index = subset bits), for all memory types together (§3.2): whether the mask
 /// qualifies (every type's allocatable covers the request) and whether it is feasible (every
 /// type's free amount does too), into `scratch.qualifies` and `scratch.feasible_memory`.
-fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], scratch: &mut Scratch) {
+fn memory_masks(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    groups: &Groups,
+    wants: &[(ResId, i64)],
+    scratch: &mut Scratch,
+) {
     let n = w.ids.len();
     let masks = 1usize << n;
     let Scratch {
@@ -362,6 +463,11 @@ fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], s
     }
     qualifies[0] = false;
     feasible[0] = false;
+    if !groups.trivial() {
+        for (bits, f) in feasible.iter_mut().enumerate().skip(1) {
+            *f &= groups.allows(bits);
+        }
+    }
 }
 
 /// Memory-manager hints: the same masks for all types. `None` when no mask qualifies (the
@@ -369,10 +475,11 @@ fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], s
 fn memory_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    groups: &Groups,
     wants: &[(ResId, i64)],
     scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
-    memory_masks(topo, w, wants, scratch);
+    memory_masks(topo, w, groups, wants, scratch);
     let (qualifies, feasible) = (&scratch.qualifies, &scratch.feasible_memory);
     let min_affinity = (1..qualifies.len())
         .filter(|&b| qualifies[b])
@@ -443,9 +550,10 @@ fn collect_hints(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    reuse: &Reuse,
+    st: &PodState,
     u: &Unit<'_>,
 ) -> Result<Hints, Rejection> {
+    let reuse = &st.reuse;
     let (qos, req) = (u.qos, &u.request);
     let mut pooled = PooledScratch::take();
     let scratch = &mut pooled.0;
@@ -459,13 +567,17 @@ fn collect_hints(
         lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
+    let mut memory_fails = None;
     if !wants.is_empty() {
-        let h = memory_hints(topo, w, &wants, scratch).ok_or_else(|| memory_rejection(res, &wants))?;
+        let h = memory_hints(topo, w, &st.groups, &wants, scratch);
+        if h.is_none() {
+            memory_fails = Some(memory_rejection(res, &wants));
+        }
         for &(id, _) in &wants {
-            lists.push((id, Some(h.clone())));
+            lists.push((id, h.clone()));
         }
     }
-    Ok(Hints { lists })
+    Ok(Hints { lists, memory_fails })
 }
 
 /// The merge's outcome for `single-numa-node` and `restricted`, computed directly from
@@ -487,6 +599,7 @@ fn fast_merge(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    groups: &Groups,
     u: &Unit<'_>,
 ) -> Result<Option<MergeOutcome>, Rejection> {
     let (qos, req) = (u.qos, &u.request);
@@ -585,8 +698,11 @@ fn fast_merge(
             .and_then(|d| d.distance_sum(m).ok())
             .unwrap_or(0)
     };
+    // With memory requested, the memory manager's group rules filter its masks too (a memory
+    // provider left with none rejects under these policies either way).
+    let grouped = !wants.is_empty() && !groups.trivial();
     let best = masks_of_size(n, size as usize)
-        .filter(|&bits| rows.iter().all(|r| r.fits(bits)))
+        .filter(|&bits| rows.iter().all(|r| r.fits(bits)) && (!grouped || groups.allows(bits)))
         .map(|b| topo.masks[b])
         .min_by_key(|m| (if closest { distance(*m) } else { 0 }, m.value()));
     Ok(Some(match best {
@@ -676,27 +792,35 @@ fn decide(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    reuse: &Reuse,
+    st: &PodState,
     u: &Unit<'_>,
     explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
-    let plain = reuse.is_empty();
-    if topo.policy == Policy::BestEffort && !explain && plain && u.kind != ContainerKind::Init {
-        return best_effort_admission(res, topo, w, u);
-    }
-    if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
+    let memory = !memory_requests(res, topo, u.qos, &u.request).is_empty();
+    let plain = st.reuse.is_empty();
+    if topo.policy == Policy::BestEffort
+        && !explain
         && plain
-        && let Some(outcome) = fast_merge(res, topo, w, u)?
+        && u.kind != ContainerKind::Init
+        && !(memory && st.later_memory)
     {
-        if outcome.admit || !explain {
-            return Ok((outcome, None));
-        }
-        // Rejections are rare; rebuild the hint lists for a precise explanation.
-        let hints = collect_hints(res, topo, w, reuse, u)?;
-        return Ok((outcome, Some(hints)));
+        return best_effort_admission(res, topo, w, &st.groups, u);
     }
-    let hints = collect_hints(res, topo, w, reuse, u)?;
+    if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted) && plain {
+        match fast_merge(res, topo, w, &st.groups, u) {
+            Ok(Some(outcome)) if outcome.admit || !explain => return Ok((outcome, None)),
+            Err(e) if !explain => return Err(e),
+            // Rejections are rare: the literal path below gives their exact reason.
+            Ok(_) | Err(_) => {}
+        }
+    }
+    let mut hints = collect_hints(res, topo, w, st, u)?;
     let merged = merge(topo, &hints).map_err(merge_rejection)?;
+    if merged.admit
+        && let Some(r) = hints.memory_fails.take()
+    {
+        return Err(r);
+    }
     Ok((merged, Some(hints)))
 }
 
@@ -715,20 +839,31 @@ fn merge_rejection(e: TopologyManagerError) -> Rejection {
 /// together: sums grow with the mask) and the allocation that follows. Allocation succeeds or
 /// fails on totals alone (zones are taken in the mask's order, but all of them), and leaves the
 /// same totals for the next container, so any mask gives the same verdict: "any" is returned.
+///
+/// With memory groups in play the memory manager's masks are filtered by the group rules: some
+/// mask must still qualify, fit and be allowed (the Topology Manager's mask then lies inside
+/// such a hint, which the memory manager extends to).
 fn best_effort_admission(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    groups: &Groups,
     u: &Unit<'_>,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
     let (qos, req) = (u.qos, &u.request);
     validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
     let wants = memory_requests(res, topo, qos, req);
     let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
-    let fits = wants.iter().all(|&(id, need)| {
-        total(&|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
-            && total(&|i| w.available[i].get_or_zero(id)) >= need
-    });
+    let fits = if groups.trivial() || wants.is_empty() {
+        wants.iter().all(|&(id, need)| {
+            total(&|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
+                && total(&|i| w.available[i].get_or_zero(id)) >= need
+        })
+    } else {
+        let mut pooled = PooledScratch::take();
+        memory_masks(topo, w, groups, &wants, &mut pooled.0);
+        pooled.0.feasible_memory.iter().any(|f| *f)
+    };
     if !fits {
         return Err(memory_rejection(res, &wants));
     }
@@ -875,11 +1010,12 @@ fn allocate(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
-    reuse: &mut Reuse,
+    st: &mut PodState,
     u: &Unit<'_>,
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
 ) -> Result<Vec<String>, Rejection> {
+    let PodState { reuse, groups, .. } = st;
     let (qos, req) = (u.qos, &u.request);
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
@@ -904,18 +1040,23 @@ fn allocate(
             ));
         }
     }
-    for (id, need) in memory_requests(res, topo, qos, req) {
-        if init {
-            // An init container's memory is not modelled as held: it must only fit.
-            let total = w
-                .available
+    let wants = memory_requests(res, topo, qos, req);
+    if !wants.is_empty() {
+        let names = || {
+            wants
                 .iter()
-                .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)));
-            if total < need {
-                return Err(exhausted(res.name(id).to_owned()));
+                .map(|(id, _)| res.name(*id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| exhausted(names()))?;
+        // An init container's memory is not modelled as held: it must only fit.
+        if !init {
+            let zones: Vec<usize> = (0..w.ids.len()).filter(|i| bits & (1 << i) != 0).collect();
+            for &(id, need) in &wants {
+                take_fill(w, &zones, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
             }
-        } else {
-            take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+            groups.record(bits);
         }
     }
     for (id, need) in req
@@ -1107,6 +1248,39 @@ fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Re
     Ok(())
 }
 
+/// The NUMA nodes the Static memory manager allocates from (§3.2 Allocate): the Topology
+/// Manager's mask when its free memory covers every type, else the narrowest superset that does
+/// and that the group rules allow (the lowest of equals); without a mask, its own narrowest
+/// allowed hint. `None`: no such set (`UnexpectedAdmissionError`). Subset bits over positions.
+fn memory_mask(
+    w: &WorkingZones,
+    groups: &Groups,
+    wants: &[(ResId, i64)],
+    mask: Option<NumaMask>,
+) -> Option<usize> {
+    let n = w.ids.len();
+    let base = match mask {
+        Some(m) => (0..n)
+            .filter(|&i| m.contains(w.ids[i]))
+            .fold(0usize, |b, i| b | 1 << i),
+        None => 0,
+    };
+    let fits = |bits: usize| {
+        wants.iter().all(|&(id, need)| {
+            (0..n)
+                .filter(|i| bits & (1 << i) != 0)
+                .fold(0i64, |a, i| a.saturating_add(w.available[i].get_or_zero(id)))
+                >= need
+        })
+    };
+    if base != 0 && fits(base) && groups.allows(base) {
+        return Some(base);
+    }
+    (1..=n)
+        .flat_map(|k| masks_of_size(n, k))
+        .find(|&bits| bits & base == base && fits(bits) && groups.allows(bits))
+}
+
 /// Takes `need` of `id` from zones in `order`; fails without partial effect if short.
 fn take_fill(w: &mut WorkingZones, order: &[usize], id: ResId, need: i64) -> Result<(), ()> {
     let total: i64 = order.iter().map(|&i| w.available[i].get_or_zero(id)).sum();
@@ -1212,12 +1386,26 @@ fn run(
     if pod_scope {
         // Pod-scope hints come before any allocation: nothing is reusable yet.
         let u = &pod.pod_unit;
-        let (merged, hints) = decide(res, topo, w, &Reuse::default(), u, record)?;
+        let (merged, hints) = decide(
+            res,
+            topo,
+            w,
+            &PodState {
+                reuse: Reuse::default(),
+                groups: Groups::of(res, topo, w),
+                later_memory: false,
+            },
+            u,
+            record,
+        )?;
         if !merged.admit {
             if !record {
                 return Err(silent());
             }
-            let hints = hints.unwrap_or(Hints { lists: Vec::new() });
+            let hints = hints.unwrap_or(Hints {
+                lists: Vec::new(),
+                memory_fails: None,
+            });
             return Err(rejection_for(
                 res,
                 topo,
@@ -1231,21 +1419,38 @@ fn run(
         pod_mask = merged.hint.mask;
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
-    let mut reuse = Reuse::default();
-    for u in &pod.containers {
+    let mut st = PodState {
+        reuse: Reuse::default(),
+        groups: Groups::of(res, topo, w),
+        later_memory: false,
+    };
+    let wants_memory = |u: &Unit<'_>| {
+        topo.memory_managed
+            && u.qos == Qos::Guaranteed
+            && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
+    };
+    let last_memory = pod
+        .containers
+        .iter()
+        .rposition(|u| u.kind != ContainerKind::Init && wants_memory(u));
+    for (k, u) in pod.containers.iter().enumerate() {
+        st.later_memory = last_memory.is_some_and(|l| l > k);
         let mask = if pod_scope {
             pod_mask
         } else if topo.policy == Policy::None {
             None
         } else {
-            let (merged, hints) = decide(res, topo, w, &reuse, u, record)?;
+            let (merged, hints) = decide(res, topo, w, &st, u, record)?;
             if !merged.admit {
                 if !record {
                     return Err(silent());
                 }
                 let who = format!("{} `{}`", u.kind.noun(), u.name());
-                let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-                return Err(rejection_for(res, topo, w, &reuse, &u.request, &hints, &who));
+                let hints = hints.unwrap_or(Hints {
+                    lists: Vec::new(),
+                    memory_fails: None,
+                });
+                return Err(rejection_for(res, topo, w, &st.reuse, &u.request, &hints, &who));
             }
             merged.hint.mask
         };
@@ -1263,7 +1468,7 @@ fn run(
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.
-        let notes = allocate(res, topo, w, &mut reuse, u, mask, &mut placement)?;
+        let notes = allocate(res, topo, w, &mut st, u, mask, &mut placement)?;
         if record {
             placement.explanation = std::iter::once(explain_devices(&placement))
                 .chain(notes)
@@ -1451,9 +1656,19 @@ mod tests {
                 Qos::Guaranteed
             };
             let u = Unit::new(None, ContainerKind::App, req.clone(), qos);
-            let general = collect_hints(&res, &topo, &w, &Reuse::default(), &u)
-                .map(|h| merge(&topo, &h).expect("merge"));
-            let fast = fast_merge(&res, &topo, &w, &u);
+            let st = PodState {
+                reuse: Reuse::default(),
+                groups: Groups::of(&res, &topo, &w),
+                later_memory: false,
+            };
+            let general = collect_hints(&res, &topo, &w, &st, &u).and_then(|h| {
+                let m = merge(&topo, &h).expect("merge");
+                match h.memory_fails {
+                    Some(r) if m.admit => Err(r),
+                    _ => Ok(m),
+                }
+            });
+            let fast = fast_merge(&res, &topo, &w, &st.groups, &u);
             // Both must agree on admission, and on the merged hint when admitting. Rejections
             // may differ in reason only (which provider is reported first).
             let g = general.as_ref().ok().filter(|g| g.admit).map(|g| g.hint);
