@@ -202,23 +202,26 @@ impl Reuse {
 
 /// The Static memory manager's NUMA groups (kubelet-topology-manager.md §3.2 steps 2–3), as
 /// far as an NRT lets them be known. The NRT carries per-zone memory only, not which
-/// allocations span which nodes, so zones already in use before this pod are of unknown group:
+/// allocations span which nodes, so zones already in use before this pod are of unknown group.
+/// [`run`] predicts in two worlds and admits only if both admit:
 ///
-/// * a multi-NUMA memory mask that includes a zone in use is not predicted: the kubelet accepts
-///   it only when that zone's group is exactly the mask, which cannot be known;
-/// * the greedy fill of a multi-NUMA allocation exhausts the first node of its group, so while
-///   some zone's memory (or hugepages) is used up, every zone in use may belong to a group and a
-///   single-NUMA mask on it is not predicted either. Without an exhausted zone no group is
-///   assumed (only a group whose first node a departed pod partly freed escapes this).
+/// * zones in use hold single-NUMA allocations (no group): a multi-NUMA memory mask over one
+///   of them is skipped (step 3), a single-NUMA one is not;
+/// * when some zone's memory (or hugepages) is used up, as the greedy fill of a multi-NUMA
+///   allocation leaves its group's first node, every zone in use may belong to a group: the
+///   single-NUMA masks on them are skipped too (`suspect`).
 ///
-/// The pod's own containers are tracked exactly: a multi-NUMA allocation forms a group, a
-/// single-NUMA one marks its node.
+/// A group the NRT cannot reveal either way (formed under `best-effort` by a mask wider than
+/// the memory needed, so no zone is used up) is not predicted. The pod's own containers are
+/// tracked exactly: a multi-NUMA allocation forms a group, a single-NUMA one marks its node.
 #[derive(Clone, Debug, Default)]
 struct Groups {
     /// Zone positions (subset bits) with memory in use before this pod.
     unknown: usize,
     /// Some zone's memory-manager resource is used up: groups may exist among `unknown`.
     exhausted: bool,
+    /// Predict the world where every zone in use may belong to a group.
+    suspect: bool,
     /// Zones this pod used for single-NUMA allocations.
     single: usize,
     /// Multi-NUMA groups this pod formed.
@@ -246,6 +249,11 @@ impl Groups {
         g
     }
 
+    fn suspecting(mut self, suspect: bool) -> Self {
+        self.suspect = suspect && self.exhausted;
+        self
+    }
+
     /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
     fn trivial(&self) -> bool {
         self.unknown == 0 && self.single == 0 && self.groups.is_empty()
@@ -255,7 +263,7 @@ impl Groups {
     fn allows(&self, bits: usize) -> bool {
         let in_group = |b: usize| self.groups.iter().any(|g| g & b != 0);
         if bits.count_ones() == 1 {
-            let maybe_in_unknown_group = self.exhausted && self.unknown & bits != 0;
+            let maybe_in_unknown_group = self.suspect && self.unknown & bits != 0;
             return !(in_group(bits) || maybe_in_unknown_group);
         }
         let mut rest = bits;
@@ -309,9 +317,6 @@ fn subset_sums(n: usize, value: impl Fn(usize) -> i64, out: &mut Vec<i64>) {
 /// One request unit's hint lists, in provider order (device, cpu, memory).
 struct Hints {
     lists: Vec<(ResId, Option<Vec<TopologyHint>>)>,
-    /// The memory manager has no hint at all: it gives the Topology Manager no preference, and
-    /// fails in Allocate if the merge admits (§3.2 quirk).
-    memory_fails: Option<Rejection>,
 }
 
 /// Hints from per-mask "registered" and "free" sums: a mask is emitted when its free amount
@@ -567,17 +572,15 @@ fn collect_hints(
         lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
-    let mut memory_fails = None;
     if !wants.is_empty() {
         let h = memory_hints(topo, w, &st.groups, &wants, scratch);
-        if h.is_none() {
-            memory_fails = Some(memory_rejection(res, &wants));
-        }
+        // No mask at all: the memory manager gives the Topology Manager no preference (§3.2
+        // quirk); its Allocate then decides ([`memory_mask`]).
         for &(id, _) in &wants {
             lists.push((id, h.clone()));
         }
     }
-    Ok(Hints { lists, memory_fails })
+    Ok(Hints { lists })
 }
 
 /// The merge's outcome for `single-numa-node` and `restricted`, computed directly from
@@ -663,8 +666,17 @@ fn fast_merge(
             })
         };
         // Sums grow with the mask: some mask qualifies iff all zones together do.
+        // No mask qualifies: no memory hint, and the merge decides on the other resources.
         if !qualifies((1 << n) - 1) {
-            return Err(memory_rejection(res, &wants));
+            return Ok(None);
+        }
+        // Group rules may leave the memory manager without any hint too.
+        if !groups.trivial() {
+            let mut pooled = PooledScratch::take();
+            memory_masks(topo, w, groups, &wants, &mut pooled.0);
+            if !pooled.0.feasible_memory.iter().any(|f| *f) {
+                return Ok(None);
+            }
         }
         let min = (1..=n).find(|&k| masks_of_size(n, k).any(qualifies));
         if !agree(min.and_then(|k| u32::try_from(k).ok())) {
@@ -803,8 +815,9 @@ fn decide(
         && plain
         && u.kind != ContainerKind::Init
         && !(memory && st.later_memory)
+        && let Some(decided) = best_effort_admission(res, topo, w, &st.groups, u)?
     {
-        return best_effort_admission(res, topo, w, &st.groups, u);
+        return Ok(decided);
     }
     if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted) && plain {
         match fast_merge(res, topo, w, &st.groups, u) {
@@ -814,13 +827,8 @@ fn decide(
             Ok(_) | Err(_) => {}
         }
     }
-    let mut hints = collect_hints(res, topo, w, st, u)?;
+    let hints = collect_hints(res, topo, w, st, u)?;
     let merged = merge(topo, &hints).map_err(merge_rejection)?;
-    if merged.admit
-        && let Some(r) = hints.memory_fails.take()
-    {
-        return Err(r);
-    }
     Ok((merged, Some(hints)))
 }
 
@@ -849,31 +857,35 @@ fn best_effort_admission(
     w: &WorkingZones,
     groups: &Groups,
     u: &Unit<'_>,
-) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+) -> Result<Option<(MergeOutcome, Option<Hints>)>, Rejection> {
     let (qos, req) = (u.qos, &u.request);
     validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
     let wants = memory_requests(res, topo, qos, req);
     let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
-    let fits = if groups.trivial() || wants.is_empty() {
-        wants.iter().all(|&(id, need)| {
-            total(&|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
-                && total(&|i| w.available[i].get_or_zero(id)) >= need
-        })
-    } else {
-        let mut pooled = PooledScratch::take();
-        memory_masks(topo, w, groups, &wants, &mut pooled.0);
-        pooled.0.feasible_memory.iter().any(|f| *f)
-    };
-    if !fits {
+    // Without groups, some mask qualifies and fits iff all zones together do. Qualifying
+    // without fitting anywhere is a rejection whatever the mask; fitting without qualifying
+    // leaves the memory manager hint-less and the outcome to the mask: the literal path.
+    if !groups.trivial() && !wants.is_empty() {
+        return Ok(None);
+    }
+    for &(id, need) in &wants {
+        if total(&|i| topo.zones[i].allocatable.get_or_zero(id)) < need {
+            return Ok(None);
+        }
+    }
+    if wants
+        .iter()
+        .any(|&(id, need)| total(&|i| w.available[i].get_or_zero(id)) < need)
+    {
         return Err(memory_rejection(res, &wants));
     }
-    Ok((
+    Ok(Some((
         MergeOutcome {
             hint: TopologyHint::any(true),
             admit: true,
         },
         None,
-    ))
+    )))
 }
 
 fn merge(topo: &NumaTopology, hints: &Hints) -> Result<MergeOutcome, TopologyManagerError> {
@@ -1042,14 +1054,7 @@ fn allocate(
     }
     let wants = memory_requests(res, topo, qos, req);
     if !wants.is_empty() {
-        let names = || {
-            wants
-                .iter()
-                .map(|(id, _)| res.name(*id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| exhausted(names()))?;
+        let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| memory_rejection(res, &wants))?;
         // An init container's memory is not modelled as held: it must only fit.
         if !init {
             let zones: Vec<usize> = (0..w.ids.len()).filter(|i| bits & (1 << i) != 0).collect();
@@ -1250,8 +1255,8 @@ fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Re
 
 /// The NUMA nodes the Static memory manager allocates from (§3.2 Allocate): the Topology
 /// Manager's mask when its free memory covers every type, else the narrowest superset that does
-/// and that the group rules allow (the lowest of equals); without a mask, its own narrowest
-/// allowed hint. `None`: no such set (`UnexpectedAdmissionError`). Subset bits over positions.
+/// and that the group rules allow (the lowest of equals: its preferred hints are the narrowest);
+/// without a mask, its own narrowest allowed hint. `None`: no such set (`UnexpectedAdmissionError`). Subset bits over positions.
 fn memory_mask(
     w: &WorkingZones,
     groups: &Groups,
@@ -1273,7 +1278,9 @@ fn memory_mask(
                 >= need
         })
     };
-    if base != 0 && fits(base) && groups.allows(base) {
+    // The Topology Manager's mask is taken as is when it fits, group or not (the kubelet's
+    // Allocate checks only the request); the group rules bound the extension.
+    if base != 0 && fits(base) {
         return Some(base);
     }
     (1..=n)
@@ -1371,6 +1378,43 @@ fn run(
     pod: &PreparedPod<'_>,
     record: bool,
 ) -> Result<Placement, Rejection> {
+    let wants_memory = topo.memory_managed
+        && pod.qos == Qos::Guaranteed
+        && pod
+            .containers
+            .iter()
+            .any(|u| u.request.positive().any(|(id, _)| res.kind(id).is_memory_like()));
+    // Memory groups may exist on the node: the pod must be admitted in the world where they do
+    // too (see [`Groups`]).
+    let suspect = wants_memory && Groups::of(res, topo, w).exhausted;
+    let before = suspect.then(|| w.clone());
+    let out = run_world(res, topo, w, pod, record, false)?;
+    if let Some(mut w2) = before
+        && let Err(r) = run_world(res, topo, &mut w2, pod, record, true)
+    {
+        // `w` holds the first world's consumption; callers discard the zones of a rejection.
+        return Err(Rejection {
+            category: "memory-manager groups not known from the NRT".to_owned(),
+            message: format!(
+                "a NUMA zone's memory is used up, the trace of a multi-NUMA memory group the NRT \
+                 cannot show; if the zones in use belong to it: {}",
+                r.message
+            ),
+            kubelet_reason: r.kubelet_reason,
+        });
+    }
+    Ok(out)
+}
+
+/// [`run`] in one world: `suspect` treats every zone in use as a possible group member.
+fn run_world(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+    record: bool,
+    suspect: bool,
+) -> Result<Placement, Rejection> {
     let silent = || Rejection {
         category: String::new(),
         message: String::new(),
@@ -1381,6 +1425,18 @@ fn run(
         containers: Vec::new(),
         max_span: 0,
     };
+    let wants_memory = |u: &Unit<'_>| {
+        topo.memory_managed
+            && u.qos == Qos::Guaranteed
+            && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
+    };
+    // Containers whose memory allocations the memory manager records (init containers' are not
+    // modelled as held).
+    let memory_users = pod
+        .containers
+        .iter()
+        .filter(|u| u.kind != ContainerKind::Init && wants_memory(u))
+        .count();
     let pod_scope = topo.scope == Scope::Pod && topo.policy != Policy::None;
     let mut pod_mask = None;
     if pod_scope {
@@ -1392,8 +1448,10 @@ fn run(
             w,
             &PodState {
                 reuse: Reuse::default(),
-                groups: Groups::of(res, topo, w),
-                later_memory: false,
+                groups: Groups::of(res, topo, w).suspecting(suspect),
+                // Every container allocates inside the pod's mask: with two that record memory,
+                // where the first lands decides the groups the second meets.
+                later_memory: memory_users > 1,
             },
             u,
             record,
@@ -1402,10 +1460,7 @@ fn run(
             if !record {
                 return Err(silent());
             }
-            let hints = hints.unwrap_or(Hints {
-                lists: Vec::new(),
-                memory_fails: None,
-            });
+            let hints = hints.unwrap_or(Hints { lists: Vec::new() });
             return Err(rejection_for(
                 res,
                 topo,
@@ -1419,15 +1474,15 @@ fn run(
         pod_mask = merged.hint.mask;
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
+    // Groups matter only to containers the memory manager serves.
     let mut st = PodState {
         reuse: Reuse::default(),
-        groups: Groups::of(res, topo, w),
+        groups: if pod.containers.iter().any(wants_memory) {
+            Groups::of(res, topo, w).suspecting(suspect)
+        } else {
+            Groups::default()
+        },
         later_memory: false,
-    };
-    let wants_memory = |u: &Unit<'_>| {
-        topo.memory_managed
-            && u.qos == Qos::Guaranteed
-            && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
     };
     let last_memory = pod
         .containers
@@ -1446,10 +1501,7 @@ fn run(
                     return Err(silent());
                 }
                 let who = format!("{} `{}`", u.kind.noun(), u.name());
-                let hints = hints.unwrap_or(Hints {
-                    lists: Vec::new(),
-                    memory_fails: None,
-                });
+                let hints = hints.unwrap_or(Hints { lists: Vec::new() });
                 return Err(rejection_for(res, topo, w, &st.reuse, &u.request, &hints, &who));
             }
             merged.hint.mask
@@ -1661,13 +1713,7 @@ mod tests {
                 groups: Groups::of(&res, &topo, &w),
                 later_memory: false,
             };
-            let general = collect_hints(&res, &topo, &w, &st, &u).and_then(|h| {
-                let m = merge(&topo, &h).expect("merge");
-                match h.memory_fails {
-                    Some(r) if m.admit => Err(r),
-                    _ => Ok(m),
-                }
-            });
+            let general = collect_hints(&res, &topo, &w, &st, &u).map(|h| merge(&topo, &h).expect("merge"));
             let fast = fast_merge(&res, &topo, &w, &st.groups, &u);
             // Both must agree on admission, and on the merged hint when admitting. Rejections
             // may differ in reason only (which provider is reported first).

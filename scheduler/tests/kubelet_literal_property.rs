@@ -9,7 +9,9 @@
 //! Where the kubelet's choice is random (Go map order) or the plugin's (devices), or its CPU
 //! packing cannot be known from an NRT, both sides use the model's documented tie rule:
 //! reusable items first, then the lowest NUMA node and the lowest ID, aligned nodes before the
-//! others. The memory manager is off (the NRTs list no memory), and no device spans two nodes.
+//! others. The Static memory manager (group rules, default hint, extension, greedy fill) is on
+//! for half the 2- and 4-zone nodes, starting empty, for pods without init containers; no
+//! device spans two nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,6 +66,8 @@ struct Machine {
     policy: Policy,
     pod_scope: bool,
     publish_ids: bool,
+    /// Memory (GiB) per NUMA node under the Static memory manager, all free; empty: manager off.
+    memory: Vec<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -73,6 +77,8 @@ struct Ctr {
     cpus: u32,
     /// Half a CPU more: no exclusive CPUs for this container (§3.1 eligibility).
     half: bool,
+    /// Memory in GiB.
+    mem: u32,
     devices: BTreeMap<&'static str, u32>,
 }
 
@@ -120,6 +126,10 @@ struct Kubelet<'a> {
     m: &'a mut Machine,
     cpus_to_reuse: BTreeSet<usize>,
     devices_to_reuse: BTreeMap<&'static str, BTreeSet<String>>,
+    /// Memory manager state per NUMA node: free GiB, `NumberOfAssignments`, `Cells` (group).
+    mem_free: Vec<u32>,
+    mem_assignments: Vec<u32>,
+    mem_cells: Vec<Mask>,
 }
 
 impl Kubelet<'_> {
@@ -377,6 +387,127 @@ impl Kubelet<'_> {
         Ok(())
     }
 
+    fn memory_request(&self, pod: &PodDef, c: &Ctr) -> u32 {
+        if pod.guaranteed && !self.m.memory.is_empty() {
+            c.mem
+        } else {
+            0
+        }
+    }
+
+    /// Memory manager Static policy, hint generation (§3.2 steps 1–5); empty: no hint at all.
+    fn memory_hints(&self, request: u32) -> Vec<Hint> {
+        let nodes = |mask: Mask| (0..self.m.zones as usize).filter(move |i| mask & (1 << i) != 0);
+        let mut min_affinity = self.m.zones;
+        let mut hints = Vec::new();
+        for mask in masks(self.m.zones) {
+            if nodes(mask).map(|i| self.m.memory[i]).sum::<u32>() < request {
+                continue;
+            }
+            min_affinity = min_affinity.min(count(mask));
+            if count(mask) == 1 {
+                let i = nodes(mask).next().unwrap();
+                if count(self.mem_cells[i]) > 1 {
+                    continue;
+                }
+            } else if nodes(mask).any(|i| self.mem_assignments[i] > 0 && self.mem_cells[i] != mask) {
+                continue;
+            }
+            if nodes(mask).map(|i| self.mem_free[i]).sum::<u32>() < request {
+                continue;
+            }
+            hints.push(Hint {
+                mask: Some(mask),
+                preferred: false,
+            });
+        }
+        for h in &mut hints {
+            h.preferred = h.mask.map(count) == Some(min_affinity);
+        }
+        hints
+    }
+
+    /// `findBestHint`: preferred first, then the narrowest.
+    fn find_best(hints: &[Hint]) -> Option<Hint> {
+        let mut best: Option<Hint> = None;
+        for h in hints {
+            best = match best {
+                None => Some(*h),
+                Some(b) if h.preferred && !b.preferred => Some(*h),
+                Some(b)
+                    if h.preferred == b.preferred && narrower(h.mask.unwrap_or(0), b.mask.unwrap_or(0)) =>
+                {
+                    Some(*h)
+                }
+                keep => keep,
+            };
+        }
+        best
+    }
+
+    /// Memory manager Allocate (§3.2): the default hint without a mask, the extension when the
+    /// mask does not fit, then the greedy fill in ascending node order.
+    fn allocate_memory(&mut self, request: u32, hint: Hint) -> Result<(), &'static str> {
+        if request == 0 {
+            return Ok(());
+        }
+        let fail = Err("UnexpectedAdmissionError");
+        let mut best = hint;
+        if best.mask.is_none() {
+            let Some(d) = Self::find_best(&self.memory_hints(request)) else {
+                return fail;
+            };
+            if !d.preferred && best.preferred {
+                return fail;
+            }
+            best = d;
+        }
+        let free = |s: &Self, mask: Mask| {
+            (0..s.m.zones as usize)
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| s.mem_free[i])
+                .sum::<u32>()
+        };
+        let mask = best.mask.unwrap();
+        if free(self, mask) < request {
+            let within: Vec<Hint> = self
+                .memory_hints(request)
+                .into_iter()
+                .filter(|h| h.mask.is_some_and(|m| m & mask == mask))
+                .collect();
+            let Some(e) = Self::find_best(&within) else {
+                return fail;
+            };
+            if !e.preferred && best.preferred {
+                return fail;
+            }
+            best = e;
+        }
+        let mask = best.mask.unwrap();
+        let mut left = request;
+        for i in (0..self.m.zones as usize).filter(|i| mask & (1 << i) != 0) {
+            let take = self.mem_free[i].min(left);
+            self.mem_free[i] -= take;
+            left -= take;
+            self.mem_assignments[i] += 1;
+            self.mem_cells[i] = mask;
+        }
+        Ok(())
+    }
+
+    fn memory_provider(&self, request: u32) -> ProviderHints {
+        if request == 0 {
+            return Vec::new();
+        }
+        let h = self.memory_hints(request);
+        // No mask at all: the provider's map has no key, "no preference" (§3.2 quirk).
+        if h.is_empty() {
+            Vec::new()
+        } else {
+            vec![("memory".to_owned(), Some(h))]
+        }
+    }
+
     fn container_hints(&self, pod: &PodDef, c: &Ctr) -> Vec<ProviderHints> {
         // Only resources some device plugin registered are the device manager's.
         let devices: ProviderHints = c
@@ -392,7 +523,7 @@ impl Kubelet<'_> {
             .cpu_hints(Self::guaranteed_cpus(pod, c))
             .map(|h| vec![("cpu".to_owned(), Some(h))])
             .unwrap_or_default();
-        vec![devices, cpu]
+        vec![devices, cpu, self.memory_provider(self.memory_request(pod, c))]
     }
 
     /// The pod's admission: per-container NUMA masks (`None` = no mask), or the reject reason.
@@ -430,30 +561,36 @@ impl Kubelet<'_> {
                 .cpu_hints(level(&|c: &Ctr| Self::guaranteed_cpus(pod, c)))
                 .map(|h| vec![("cpu".to_owned(), Some(h))])
                 .unwrap_or_default();
-            let (hint, admit) = self.merge(vec![devices, cpu]);
+            let memory = self.memory_provider(level(&|c: &Ctr| self.memory_request(pod, c)));
+            let (hint, admit) = self.merge(vec![devices, cpu, memory]);
             if !admit {
                 return Err("TopologyAffinityError");
             }
-            pod_mask = Some(hint.mask);
+            pod_mask = Some(hint);
         }
         let mut out = Vec::new();
         for (c, init) in containers {
-            let mask = match pod_mask {
-                Some(m) => m,
-                None if self.m.policy == Policy::None => None,
+            let hint = match pod_mask {
+                Some(h) => h,
+                None if self.m.policy == Policy::None => Hint {
+                    mask: None,
+                    preferred: false,
+                },
                 None => {
                     let (hint, admit) = self.merge(self.container_hints(pod, &c));
                     if !admit {
                         return Err("TopologyAffinityError");
                     }
-                    hint.mask
+                    hint
                 }
             };
+            let mask = hint.mask;
             self.allocate_cpus(Self::guaranteed_cpus(pod, &c), mask, init)?;
+            self.allocate_memory(self.memory_request(pod, &c), hint)?;
             self.allocate_devices(&c, mask, init)?;
             out.push(ids(mask));
         }
-        Ok((pod_mask.and_then(ids), out))
+        Ok((pod_mask.and_then(|h| ids(h.mask)), out))
     }
 }
 
@@ -538,6 +675,12 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
         policy,
         pod_scope: rng.chance(3),
         publish_ids: !rng.chance(3),
+        // Memory only below 8 zones: a third provider makes the literal product 255³ there.
+        memory: if zones < 8 && rng.chance(2) {
+            (0..zones).map(|_| 2 + rng.below(7) as u32).collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -556,6 +699,7 @@ fn random_pod(rng: &mut Rng, zones: u32) -> PodDef {
             sidecar,
             cpus: 1 + rng.below(5) as u32,
             half: rng.chance(8),
+            mem: 1 + rng.below(6) as u32,
             devices,
         }
     };
@@ -587,6 +731,10 @@ fn nrt_of(m: &Machine) -> NodeResourceTopology {
             let cap = m.cpu_node.iter().filter(|n| **n == z).count();
             let free = m.free_cpus.iter().filter(|c| m.cpu_node[**c] == z).count();
             let mut resources = vec![json!({"name": "cpu", "capacity": cap.to_string(), "allocatable": cap.to_string(), "available": free.to_string()})];
+            if let Some(gi) = m.memory.get(z as usize) {
+                let q = format!("{gi}Gi");
+                resources.push(json!({"name": "memory", "capacity": q, "allocatable": q, "available": q}));
+            }
             let mut attributes = Vec::new();
             for r in RESOURCES {
                 let all = m.devices[r].iter().filter(|(_, n)| *n == z).count();
@@ -625,7 +773,7 @@ fn pod_of(res: &mut Resources, p: &PodDef) -> PodSpec {
         } else {
             c.cpus.to_string()
         };
-        let mut req = json!({"cpu": cpu, "memory": "1Gi"});
+        let mut req = json!({"cpu": cpu, "memory": format!("{}Gi", c.mem)});
         let mut lim = if p.guaranteed { req.clone() } else { json!({}) };
         for (r, n) in &c.devices {
             req[*r] = json!(n.to_string());
@@ -656,8 +804,13 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
     let (mut admitted, mut rejected, mut reuse_decided) = (0, 0, 0);
     for round in 0..900 {
         let zones = [2, 4, 8][round % 3];
-        let machine = random_machine(&mut rng, zones);
+        let mut machine = random_machine(&mut rng, zones);
         let def = random_pod(&mut rng, zones);
+        // The model does not follow init containers' memory (reuse by later containers is not
+        // modelled): the memory manager is on only for pods without them.
+        if def.init.iter().any(|c| !c.sidecar) {
+            machine.memory.clear();
+        }
         let mut res = Resources::default();
         let topo = NumaTopology::from_nrt(&mut res, &nrt_of(&machine)).unwrap();
         let pod = pod_of(&mut res, &def);
@@ -668,6 +821,9 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
             m: &mut m,
             cpus_to_reuse: BTreeSet::new(),
             devices_to_reuse: BTreeMap::new(),
+            mem_free: machine.memory.clone(),
+            mem_assignments: vec![0; machine.memory.len()],
+            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
         }
         .admit(&def);
         // The same pod without its non-restartable init containers: does reuse decide anything?
@@ -680,6 +836,9 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
             m: &mut m2,
             cpus_to_reuse: BTreeSet::new(),
             devices_to_reuse: BTreeMap::new(),
+            mem_free: machine.memory.clone(),
+            mem_assignments: vec![0; machine.memory.len()],
+            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
         }
         .admit(&without_init);
         let ctx = || format!("round {round}: {machine:?}\n{def:?}\nmodel {model:?}\nliteral {literal:?}");

@@ -91,13 +91,17 @@ fn a_multi_numa_mask_over_a_node_in_use_is_skipped_rule_3_2_step_3() {
 }
 
 /// Step 2, the model's conservative side: node 0's memory is used up, which the greedy fill of
-/// a multi-node allocation leaves behind, so node 1's used memory may belong to a group {0,1}
-/// and the kubelet would then skip {1}. The model does not predict {1}; with {0,1} over nodes
-/// in use skipped too, no hint is left and the node is refused rather than risk a failed pod.
+/// a multi-node allocation leaves behind, so node 1's used memory may belong to a group {0,1}.
+/// Without a group the kubelet admits on {1}. In the world where node 1 is a group member, {1}
+/// is skipped (step 2), {0,1} is not known to be that group (step 3), so the memory manager has
+/// no hint, the CPU hint {0} goes through and 2Gi cannot be allocated on node 0
+/// (UnexpectedAdmissionError). The model admits only what both worlds admit, so the node is
+/// refused rather than risk a failed pod.
 #[test]
 fn single_numa_masks_over_possible_group_members_are_not_predicted_rule_3_2_step_2() {
     let r = predict("single-numa-node", [0, 4096], &["2Gi"]).expect_err("group may exist");
     assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{r:?}");
+    assert!(r.message.contains("memory group the NRT"), "{}", r.message);
     // Control: with 1Gi left on node 0 no group can exist; node 1 holds the pod alone.
     let p = predict("single-numa-node", [1024, 4096], &["2Gi"]).unwrap();
     assert_eq!(numa(&p, 0), Some(vec![1]));
