@@ -280,6 +280,19 @@ impl Groups {
         true
     }
 
+    /// Whether some mask of `n` zones that `usable` accepts (qualifies and fits; both grow with
+    /// the mask) is allowed. Without the pod's own allocations the allowed masks are the
+    /// single zones (outside `unknown` when suspecting) and the sets of zones not in use, of
+    /// which the largest is the one to try; otherwise every mask is tried.
+    fn some_hint(&self, n: usize, usable: impl Fn(usize) -> bool) -> bool {
+        if self.single != 0 || !self.groups.is_empty() {
+            return (1..(1usize << n)).any(|bits| self.allows(bits) && usable(bits));
+        }
+        let singles = (0..n).map(|i| 1usize << i).any(|b| self.allows(b) && usable(b));
+        let unused = ((1usize << n) - 1) & !self.unknown;
+        singles || (unused.count_ones() > 1 && usable(unused))
+    }
+
     /// Records an allocation of the pod on `bits`.
     fn record(&mut self, bits: usize) {
         if bits.count_ones() == 1 {
@@ -671,12 +684,8 @@ fn fast_merge(
             return Ok(None);
         }
         // Group rules may leave the memory manager without any hint too.
-        if !groups.trivial() {
-            let mut pooled = PooledScratch::take();
-            memory_masks(topo, w, groups, &wants, &mut pooled.0);
-            if !pooled.0.feasible_memory.iter().any(|f| *f) {
-                return Ok(None);
-            }
+        if !groups.trivial() && !groups.some_hint(n, |bits| memory.iter().all(|r| r.fits(bits))) {
+            return Ok(None);
         }
         let min = (1..=n).find(|&k| masks_of_size(n, k).any(qualifies));
         if !agree(min.and_then(|k| u32::try_from(k).ok())) {
@@ -865,8 +874,30 @@ fn best_effort_admission(
     // Without groups, some mask qualifies and fits iff all zones together do. Qualifying
     // without fitting anywhere is a rejection whatever the mask; fitting without qualifying
     // leaves the memory manager hint-less and the outcome to the mask: the literal path.
+    // With groups: if the memory manager has some hint, the merged mask lies inside one and
+    // Allocate extends to it; if it has none, the outcome depends on the mask.
     if !groups.trivial() && !wants.is_empty() {
-        return Ok(None);
+        let sum = |bits: usize, f: &dyn Fn(usize) -> i64| {
+            (0..w.ids.len())
+                .filter(|i| bits & (1 << i) != 0)
+                .fold(0i64, |acc, i| acc.saturating_add(f(i)))
+        };
+        let usable = |bits: usize| {
+            wants.iter().all(|&(id, need)| {
+                sum(bits, &|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
+                    && sum(bits, &|i| w.available[i].get_or_zero(id)) >= need
+            })
+        };
+        if !groups.some_hint(w.ids.len(), usable) {
+            return Ok(None);
+        }
+        return Ok(Some((
+            MergeOutcome {
+                hint: TopologyHint::any(true),
+                admit: true,
+            },
+            None,
+        )));
     }
     for &(id, need) in &wants {
         if total(&|i| topo.zones[i].allocatable.get_or_zero(id)) < need {
