@@ -1417,11 +1417,16 @@ fn run(
             .any(|u| u.request.positive().any(|(id, _)| res.kind(id).is_memory_like()));
     // Memory groups may exist on the node: the pod must be admitted in the world where they do
     // too (see [`Groups`]).
-    let suspect = wants_memory && Groups::of(res, topo, w).exhausted;
-    let before = suspect.then(|| w.clone());
-    let out = run_world(res, topo, w, pod, record, false)?;
+    // Groups matter only to containers the memory manager serves.
+    let groups = if wants_memory {
+        Groups::of(res, topo, w)
+    } else {
+        Groups::default()
+    };
+    let before = groups.exhausted.then(|| w.clone());
+    let out = run_world(res, topo, w, pod, record, &groups)?;
     if let Some(mut w2) = before
-        && let Err(r) = run_world(res, topo, &mut w2, pod, record, true)
+        && let Err(r) = run_world(res, topo, &mut w2, pod, record, &groups.clone().suspecting(true))
     {
         // `w` holds the first world's consumption; callers discard the zones of a rejection.
         return Err(Rejection {
@@ -1437,14 +1442,14 @@ fn run(
     Ok(out)
 }
 
-/// [`run`] in one world: `suspect` treats every zone in use as a possible group member.
+/// [`run`] in one world: `groups` as the node's zones show them, suspecting or not.
 fn run_world(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
     pod: &PreparedPod<'_>,
     record: bool,
-    suspect: bool,
+    groups: &Groups,
 ) -> Result<Placement, Rejection> {
     let silent = || Rejection {
         category: String::new(),
@@ -1479,7 +1484,7 @@ fn run_world(
             w,
             &PodState {
                 reuse: Reuse::default(),
-                groups: Groups::of(res, topo, w).suspecting(suspect),
+                groups: groups.clone(),
                 // Every container allocates inside the pod's mask: with two that record memory,
                 // where the first lands decides the groups the second meets.
                 later_memory: memory_users > 1,
@@ -1505,14 +1510,9 @@ fn run_world(
         pod_mask = merged.hint.mask;
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
-    // Groups matter only to containers the memory manager serves.
     let mut st = PodState {
         reuse: Reuse::default(),
-        groups: if pod.containers.iter().any(wants_memory) {
-            Groups::of(res, topo, w).suspecting(suspect)
-        } else {
-            Groups::default()
-        },
+        groups: groups.clone(),
         later_memory: false,
     };
     let last_memory = pod
