@@ -10,6 +10,7 @@ use std::{cell::Cell, collections::BTreeMap};
 use crate::{
     node::NumaTopology,
     pod::{PodSpec, Qos},
+    prepared::{PreparedPod, Unit},
     resources::{CPU, ResId, ResKind, ResList, Resources},
     topology_manager::{
         MergeOutcome, NumaMask, Policy, ResourceHints, Scope, TopologyHint, TopologyManagerError,
@@ -116,6 +117,202 @@ pub struct Rejection {
     pub kubelet_reason: &'static str,
 }
 
+/// What the pod's finished init containers hold and later containers of the same pod may reuse
+/// (kubelet-topology-manager.md §2.7): the CPU manager's `cpusToReuse` and the device manager's
+/// `devicesToReuse`. An init container adds what it got; an app or sidecar container removes what
+/// it got. Memory is not tracked: an init container's memory is not held (as before).
+#[derive(Clone, Debug, Default)]
+struct Reuse {
+    /// Per resource (exclusive `cpu` in millicores, devices in units), the reusable items.
+    items: BTreeMap<ResId, Vec<Held>>,
+}
+
+/// One reusable item: an amount on one zone (CPUs, devices without published IDs) or one device
+/// ID on the zones that list it.
+#[derive(Clone, Debug)]
+struct Held {
+    /// Zone positions (subset bits) the item is attached to.
+    bits: usize,
+    /// Amount (millicores for cpu, 1 per device ID).
+    amount: i64,
+    /// The device ID, when the node publishes IDs.
+    id: Option<String>,
+}
+
+impl Reuse {
+    fn is_empty(&self) -> bool {
+        self.items.values().all(|v| v.iter().all(|h| h.amount <= 0))
+    }
+
+    /// Reusable amount of `id` (CPUs in millicores).
+    fn total(&self, id: ResId) -> i64 {
+        self.items.get(&id).map_or(0, |v| {
+            v.iter().fold(0i64, |a, h| a.saturating_add(h.amount.max(0)))
+        })
+    }
+
+    /// The kubelet's rule: a mask that leaves out a reusable CPU or device (one with topology)
+    /// is skipped (§3.1 step 3, §3.3 step 4).
+    fn allows(&self, id: ResId, bits: usize) -> bool {
+        self.items
+            .get(&id)
+            .is_none_or(|v| v.iter().all(|h| h.amount <= 0 || h.bits & bits != 0))
+    }
+
+    /// Zone positions holding reusable items of any resource in `req` (for explanations).
+    fn zones_for(&self, req: &ResList) -> usize {
+        req.positive()
+            .filter_map(|(id, _)| self.items.get(&id))
+            .flatten()
+            .filter(|h| h.amount > 0)
+            .fold(0, |a, h| a | h.bits)
+    }
+
+    fn add(&mut self, id: ResId, held: Held) {
+        if held.amount <= 0 {
+            return;
+        }
+        let v = self.items.entry(id).or_default();
+        match v
+            .iter_mut()
+            .find(|h| h.id.is_none() && held.id.is_none() && h.bits == held.bits)
+        {
+            Some(h) => h.amount = h.amount.saturating_add(held.amount),
+            None => v.push(held),
+        }
+    }
+
+    /// Takes up to `want` of `id` on zone position `zone` (amount items only); returns the
+    /// amount taken. `keep`: an init container reusing items leaves them reusable.
+    fn take_amount(&mut self, id: ResId, zone: usize, want: i64, keep: bool) -> i64 {
+        let Some(v) = self.items.get_mut(&id) else {
+            return 0;
+        };
+        let mut taken = 0;
+        for h in v.iter_mut().filter(|h| h.id.is_none() && h.bits == 1 << zone) {
+            let t = h.amount.min(want.saturating_sub(taken)).max(0);
+            if !keep {
+                h.amount -= t;
+            }
+            taken += t;
+        }
+        taken
+    }
+}
+
+/// The Static memory manager's NUMA groups (kubelet-topology-manager.md §3.2 steps 2–3), as
+/// far as an NRT lets them be known. The NRT carries per-zone memory only, not which
+/// allocations span which nodes, so zones already in use before this pod are of unknown group.
+/// [`run`] predicts in two worlds and admits only if both admit:
+///
+/// * zones in use hold single-NUMA allocations (no group): a multi-NUMA memory mask over one
+///   of them is skipped (step 3), a single-NUMA one is not;
+/// * when some zone's memory (or hugepages) is used up, as the greedy fill of a multi-NUMA
+///   allocation leaves its group's first node, every zone in use may belong to a group: the
+///   single-NUMA masks on them are skipped too (`suspect`).
+///
+/// A group the NRT cannot reveal either way (formed under `best-effort` by a mask wider than
+/// the memory needed, so no zone is used up) is not predicted. The pod's own containers are
+/// tracked exactly: a multi-NUMA allocation forms a group, a single-NUMA one marks its node.
+#[derive(Clone, Debug, Default)]
+struct Groups {
+    /// Zone positions (subset bits) with memory in use before this pod.
+    unknown: usize,
+    /// Some zone's memory-manager resource is used up: groups may exist among `unknown`.
+    exhausted: bool,
+    /// Predict the world where every zone in use may belong to a group.
+    suspect: bool,
+    /// Zones this pod used for single-NUMA allocations.
+    single: usize,
+    /// Multi-NUMA groups this pod formed.
+    groups: Vec<usize>,
+}
+
+impl Groups {
+    fn of(res: &Resources, topo: &NumaTopology, w: &WorkingZones) -> Self {
+        let mut g = Groups::default();
+        if !topo.memory_managed {
+            return g;
+        }
+        for (i, z) in topo.zones.iter().enumerate() {
+            for (id, allocatable) in z.allocatable.iter() {
+                if !res.kind(id).is_memory_like() || allocatable <= 0 {
+                    continue;
+                }
+                let free = w.available.get(i).map_or(0, |a| a.get_or_zero(id));
+                if free < allocatable {
+                    g.unknown |= 1 << i;
+                }
+                g.exhausted |= free == 0;
+            }
+        }
+        g
+    }
+
+    fn suspecting(mut self, suspect: bool) -> Self {
+        self.suspect = suspect && self.exhausted;
+        self
+    }
+
+    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
+    fn trivial(&self) -> bool {
+        self.unknown == 0 && self.single == 0 && self.groups.is_empty()
+    }
+
+    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3.
+    fn allows(&self, bits: usize) -> bool {
+        let in_group = |b: usize| self.groups.iter().any(|g| g & b != 0);
+        if bits.count_ones() == 1 {
+            let maybe_in_unknown_group = self.suspect && self.unknown & bits != 0;
+            return !(in_group(bits) || maybe_in_unknown_group);
+        }
+        let mut rest = bits;
+        while rest != 0 {
+            let b = rest & rest.wrapping_neg();
+            rest &= rest - 1;
+            if self.unknown & b != 0 || self.single & b != 0 {
+                return false;
+            }
+            if self.groups.iter().any(|g| g & b != 0 && *g != bits) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether some mask of `n` zones that `usable` accepts (qualifies and fits; both grow with
+    /// the mask) is allowed. Without the pod's own allocations the allowed masks are the
+    /// single zones (outside `unknown` when suspecting) and the sets of zones not in use, of
+    /// which the largest is the one to try; otherwise every mask is tried.
+    fn some_hint(&self, n: usize, usable: impl Fn(usize) -> bool) -> bool {
+        if self.single != 0 || !self.groups.is_empty() {
+            return (1..(1usize << n)).any(|bits| self.allows(bits) && usable(bits));
+        }
+        let singles = (0..n).map(|i| 1usize << i).any(|b| self.allows(b) && usable(b));
+        let unused = ((1usize << n) - 1) & !self.unknown;
+        singles || (unused.count_ones() > 1 && usable(unused))
+    }
+
+    /// Records an allocation of the pod on `bits`.
+    fn record(&mut self, bits: usize) {
+        if bits.count_ones() == 1 {
+            self.single |= bits;
+        } else if bits != 0 && !self.groups.contains(&bits) {
+            self.groups.push(bits);
+        }
+    }
+}
+
+/// What the kubelet's managers carry from one container of the pod to the next.
+#[derive(Clone, Debug, Default)]
+struct PodState {
+    reuse: Reuse,
+    groups: Groups,
+    /// A later container of the pod asks the memory manager too: where this one's memory goes
+    /// decides the groups it meets.
+    later_memory: bool,
+}
+
 fn mask_ids(m: Option<NumaMask>) -> Option<Vec<u32>> {
     m.map(|m| m.iter().collect())
 }
@@ -138,7 +335,18 @@ struct Hints {
 /// Hints from per-mask "registered" and "free" sums: a mask is emitted when its free amount
 /// covers the need, and preferred when its size is the smallest whose registered amount
 /// covers it ("as narrow as possible on an empty machine", as every kubelet provider does).
-fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: i64) -> Vec<TopologyHint> {
+///
+/// With reusable items (init containers of the same pod), `minAffinitySize` is lowered first;
+/// then a mask that leaves out a reusable item is skipped, and the reusable amount counts
+/// towards the need of every other mask (§3.1 step 3, §3.3 step 4).
+fn hints_from_sums(
+    topo: &NumaTopology,
+    registered: &[i64],
+    free: &[i64],
+    need: i64,
+    reusable: i64,
+    allowed: impl Fn(usize) -> bool,
+) -> Vec<TopologyHint> {
     let mut min_affinity = u32::MAX;
     for (bits, r) in registered.iter().enumerate().skip(1) {
         if *r >= need {
@@ -150,7 +358,7 @@ fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: 
         free.iter()
             .enumerate()
             .skip(1)
-            .filter(|(_, f)| **f >= need)
+            .filter(|(bits, f)| f.saturating_add(reusable) >= need && allowed(*bits))
             .map(|(bits, _)| TopologyHint::new(topo.masks[bits], bits.count_ones() == min_affinity)),
     );
     hints
@@ -161,6 +369,7 @@ fn hints_from_sums(topo: &NumaTopology, registered: &[i64], free: &[i64], need: 
 fn device_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     id: ResId,
     need: i64,
     scratch: &mut Scratch,
@@ -187,16 +396,26 @@ fn device_hints(
         }
         _ => subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b),
     }
-    if scratch.b.last().copied().unwrap_or(0) < need {
+    // Available and reusable together fewer than requested: "cannot satisfy".
+    let reusable = reuse.total(id);
+    if scratch.b.last().copied().unwrap_or(0).saturating_add(reusable) < need {
         return Some(Vec::new());
     }
-    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need))
+    Some(hints_from_sums(
+        topo,
+        &scratch.a,
+        &scratch.b,
+        need,
+        reusable,
+        |bits| reuse.allows(id, bits),
+    ))
 }
 
 /// CPU hints (§3.1): capacity gives `minAffinitySize`, available decides feasibility.
 fn cpu_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     need_cpus: i64,
     scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
@@ -207,7 +426,15 @@ fn cpu_hints(
         &mut scratch.a,
     );
     subset_sums(n, |i| w.available[i].get_or_zero(CPU) / 1000, &mut scratch.b);
-    Some(hints_from_sums(topo, &scratch.a, &scratch.b, need_cpus))
+    let reusable = reuse.total(CPU) / 1000;
+    Some(hints_from_sums(
+        topo,
+        &scratch.a,
+        &scratch.b,
+        need_cpus,
+        reusable,
+        |bits| reuse.allows(CPU, bits),
+    ))
 }
 
 /// Memory-manager requests (memory and hugepages) the Static policy aligns: Guaranteed pods
@@ -224,7 +451,13 @@ fn memory_requests(res: &Resources, topo: &NumaTopology, qos: Qos, req: &ResList
 /// Per mask (index = subset bits), for all memory types together (§3.2): whether the mask
 /// qualifies (every type's allocatable covers the request) and whether it is feasible (every
 /// type's free amount does too), into `scratch.qualifies` and `scratch.feasible_memory`.
-fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], scratch: &mut Scratch) {
+fn memory_masks(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    groups: &Groups,
+    wants: &[(ResId, i64)],
+    scratch: &mut Scratch,
+) {
     let n = w.ids.len();
     let masks = 1usize << n;
     let Scratch {
@@ -248,6 +481,11 @@ fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], s
     }
     qualifies[0] = false;
     feasible[0] = false;
+    if !groups.trivial() {
+        for (bits, f) in feasible.iter_mut().enumerate().skip(1) {
+            *f &= groups.allows(bits);
+        }
+    }
 }
 
 /// Memory-manager hints: the same masks for all types. `None` when no mask qualifies (the
@@ -255,10 +493,11 @@ fn memory_masks(topo: &NumaTopology, w: &WorkingZones, wants: &[(ResId, i64)], s
 fn memory_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
+    groups: &Groups,
     wants: &[(ResId, i64)],
     scratch: &mut Scratch,
 ) -> Option<Vec<TopologyHint>> {
-    memory_masks(topo, w, wants, scratch);
+    memory_masks(topo, w, groups, wants, scratch);
     let (qualifies, feasible) = (&scratch.qualifies, &scratch.feasible_memory);
     let min_affinity = (1..qualifies.len())
         .filter(|&b| qualifies[b])
@@ -319,35 +558,39 @@ fn memory_rejection(res: &Resources, wants: &[(ResId, i64)]) -> Rejection {
 }
 
 /// What the CPU manager grants exclusively: Guaranteed pods with a whole, positive CPU request.
-fn exclusive_cpus(qos: Qos, req: &ResList, topo: &NumaTopology) -> Option<i64> {
-    let cpu = req.get(CPU);
-    let cpu_managed = topo.zones.iter().any(|z| z.allocatable.get_or_zero(CPU) > 0);
-    (qos == Qos::Guaranteed && cpu > 0 && cpu % 1000 == 0 && cpu_managed).then_some(cpu / 1000)
+/// (The pod side is prepared once per decision: [`Unit::whole_cpus`].)
+fn exclusive_cpus(u: &Unit<'_>, topo: &NumaTopology) -> Option<i64> {
+    let cpu_managed = || topo.zones.iter().any(|z| z.allocatable.get_or_zero(CPU) > 0);
+    u.whole_cpus.filter(|_| cpu_managed())
 }
 
 fn collect_hints(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    st: &PodState,
+    u: &Unit<'_>,
 ) -> Result<Hints, Rejection> {
+    let reuse = &st.reuse;
+    let (qos, req) = (u.qos, &u.request);
     let mut pooled = PooledScratch::take();
     let scratch = &mut pooled.0;
     let mut lists = Vec::new();
     for (id, need) in req.positive() {
         if res.kind(id) == ResKind::Extended {
-            lists.push((id, device_hints(topo, w, id, need, scratch)));
+            lists.push((id, device_hints(topo, w, reuse, id, need, scratch)));
         }
     }
-    if let Some(n) = exclusive_cpus(qos, req, topo) {
-        lists.push((CPU, cpu_hints(topo, w, n, scratch)));
+    if let Some(n) = exclusive_cpus(u, topo) {
+        lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
     let wants = memory_requests(res, topo, qos, req);
     if !wants.is_empty() {
-        let h = memory_hints(topo, w, &wants, scratch).ok_or_else(|| memory_rejection(res, &wants))?;
+        let h = memory_hints(topo, w, &st.groups, &wants, scratch);
+        // No mask at all: the memory manager gives the Topology Manager no preference (§3.2
+        // quirk); its Allocate then decides ([`memory_mask`]).
         for &(id, _) in &wants {
-            lists.push((id, Some(h.clone())));
+            lists.push((id, h.clone()));
         }
     }
     Ok(Hints { lists })
@@ -372,9 +615,10 @@ fn fast_merge(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    groups: &Groups,
+    u: &Unit<'_>,
 ) -> Result<Option<MergeOutcome>, Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     let n = w.ids.len();
     let reject = MergeOutcome {
         hint: TopologyHint::any(false),
@@ -406,7 +650,7 @@ fn fast_merge(
         }
         rows.push(SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id)));
     }
-    if let Some(cpus) = exclusive_cpus(qos, req, topo) {
+    if let Some(cpus) = exclusive_cpus(u, topo) {
         let registered = |i: usize| topo.zones[i].capacity.get_or_zero(CPU) / 1000;
         if !agree(min_size(n, registered, cpus)) {
             return Ok(Some(reject));
@@ -435,8 +679,13 @@ fn fast_merge(
             })
         };
         // Sums grow with the mask: some mask qualifies iff all zones together do.
+        // No mask qualifies: no memory hint, and the merge decides on the other resources.
         if !qualifies((1 << n) - 1) {
-            return Err(memory_rejection(res, &wants));
+            return Ok(None);
+        }
+        // Group rules may leave the memory manager without any hint too.
+        if !groups.trivial() && !groups.some_hint(n, |bits| memory.iter().all(|r| r.fits(bits))) {
+            return Ok(None);
         }
         let min = (1..=n).find(|&k| masks_of_size(n, k).any(qualifies));
         if !agree(min.and_then(|k| u32::try_from(k).ok())) {
@@ -470,8 +719,11 @@ fn fast_merge(
             .and_then(|d| d.distance_sum(m).ok())
             .unwrap_or(0)
     };
+    // With memory requested, the memory manager's group rules filter its masks too (a memory
+    // provider left with none rejects under these policies either way).
+    let grouped = !wants.is_empty() && !groups.trivial();
     let best = masks_of_size(n, size as usize)
-        .filter(|&bits| rows.iter().all(|r| r.fits(bits)))
+        .filter(|&bits| rows.iter().all(|r| r.fits(bits)) && (!grouped || groups.allows(bits)))
         .map(|b| topo.masks[b])
         .min_by_key(|m| (if closest { distance(*m) } else { 0 }, m.value()));
     Ok(Some(match best {
@@ -552,28 +804,39 @@ fn masks_of_size(n: usize, k: usize) -> impl Iterator<Item = usize> {
 
 /// Merged hint for one request unit: the direct computation where it applies, else the
 /// kubelet's literal hint generation and merge.
+///
+/// The direct computations ignore reusable items, so they run only while the pod's init
+/// containers hold nothing; `best-effort`'s also returns "any" as the mask, which would misplace
+/// what an init container leaves for the next containers, so init containers take the literal
+/// path under it.
 fn decide(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    st: &PodState,
+    u: &Unit<'_>,
     explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
-    if topo.policy == Policy::BestEffort && !explain {
-        return best_effort_admission(res, topo, w, qos, req);
-    }
-    if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted)
-        && let Some(outcome) = fast_merge(res, topo, w, qos, req)?
+    let memory = !memory_requests(res, topo, u.qos, &u.request).is_empty();
+    let plain = st.reuse.is_empty();
+    if topo.policy == Policy::BestEffort
+        && !explain
+        && plain
+        && u.kind != ContainerKind::Init
+        && !(memory && st.later_memory)
+        && let Some(decided) = best_effort_admission(res, topo, w, &st.groups, u)?
     {
-        if outcome.admit || !explain {
-            return Ok((outcome, None));
-        }
-        // Rejections are rare; rebuild the hint lists for a precise explanation.
-        let hints = collect_hints(res, topo, w, qos, req)?;
-        return Ok((outcome, Some(hints)));
+        return Ok(decided);
     }
-    let hints = collect_hints(res, topo, w, qos, req)?;
+    if matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted) && plain {
+        match fast_merge(res, topo, w, &st.groups, u) {
+            Ok(Some(outcome)) if outcome.admit || !explain => return Ok((outcome, None)),
+            Err(e) if !explain => return Err(e),
+            // Rejections are rare: the literal path below gives their exact reason.
+            Ok(_) | Err(_) => {}
+        }
+    }
+    let hints = collect_hints(res, topo, w, st, u)?;
     let merged = merge(topo, &hints).map_err(merge_rejection)?;
     Ok((merged, Some(hints)))
 }
@@ -593,30 +856,67 @@ fn merge_rejection(e: TopologyManagerError) -> Rejection {
 /// together: sums grow with the mask) and the allocation that follows. Allocation succeeds or
 /// fails on totals alone (zones are taken in the mask's order, but all of them), and leaves the
 /// same totals for the next container, so any mask gives the same verdict: "any" is returned.
+///
+/// With memory groups in play the memory manager's masks are filtered by the group rules: some
+/// mask must still qualify, fit and be allowed (the Topology Manager's mask then lies inside
+/// such a hint, which the memory manager extends to).
 fn best_effort_admission(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
-    qos: Qos,
-    req: &ResList,
-) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
+    groups: &Groups,
+    u: &Unit<'_>,
+) -> Result<Option<(MergeOutcome, Option<Hints>)>, Rejection> {
+    let (qos, req) = (u.qos, &u.request);
     validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
     let wants = memory_requests(res, topo, qos, req);
     let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
-    let fits = wants.iter().all(|&(id, need)| {
-        total(&|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
-            && total(&|i| w.available[i].get_or_zero(id)) >= need
-    });
-    if !fits {
+    // Without groups, some mask qualifies and fits iff all zones together do. Qualifying
+    // without fitting anywhere is a rejection whatever the mask; fitting without qualifying
+    // leaves the memory manager hint-less and the outcome to the mask: the literal path.
+    // With groups: if the memory manager has some hint, the merged mask lies inside one and
+    // Allocate extends to it; if it has none, the outcome depends on the mask.
+    if !groups.trivial() && !wants.is_empty() {
+        let sum = |bits: usize, f: &dyn Fn(usize) -> i64| {
+            (0..w.ids.len())
+                .filter(|i| bits & (1 << i) != 0)
+                .fold(0i64, |acc, i| acc.saturating_add(f(i)))
+        };
+        let usable = |bits: usize| {
+            wants.iter().all(|&(id, need)| {
+                sum(bits, &|i| topo.zones[i].allocatable.get_or_zero(id)) >= need
+                    && sum(bits, &|i| w.available[i].get_or_zero(id)) >= need
+            })
+        };
+        if !groups.some_hint(w.ids.len(), usable) {
+            return Ok(None);
+        }
+        return Ok(Some((
+            MergeOutcome {
+                hint: TopologyHint::any(true),
+                admit: true,
+            },
+            None,
+        )));
+    }
+    for &(id, need) in &wants {
+        if total(&|i| topo.zones[i].allocatable.get_or_zero(id)) < need {
+            return Ok(None);
+        }
+    }
+    if wants
+        .iter()
+        .any(|&(id, need)| total(&|i| w.available[i].get_or_zero(id)) < need)
+    {
         return Err(memory_rejection(res, &wants));
     }
-    Ok((
+    Ok(Some((
         MergeOutcome {
             hint: TopologyHint::any(true),
             admit: true,
         },
         None,
-    ))
+    )))
 }
 
 fn merge(topo: &NumaTopology, hints: &Hints) -> Result<MergeOutcome, TopologyManagerError> {
@@ -682,6 +982,7 @@ fn rejection_for(
     res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    reuse: &Reuse,
     req: &ResList,
     hints: &Hints,
     who: &str,
@@ -713,10 +1014,22 @@ fn rejection_for(
         ),
     };
     let need = ResList(aligned.iter().map(|&id| (id, req.get(id))).collect()).describe(res);
+    let held = reuse.zones_for(req);
+    let reusing = if held == 0 {
+        String::new()
+    } else {
+        let zones: Vec<u32> = (0..w.ids.len())
+            .filter(|i| held & (1 << i) != 0)
+            .map(|i| w.ids[i])
+            .collect();
+        format!(
+            "; it must reuse what the pod's init containers hold on NUMA {zones:?}, so every hint includes those nodes"
+        )
+    };
     Rejection {
         category,
         message: format!(
-            "cannot align {who}: {}/{} needs {need} {}; {}",
+            "cannot align {who}: {}/{} needs {need} {}; {}{reusing}",
             topo.policy,
             topo.scope,
             policy_where(topo.policy),
@@ -728,32 +1041,59 @@ fn rejection_for(
 
 /// Consumes `req` from the working zones under `mask`, as the kubelet's managers allocate:
 /// exclusive CPUs and memory from the mask's nodes first (ascending), then from the rest;
-/// devices aligned first, lowest zone and lowest ID first.
+/// devices aligned first, lowest zone and lowest ID first. Returns notes for the explanation.
+///
+/// Reusable items of the pod's init containers come first. The device manager takes them
+/// before anything else (§3.3 allocation step 1); the CPU manager picks from available ∪
+/// reusable, aligned first, with a topology packing the NRT does not let us reproduce: the
+/// model takes the reusable CPUs first, which is what that packing picks when the pool and the
+/// mask are those the init container was given. What an init container takes becomes reusable
+/// and stays held by the pod; an app or sidecar container removes what it reused.
 fn allocate(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
-    qos: Qos,
-    req: &ResList,
+    st: &mut PodState,
+    u: &Unit<'_>,
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
-) -> Result<(), Rejection> {
+) -> Result<Vec<String>, Rejection> {
+    let PodState { reuse, groups, .. } = st;
+    let (qos, req) = (u.qos, &u.request);
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
         .collect();
     let rest: Vec<usize> = (0..w.ids.len()).filter(|i| !in_mask.contains(i)).collect();
     let order: Vec<usize> = in_mask.iter().chain(rest.iter()).copied().collect();
+    let init = u.kind == ContainerKind::Init;
+    let mut notes = Vec::new();
     let exhausted = |what: String| Rejection {
         category: format!("insufficient {what} on the node's NUMA zones"),
         message: format!("kubelet cannot allocate {what}: not enough free in any NUMA zone"),
         kubelet_reason: "UnexpectedAdmissionError",
     };
-    if let Some(n) = exclusive_cpus(qos, req, topo) {
+    if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, &placement.name)?;
-        take_fill(w, &order, CPU, n * 1000).map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
+            .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        if reused > 0 && !init {
+            notes.push(format!(
+                "reuses {} exclusive CPUs of the init containers",
+                reused / 1000
+            ));
+        }
     }
-    for (id, need) in memory_requests(res, topo, qos, req) {
-        take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+    let wants = memory_requests(res, topo, qos, req);
+    if !wants.is_empty() {
+        let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| memory_rejection(res, &wants))?;
+        // An init container's memory is not modelled as held: it must only fit.
+        if !init {
+            let zones: Vec<usize> = (0..w.ids.len()).filter(|i| bits & (1 << i) != 0).collect();
+            for &(id, need) in &wants {
+                take_fill(w, &zones, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+            }
+            groups.record(bits);
+        }
     }
     for (id, need) in req
         .positive()
@@ -767,7 +1107,29 @@ fn allocate(
             .as_ref()
             .is_some_and(|f| f.iter().any(|z| z.contains_key(&id)));
         if let (true, Some(free_devices)) = (has_ids, w.free_devices.as_mut()) {
-            let mut chosen: Vec<String> = Vec::new();
+            // Reusable IDs first, in the order the zones are visited, then by ID.
+            let rank = |bits: usize| {
+                order
+                    .iter()
+                    .position(|&i| bits & (1 << i) != 0)
+                    .unwrap_or(usize::MAX)
+            };
+            let mut reusable: Vec<(usize, String)> = reuse
+                .items
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|h| h.amount > 0)
+                .filter_map(|h| h.id.clone().map(|d| (rank(h.bits), d)))
+                .collect();
+            reusable.sort_unstable();
+            let reusable_count = reusable.len();
+            let mut chosen: Vec<String> = reusable
+                .into_iter()
+                .map(|(_, d)| d)
+                .take(usize::try_from(need).unwrap_or(usize::MAX))
+                .collect();
+            let reused = chosen.len();
             for &i in &order {
                 let Some(free) = free_devices[i].get(&id) else {
                     continue;
@@ -784,24 +1146,111 @@ fn allocate(
             if (chosen.len() as i64) < need {
                 return Err(exhausted(res.name(id).to_owned()));
             }
+            let fresh = &chosen[reused..];
             // A device on several NUMA nodes is listed (and counted) in each of them.
+            let mut bits_of: Vec<usize> = vec![0; fresh.len()];
             for (i, zone_free) in free_devices.iter_mut().enumerate() {
                 if let Some(free) = zone_free.get_mut(&id) {
                     let before = free.len();
-                    free.retain(|d| !chosen.contains(d));
+                    free.retain(|d| match fresh.iter().position(|c| c == d) {
+                        Some(k) => {
+                            bits_of[k] |= 1 << i;
+                            false
+                        }
+                        None => true,
+                    });
                     let removed = i64::try_from(before - free.len()).unwrap_or(0);
                     w.available[i].sub_clamped(id, removed);
                 }
             }
+            if init {
+                for (d, bits) in fresh.iter().zip(bits_of) {
+                    reuse.add(
+                        id,
+                        Held {
+                            bits,
+                            amount: 1,
+                            id: Some(d.clone()),
+                        },
+                    );
+                }
+            } else if let Some(items) = reuse.items.get_mut(&id) {
+                items.retain(|h| h.id.as_ref().is_none_or(|d| !chosen[..reused].contains(d)));
+            }
+            if reused > 0 && !init {
+                let ids = chosen[..reused].join(",");
+                notes.push(if reusable_count > reused {
+                    format!(
+                        "reuses {} {ids} of the init containers' {reusable_count}; which of them \
+                         is the device manager's choice (Go map order, not determined): the model \
+                         takes the lowest",
+                        res.name(id)
+                    )
+                } else {
+                    format!("reuses {} {ids} of the init containers", res.name(id))
+                });
+            }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            take_fill(w, &order, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, need, init)
+                .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            if reused > 0 && !init {
+                notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
+            }
             if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
                 placement.device_counts.insert(res.name(id).to_owned(), need);
             }
         }
     }
-    Ok(())
+    Ok(notes)
+}
+
+/// Takes `need` of `id` (amounts per zone): reusable then available in the mask's zones, then
+/// the same outside; fails without effect if short. What an init container takes from the
+/// available amounts becomes reusable; reusable items an init container takes stay reusable,
+/// those another container takes do not. Returns the amount reused.
+fn take_reusing(
+    w: &mut WorkingZones,
+    reuse: &mut Reuse,
+    in_mask: &[usize],
+    rest: &[usize],
+    id: ResId,
+    need: i64,
+    init: bool,
+) -> Result<i64, ()> {
+    let available = w
+        .available
+        .iter()
+        .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)));
+    if available.saturating_add(reuse.total(id)) < need {
+        return Err(());
+    }
+    let (mut left, mut reused) = (need, 0);
+    for group in [in_mask, rest] {
+        for &i in group {
+            let t = reuse.take_amount(id, i, left, init);
+            left -= t;
+            reused += t;
+        }
+        for &i in group {
+            let t = w.available[i].get_or_zero(id).min(left).max(0);
+            if t > 0 {
+                w.available[i].sub_clamped(id, t);
+                left -= t;
+                if init {
+                    reuse.add(
+                        id,
+                        Held {
+                            bits: 1 << i,
+                            amount: t,
+                            id: None,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    Ok(reused)
 }
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
@@ -833,6 +1282,41 @@ fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Re
         }
     }
     Ok(())
+}
+
+/// The NUMA nodes the Static memory manager allocates from (§3.2 Allocate): the Topology
+/// Manager's mask when its free memory covers every type, else the narrowest superset that does
+/// and that the group rules allow (the lowest of equals: its preferred hints are the narrowest);
+/// without a mask, its own narrowest allowed hint. `None`: no such set (`UnexpectedAdmissionError`). Subset bits over positions.
+fn memory_mask(
+    w: &WorkingZones,
+    groups: &Groups,
+    wants: &[(ResId, i64)],
+    mask: Option<NumaMask>,
+) -> Option<usize> {
+    let n = w.ids.len();
+    let base = match mask {
+        Some(m) => (0..n)
+            .filter(|&i| m.contains(w.ids[i]))
+            .fold(0usize, |b, i| b | 1 << i),
+        None => 0,
+    };
+    let fits = |bits: usize| {
+        wants.iter().all(|&(id, need)| {
+            (0..n)
+                .filter(|i| bits & (1 << i) != 0)
+                .fold(0i64, |a, i| a.saturating_add(w.available[i].get_or_zero(id)))
+                >= need
+        })
+    };
+    // The Topology Manager's mask is taken as is when it fits, group or not (the kubelet's
+    // Allocate checks only the request); the group rules bound the extension.
+    if base != 0 && fits(base) {
+        return Some(base);
+    }
+    (1..=n)
+        .flat_map(|k| masks_of_size(n, k))
+        .find(|&bits| bits & base == base && fits(bits) && groups.allows(bits))
 }
 
 /// Takes `need` of `id` from zones in `order`; fails without partial effect if short.
@@ -888,12 +1372,32 @@ pub fn predict(
     w: &mut WorkingZones,
     pod: &PodSpec,
 ) -> Result<Placement, Rejection> {
+    run(res, topo, w, &PreparedPod::new(pod), true)
+}
+
+/// [`predict`] for a pod prepared once per decision.
+pub fn predict_prepared(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+) -> Result<Placement, Rejection> {
     run(res, topo, w, pod, true)
 }
 
 /// Whether the kubelet admits `pod`, as [`predict`] decides, without recording the placement
 /// or explaining a rejection: the filter's hot path. Consumes from `w` like [`predict`].
 pub fn admits(res: &Resources, topo: &NumaTopology, w: &mut WorkingZones, pod: &PodSpec) -> bool {
+    run(res, topo, w, &PreparedPod::new(pod), false).is_ok()
+}
+
+/// [`admits`] for a pod prepared once per decision.
+pub fn admits_prepared(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+) -> bool {
     run(res, topo, w, pod, false).is_ok()
 }
 
@@ -902,96 +1406,158 @@ fn run(
     res: &Resources,
     topo: &NumaTopology,
     w: &mut WorkingZones,
-    pod: &PodSpec,
+    pod: &PreparedPod<'_>,
     record: bool,
+) -> Result<Placement, Rejection> {
+    let wants_memory = topo.memory_managed
+        && pod.qos == Qos::Guaranteed
+        && pod
+            .containers
+            .iter()
+            .any(|u| u.request.positive().any(|(id, _)| res.kind(id).is_memory_like()));
+    // Memory groups may exist on the node: the pod must be admitted in the world where they do
+    // too (see [`Groups`]).
+    // Groups matter only to containers the memory manager serves.
+    let groups = if wants_memory {
+        Groups::of(res, topo, w)
+    } else {
+        Groups::default()
+    };
+    let before = groups.exhausted.then(|| w.clone());
+    let out = run_world(res, topo, w, pod, record, &groups)?;
+    if let Some(mut w2) = before
+        && let Err(r) = run_world(res, topo, &mut w2, pod, record, &groups.clone().suspecting(true))
+    {
+        // `w` holds the first world's consumption; callers discard the zones of a rejection.
+        return Err(Rejection {
+            category: "memory-manager groups not known from the NRT".to_owned(),
+            message: format!(
+                "a NUMA zone's memory is used up, the trace of a multi-NUMA memory group the NRT \
+                 cannot show; if the zones in use belong to it: {}",
+                r.message
+            ),
+            kubelet_reason: r.kubelet_reason,
+        });
+    }
+    Ok(out)
+}
+
+/// [`run`] in one world: `groups` as the node's zones show them, suspecting or not.
+fn run_world(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &mut WorkingZones,
+    pod: &PreparedPod<'_>,
+    record: bool,
+    groups: &Groups,
 ) -> Result<Placement, Rejection> {
     let silent = || Rejection {
         category: String::new(),
         message: String::new(),
         kubelet_reason: "",
     };
-    let units: Vec<(&crate::pod::ContainerSpec, ContainerKind)> = pod
-        .init_containers
-        .iter()
-        .map(|c| {
-            (
-                c,
-                if c.sidecar {
-                    ContainerKind::Sidecar
-                } else {
-                    ContainerKind::Init
-                },
-            )
-        })
-        .chain(pod.containers.iter().map(|c| (c, ContainerKind::App)))
-        .collect();
     let mut out = Placement {
         pod_numa_nodes: None,
         containers: Vec::new(),
         max_span: 0,
     };
+    let wants_memory = |u: &Unit<'_>| {
+        topo.memory_managed
+            && u.qos == Qos::Guaranteed
+            && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
+    };
+    // Containers whose memory allocations the memory manager records (init containers' are not
+    // modelled as held).
+    let memory_users = pod
+        .containers
+        .iter()
+        .filter(|u| u.kind != ContainerKind::Init && wants_memory(u))
+        .count();
     let pod_scope = topo.scope == Scope::Pod && topo.policy != Policy::None;
     let mut pod_mask = None;
     if pod_scope {
-        let mut req = pod.effective_request();
-        // The kubelet's pod-level requests do not include overhead.
-        for (id, v) in pod.overhead.iter() {
-            req.add(id, -v);
-        }
-        let (merged, hints) = decide(res, topo, w, pod.qos, &req, record)?;
+        // Pod-scope hints come before any allocation: nothing is reusable yet.
+        let u = &pod.pod_unit;
+        let (merged, hints) = decide(
+            res,
+            topo,
+            w,
+            &PodState {
+                reuse: Reuse::default(),
+                groups: groups.clone(),
+                // Every container allocates inside the pod's mask: with two that record memory,
+                // where the first lands decides the groups the second meets.
+                later_memory: memory_users > 1,
+            },
+            u,
+            record,
+        )?;
         if !merged.admit {
             if !record {
                 return Err(silent());
             }
             let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-            return Err(rejection_for(res, topo, w, &req, &hints, "pod"));
+            return Err(rejection_for(
+                res,
+                topo,
+                w,
+                &Reuse::default(),
+                &u.request,
+                &hints,
+                "pod",
+            ));
         }
         pod_mask = merged.hint.mask;
         out.pod_numa_nodes = mask_ids(pod_mask);
     }
-    for (c, kind) in units {
+    let mut st = PodState {
+        reuse: Reuse::default(),
+        groups: groups.clone(),
+        later_memory: false,
+    };
+    let last_memory = pod
+        .containers
+        .iter()
+        .rposition(|u| u.kind != ContainerKind::Init && wants_memory(u));
+    for (k, u) in pod.containers.iter().enumerate() {
+        st.later_memory = last_memory.is_some_and(|l| l > k);
         let mask = if pod_scope {
             pod_mask
         } else if topo.policy == Policy::None {
             None
         } else {
-            let (merged, hints) = decide(res, topo, w, pod.qos, &c.requests, record)?;
+            let (merged, hints) = decide(res, topo, w, &st, u, record)?;
             if !merged.admit {
                 if !record {
                     return Err(silent());
                 }
-                let who = format!("{} `{}`", kind.noun(), c.name);
+                let who = format!("{} `{}`", u.kind.noun(), u.name());
                 let hints = hints.unwrap_or(Hints { lists: Vec::new() });
-                return Err(rejection_for(res, topo, w, &c.requests, &hints, &who));
+                return Err(rejection_for(res, topo, w, &st.reuse, &u.request, &hints, &who));
             }
             merged.hint.mask
         };
         let mut placement = ContainerPlacement {
-            name: if record { c.name.clone() } else { String::new() },
-            kind,
+            name: if record {
+                u.name().to_owned()
+            } else {
+                String::new()
+            },
+            kind: u.kind,
             numa_nodes: if record { mask_ids(mask) } else { None },
             devices: BTreeMap::new(),
             device_counts: BTreeMap::new(),
             explanation: String::new(),
         };
-        // Regular init containers finish before the app containers start: the kubelet lets
-        // later containers reuse what they held, so their allocation is not kept.
-        if kind == ContainerKind::Init {
-            let mut scratch = w.clone();
-            allocate(
-                res,
-                topo,
-                &mut scratch,
-                pod.qos,
-                &c.requests,
-                mask,
-                &mut placement,
-            )?;
-        } else {
-            allocate(res, topo, w, pod.qos, &c.requests, mask, &mut placement)?;
-        }
+        // Regular init containers finish before the app containers start: what they got is
+        // reusable by the later containers of the pod, and held by the pod otherwise.
+        let notes = allocate(res, topo, w, &mut st, u, mask, &mut placement)?;
         if record {
-            placement.explanation = explain_devices(&placement);
+            placement.explanation = std::iter::once(explain_devices(&placement))
+                .chain(notes)
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             out.max_span = out.max_span.max(mask.map_or(w.ids.len(), |m| m.count() as usize));
             out.containers.push(placement);
         }
@@ -1172,8 +1738,14 @@ mod tests {
             } else {
                 Qos::Guaranteed
             };
-            let general = collect_hints(&res, &topo, &w, qos, &req).map(|h| merge(&topo, &h).expect("merge"));
-            let fast = fast_merge(&res, &topo, &w, qos, &req);
+            let u = Unit::new(None, ContainerKind::App, req.clone(), qos);
+            let st = PodState {
+                reuse: Reuse::default(),
+                groups: Groups::of(&res, &topo, &w),
+                later_memory: false,
+            };
+            let general = collect_hints(&res, &topo, &w, &st, &u).map(|h| merge(&topo, &h).expect("merge"));
+            let fast = fast_merge(&res, &topo, &w, &st.groups, &u);
             // Both must agree on admission, and on the merged hint when admitting. Rejections
             // may differ in reason only (which provider is reported first).
             let g = general.as_ref().ok().filter(|g| g.admit).map(|g| g.hint);

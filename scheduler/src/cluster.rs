@@ -19,7 +19,8 @@ use crate::{
     fit::{self, NodeBasics},
     node::{NrtError, NumaTopology},
     pod::{PodError, PodSpec, Qos},
-    resources::{Dense, PODS, ResId, ResKind, ResList, Resources},
+    prepared::PreparedPod,
+    resources::{Dense, ResId, ResKind, ResList, Resources},
 };
 
 pub use crate::config::{Config, NoTopology};
@@ -849,42 +850,34 @@ impl Cluster {
     fn judge(
         &self,
         cfg: &Config,
-        pod: &PodSpec,
-        request: &ResList,
+        pod: &PreparedPod<'_>,
         basics: &NodeBasics,
         w: &mut WorkingZones,
     ) -> Option<i64> {
-        if !fit::fits(&self.res, basics, pod, request) {
+        if !fit::fits(&self.res, basics, pod.spec, &pod.fit_request) {
             return None;
         }
         match self.topology(&basics.name) {
-            TopologyState::Missing => {
-                (cfg.no_topology != NoTopology::Reject).then(|| cfg.scorer.score(&self.res, None, pod))
-            }
+            TopologyState::Missing => (cfg.no_topology != NoTopology::Reject)
+                .then(|| cfg.scorer.score_prepared(&self.res, None, pod)),
             TopologyState::Invalid { .. } => None,
             TopologyState::Valid(topo) => {
                 w.reset_from(topo);
-                admission::admits(&self.res, topo, w, pod)
-                    .then(|| cfg.scorer.score(&self.res, Some(topo), pod))
+                admission::admits_prepared(&self.res, topo, w, pod)
+                    .then(|| cfg.scorer.score_prepared(&self.res, Some(topo), pod))
             }
         }
     }
 
     /// [`Self::judge`] for each slot of `slots`, on two threads when there are many.
-    fn judge_slots(
-        &self,
-        cfg: &Config,
-        pod: &PodSpec,
-        request: &ResList,
-        slots: &[usize],
-    ) -> Vec<Option<i64>> {
+    fn judge_slots(&self, cfg: &Config, pod: &PreparedPod<'_>, slots: &[usize]) -> Vec<Option<i64>> {
         let run = |part: &[usize]| -> Vec<Option<i64>> {
             let mut w = WorkingZones::default();
             part.iter()
                 .map(|&s| {
                     self.slots[s]
                         .as_ref()
-                        .and_then(|n| self.judge(cfg, pod, request, n, &mut w))
+                        .and_then(|n| self.judge(cfg, pod, n, &mut w))
                 })
                 .collect()
         };
@@ -904,14 +897,8 @@ impl Cluster {
     /// Filters and scores every node (no sampling) through the verdict cache, re-evaluating
     /// the nodes changed since their entry was made, and returns the best slot and score:
     /// highest score, then lowest name.
-    fn best_cached(
-        &self,
-        cfg: &Config,
-        pod: &PodSpec,
-        request: &ResList,
-        shapes: &mut Shapes,
-    ) -> Option<(usize, i64)> {
-        let entries = shapes.entries(ShapeKey::of(cfg, pod), self.slots.len());
+    fn best_cached(&self, cfg: &Config, pod: &PreparedPod<'_>, shapes: &mut Shapes) -> Option<(usize, i64)> {
+        let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
         // One pass: the best valid entry, and the stale slots with their position in name
         // order; the best is the highest score, then the lowest position.
         let mut best: Option<(i64, usize)> = None;
@@ -932,7 +919,7 @@ impl Cluster {
                 positions.push(position);
             }
         }
-        let fresh = self.judge_slots(cfg, pod, request, &stale);
+        let fresh = self.judge_slots(cfg, pod, &stale);
         for ((&slot, &position), score) in stale.iter().zip(&positions).zip(fresh) {
             entries[slot] = Entry {
                 generation: self.generations[slot],
@@ -945,13 +932,9 @@ impl Cluster {
     }
 
     /// [`Self::best_cached`] without the cache (when another thread holds it).
-    fn best_uncached(&self, cfg: &Config, pod: &PodSpec, request: &ResList) -> Option<(usize, i64)> {
+    fn best_uncached(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Option<(usize, i64)> {
         let mut best: Option<(usize, i64)> = None;
-        for (&slot, score) in self
-            .order
-            .iter()
-            .zip(self.judge_slots(cfg, pod, request, &self.order))
-        {
+        for (&slot, score) in self.order.iter().zip(self.judge_slots(cfg, pod, &self.order)) {
             if let Some(score) = score
                 && best.is_none_or(|(_, b)| score > b)
             {
@@ -979,14 +962,14 @@ impl Cluster {
     /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
     /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
     pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
-        let request = Self::schedule_request(pod);
+        let pod = &PreparedPod::new(pod);
         let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
             Some(shapes) => {
-                self.best_cached(cfg, pod, &request, shapes);
-                let entries = shapes.entries(ShapeKey::of(cfg, pod), self.slots.len());
+                self.best_cached(cfg, pod, shapes);
+                let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
                 self.order.iter().map(|&s| entries[s].score).collect()
             }
-            None => self.judge_slots(cfg, pod, &request, &self.order),
+            None => self.judge_slots(cfg, pod, &self.order),
         });
         self.nodes()
             .zip(scores)
@@ -1000,19 +983,11 @@ impl Cluster {
             .collect()
     }
 
-    /// The request node fit checks: the effective request plus one pod.
-    fn schedule_request(pod: &PodSpec) -> ResList {
-        let mut r = pod.effective_request();
-        r.set(PODS, 1);
-        r
-    }
-
     /// Evaluates `pod` on one node: node fit, then predicted kubelet admission.
     fn evaluate(
         &self,
         cfg: &Config,
-        pod: &PodSpec,
-        request: &ResList,
+        pod: &PreparedPod<'_>,
         basics: &NodeBasics,
         explain: bool,
     ) -> NodeVerdict {
@@ -1023,7 +998,7 @@ impl Cluster {
             reasons: vec![],
             categories: vec![],
         };
-        let failures = fit::check(&self.res, basics, pod, request);
+        let failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
         if !failures.is_empty() {
             if explain {
                 for f in failures {
@@ -1048,7 +1023,7 @@ impl Cluster {
             reasons: vec![],
             categories: vec![],
         };
-        self.topology_verdict_into(cfg, pod, node, true, &mut verdict);
+        self.topology_verdict_into(cfg, &PreparedPod::new(pod), node, true, &mut verdict);
         verdict
     }
 
@@ -1063,7 +1038,7 @@ impl Cluster {
     fn topology_verdict_into(
         &self,
         cfg: &Config,
-        pod: &PodSpec,
+        pod: &PreparedPod<'_>,
         node: &str,
         explain: bool,
         verdict: &mut NodeVerdict,
@@ -1082,7 +1057,7 @@ impl Cluster {
                     return;
                 }
                 verdict.feasible = true;
-                verdict.score = Some(cfg.scorer.score(&self.res, None, pod));
+                verdict.score = Some(cfg.scorer.score_prepared(&self.res, None, pod));
             }
             TopologyState::Invalid { reason, .. } => {
                 if explain {
@@ -1096,10 +1071,10 @@ impl Cluster {
             }
             TopologyState::Valid(topo) => {
                 let mut w = WorkingZones::from_topology(topo);
-                match admission::predict(&self.res, topo, &mut w, pod) {
+                match admission::predict_prepared(&self.res, topo, &mut w, pod) {
                     Ok(_) => {
                         verdict.feasible = true;
-                        verdict.score = Some(cfg.scorer.score(&self.res, Some(topo), pod));
+                        verdict.score = Some(cfg.scorer.score_prepared(&self.res, Some(topo), pod));
                     }
                     Err(r) => {
                         if explain {
@@ -1121,22 +1096,27 @@ impl Cluster {
     /// and `nodes` holds only the chosen node's verdict; [`Self::quick_verdicts`] gives all of
     /// them. When no node fits, the result is the explained one either way.
     pub fn schedule(&self, cfg: &Config, pod: &PodSpec, explain: bool) -> Decision {
-        let request = Self::schedule_request(pod);
+        self.schedule_prepared(cfg, &PreparedPod::new(pod), explain)
+    }
+
+    /// [`Self::schedule`] for a pod prepared once.
+    fn schedule_prepared(&self, cfg: &Config, prepared: &PreparedPod<'_>, explain: bool) -> Decision {
+        let pod = prepared.spec;
         if !explain {
             let best = self.with_cache(|shapes| match shapes {
-                Some(shapes) => self.best_cached(cfg, pod, &request, shapes),
-                None => self.best_uncached(cfg, pod, &request),
+                Some(shapes) => self.best_cached(cfg, prepared, shapes),
+                None => self.best_uncached(cfg, prepared),
             });
             let chosen =
                 best.and_then(|(slot, score)| Some((self.slots[slot].as_ref()?.name.clone(), score)));
             let Some((node, score)) = chosen else {
-                return self.schedule(cfg, pod, true);
+                return self.schedule_prepared(cfg, prepared, true);
             };
-            return self.decision_on(pod, node, score);
+            return self.decision_on(prepared, node, score);
         }
         let verdicts: Vec<NodeVerdict> = self
             .nodes()
-            .map(|n| self.evaluate(cfg, pod, &request, n, explain))
+            .map(|n| self.evaluate(cfg, prepared, n, explain))
             .collect();
         let best = verdicts
             .iter()
@@ -1154,7 +1134,7 @@ impl Cluster {
                 nodes: verdicts,
             };
         };
-        let (placement, allocation) = self.placement_on(pod, &node);
+        let (placement, allocation) = self.placement_on(prepared, &node);
         Decision {
             pod: pod.key(),
             message: format!("Successfully assigned {} to {node}", pod.key()),
@@ -1165,12 +1145,12 @@ impl Cluster {
         }
     }
 
-    fn placement_on(&self, pod: &PodSpec, node: &str) -> (Option<Placement>, Option<Allocation>) {
+    fn placement_on(&self, pod: &PreparedPod<'_>, node: &str) -> (Option<Placement>, Option<Allocation>) {
         let TopologyState::Valid(topo) = self.topology(node) else {
             return (None, None);
         };
         let mut w = WorkingZones::with_device_ids(topo);
-        let Ok(p) = admission::predict(&self.res, topo, &mut w, pod) else {
+        let Ok(p) = admission::predict_prepared(&self.res, topo, &mut w, pod) else {
             return (None, None);
         };
         let allocation = Allocation {
@@ -1267,7 +1247,11 @@ impl Cluster {
         if !verdict.feasible {
             return Err(verdict);
         }
-        Ok(self.decision_on(pod, node.to_owned(), verdict.score.unwrap_or(0)))
+        Ok(self.decision_on(
+            &PreparedPod::new(pod),
+            node.to_owned(),
+            verdict.score.unwrap_or(0),
+        ))
     }
 
     /// Like [`Self::schedule`] without explanations, for a live loop that retries pods: when
@@ -1275,18 +1259,18 @@ impl Cluster {
     /// categories cached by pod shape, so only nodes changed since the last attempt are
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
-        let request = Self::schedule_request(pod);
+        let prepared = &PreparedPod::new(pod);
         let outcome = self.with_cache(|shapes| {
             let shapes = shapes?;
-            if let Some(best) = self.best_cached(cfg, pod, &request, shapes) {
+            if let Some(best) = self.best_cached(cfg, prepared, shapes) {
                 return Some(Ok(best));
             }
-            Some(Err(self.cached_failure_message(cfg, pod, &request, shapes)))
+            Some(Err(self.cached_failure_message(cfg, prepared, shapes)))
         });
         match outcome {
             Some(Ok((slot, score))) => match self.slots[slot].as_ref() {
-                Some(n) => self.decision_on(pod, n.name.clone(), score),
-                None => self.schedule(cfg, pod, false),
+                Some(n) => self.decision_on(prepared, n.name.clone(), score),
+                None => self.schedule_prepared(cfg, prepared, false),
             },
             Some(Err(message)) => Decision {
                 pod: pod.key(),
@@ -1297,20 +1281,14 @@ impl Cluster {
                 nodes: vec![],
             },
             // Another thread holds the cache: the uncached path.
-            None => self.schedule(cfg, pod, false),
+            None => self.schedule_prepared(cfg, prepared, false),
         }
     }
 
     /// The aggregate message for a pod no node fits, from the cached categories of every
     /// node; nodes without cached categories are explained once and remembered.
-    fn cached_failure_message(
-        &self,
-        cfg: &Config,
-        pod: &PodSpec,
-        request: &ResList,
-        shapes: &mut Shapes,
-    ) -> String {
-        let key = ShapeKey::of(cfg, pod);
+    fn cached_failure_message(&self, cfg: &Config, pod: &PreparedPod<'_>, shapes: &mut Shapes) -> String {
+        let key = ShapeKey::of(cfg, pod.spec);
         let unknown: Vec<usize> = {
             let entries = shapes.entries(key.clone(), self.slots.len());
             self.order
@@ -1322,7 +1300,7 @@ impl Cluster {
         let mut fresh = Vec::with_capacity(unknown.len());
         for slot in unknown {
             if let Some(n) = self.slots[slot].as_ref() {
-                let v = self.evaluate(cfg, pod, request, n, true);
+                let v = self.evaluate(cfg, pod, n, true);
                 fresh.push((slot, shapes.intern_categories(v.categories)));
             }
         }
@@ -1346,11 +1324,11 @@ impl Cluster {
     }
 
     /// The decision for a chosen node (placement and allocation record predicted there).
-    fn decision_on(&self, pod: &PodSpec, node: String, score: i64) -> Decision {
+    fn decision_on(&self, pod: &PreparedPod<'_>, node: String, score: i64) -> Decision {
         let (placement, allocation) = self.placement_on(pod, &node);
         Decision {
-            pod: pod.key(),
-            message: format!("Successfully assigned {} to {node}", pod.key()),
+            pod: pod.spec.key(),
+            message: format!("Successfully assigned {} to {node}", pod.spec.key()),
             nodes: vec![NodeVerdict {
                 node: node.clone(),
                 feasible: true,

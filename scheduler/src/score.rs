@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     node::NumaTopology,
     pod::{PodSpec, Qos},
+    prepared::PreparedPod,
     resources::{ResId, ResKind, ResList, Resources},
     topology_manager::{Policy, Scope},
 };
@@ -48,6 +49,11 @@ impl Scorer {
 
     /// Scores `pod` on a node; `topo` is `None` for nodes without (valid) NRT.
     pub fn score(&self, res: &Resources, topo: Option<&NumaTopology>, pod: &PodSpec) -> i64 {
+        self.score_prepared(res, topo, &PreparedPod::new(pod))
+    }
+
+    /// [`Self::score`] for a pod prepared once per decision.
+    pub fn score_prepared(&self, res: &Resources, topo: Option<&NumaTopology>, pod: &PreparedPod<'_>) -> i64 {
         if pod.qos != Qos::Guaranteed {
             return MAX_SCORE;
         }
@@ -55,17 +61,19 @@ impl Scorer {
         match self.strategy {
             Strategy::LeastNumaNodes => least_numa_nodes(topo, pod),
             _ if topo.policy != Policy::SingleNumaNode => 0,
-            // The mean over the request maps of the scope (borrowed, not collected: this runs
-            // for every node evaluated).
+            // The mean over the request maps of the scope.
             _ => match topo.scope {
-                Scope::Pod => self.request_score(res, topo, &pod.effective_request()),
+                Scope::Pod => self.request_score(res, topo, &pod.effective),
                 Scope::Container => {
-                    let maps = pod.init_containers.iter().chain(&pod.containers);
-                    let count = maps.clone().count();
+                    let count = pod.containers.len();
                     if count == 0 {
                         return 0;
                     }
-                    let sum: i64 = maps.map(|c| self.request_score(res, topo, &c.requests)).sum();
+                    let sum: i64 = pod
+                        .containers
+                        .iter()
+                        .map(|c| self.request_score(res, topo, &c.request))
+                        .fold(0i64, i64::saturating_add);
                     sum / i64::try_from(count).unwrap_or(1)
                 }
             },
@@ -231,7 +239,7 @@ pub fn normalize_least_numa(count: usize, is_min_distance: bool, max_numa_nodes:
     score
 }
 
-fn least_numa_nodes(topo: &NumaTopology, pod: &PodSpec) -> i64 {
+fn least_numa_nodes(topo: &NumaTopology, pod: &PreparedPod<'_>) -> i64 {
     let mut avail: Vec<crate::resources::Dense> = topo.zones.iter().map(|z| z.available.clone()).collect();
     let named_in_zones = |req: &ResList| {
         req.iter()
@@ -239,20 +247,20 @@ fn least_numa_nodes(topo: &NumaTopology, pod: &PodSpec) -> i64 {
     };
     match topo.scope {
         Scope::Pod => {
-            let req = pod.effective_request();
-            if !named_in_zones(&req) {
+            let req = &pod.effective;
+            if !named_in_zones(req) {
                 return MAX_SCORE;
             }
-            minimal_numa_set(topo, &avail, &req)
+            minimal_numa_set(topo, &avail, req)
                 .map_or(0, |(k, min, _)| normalize_least_numa(k, min, topo.max_numa_nodes))
         }
         Scope::Container => {
             let (mut max_k, mut all_min, mut counted) = (0usize, true, false);
-            for c in pod.init_containers.iter().chain(&pod.containers) {
-                if !named_in_zones(&c.requests) {
+            for c in &pod.containers {
+                if !named_in_zones(&c.request) {
                     continue;
                 }
-                let Some((k, min, set)) = minimal_numa_set(topo, &avail, &c.requests) else {
+                let Some((k, min, set)) = minimal_numa_set(topo, &avail, &c.request) else {
                     return 0;
                 };
                 counted = true;
@@ -260,7 +268,7 @@ fn least_numa_nodes(topo: &NumaTopology, pod: &PodSpec) -> i64 {
                 all_min &= min;
                 let mut zones = set.clone();
                 zones.sort_unstable();
-                for (id, need) in c.requests.positive() {
+                for (id, need) in c.request.positive() {
                     let mut left = need;
                     for &z in &zones {
                         let Some(have) = avail[z].get(id) else { continue };

@@ -57,6 +57,44 @@ const DIFFERENCES: &[(&str, &str, &str, &str)] = &[
     ("cache.resourceStoreUpdate", "assumed burstable pod is subtracted from all zones that list the resource",
      "node-0{cpu=20,memory=32Gi} node-1{cpu=20,memory=32Gi,vendor.com/nic=6} capacityUnchanged=true",
      "difference 4: assume subtracts only exclusive resources/devices; upstream over-reserves every zone"),
+    // Difference 5: init-container reuse (kubelet-topology-manager.md §3.1 step 3). Node 0 has
+    // 30 free CPUs: the init containers get them (each reusing the last's), app `cnt-1` reuses
+    // 20, and app `cnt-2` must keep the remaining 10 reusable CPUs of node 0 inside its mask
+    // while needing 20: only {0,1} holds both, not a single NUMA node, so the kubelet rejects
+    // with TopologyAffinityError. Upstream forgets what init containers hold.
+    ("filter", "[28][tier1] multi init containers with good allocation, multi-containers with good allocation - fit",
+     "it must reuse what the pod's init containers hold on NUMA [0]",
+     "difference 5: cnt-2 must reuse 10 CPUs on node 0 and needs 20: only {0,1}, not single-NUMA"),
+    ("filter", "[29][tier1] multi init containers when sum of their cpus requests (together) is over allocatable, multi-containers with good allocation - fit",
+     "it must reuse what the pod's init containers hold on NUMA [0]",
+     "difference 5: cnt-2 must reuse 10 CPUs on node 0 and needs 20: only {0,1}, not single-NUMA"),
+    ("placement", "[28][tier1] multi init containers with good allocation, multi-containers with good allocation - fit",
+     "it must reuse what the pod's init containers hold on NUMA [0]",
+     "difference 5: cnt-2 must reuse 10 CPUs on node 0 and needs 20: only {0,1}, not single-NUMA"),
+    ("placement", "[29][tier1] multi init containers when sum of their cpus requests (together) is over allocatable, multi-containers with good allocation - fit",
+     "it must reuse what the pod's init containers hold on NUMA [0]",
+     "difference 5: cnt-2 must reuse 10 CPUs on node 0 and needs 20: only {0,1}, not single-NUMA"),
+    // Difference 6: the Static memory manager's group rule (kubelet-topology-manager.md §3.2
+    // step 3). The memory these pods need spans several NUMA nodes, but those nodes already hold
+    // memory of other pods (single-node allocations: no zone is used up), so the memory manager
+    // skips every multi-node mask and gives no hint; the Topology Manager admits on the other
+    // resources (or not), and the memory manager fails in Allocate (UnexpectedAdmissionError).
+    // Rejected either way; upstream words it as an alignment failure.
+    ("filter", "Guaranteed QoS, hugepages, pod doesn't fit",
+     "memory manager cannot place memory",
+     "difference 6: no memory hint (group rule), the kubelet fails in Allocate, not in the merge"),
+    ("filter", "gu pod does not fit - not enough memory available on any NUMA node",
+     "memory manager cannot place memory",
+     "difference 6: no memory hint (group rule), the kubelet fails in Allocate, not in the merge"),
+    ("filter", "[2][tier3] single container with memory over allocation - fit",
+     "memory manager cannot place memory",
+     "difference 6: no memory hint (group rule), the kubelet fails in Allocate, not in the merge"),
+    ("filter", "[7][tier1] init container with memory over allocation, multi-containers with good allocation - not fit",
+     "memory manager cannot place memory",
+     "difference 6: no memory hint (group rule), the kubelet fails in Allocate, not in the merge"),
+    ("placement", "[12][tier1] init container with good allocation, multi-containers with memory over allocation - not fit",
+     "memory manager cannot place memory",
+     "difference 6: no memory hint (group rule), the kubelet fails in Allocate, not in the merge"),
 ];
 
 /// Cases per kind in the vectors file.

@@ -1,0 +1,129 @@
+//! The Static memory manager's NUMA groups (kubelet-topology-manager.md §3.2 steps 2–3 and its
+//! quirk): a single-NUMA mask is skipped when its node belongs to a multi-node group; a
+//! multi-NUMA mask is skipped when one of its nodes holds memory of a single-node allocation or
+//! of another group; with no mask left the memory manager gives no hint, the Topology Manager
+//! decides on the other resources, and the pod fails in Allocate (`UnexpectedAdmissionError`).
+//! The NRT shows per-zone memory only, so the model's rule for memory already in use is stated
+//! in `admission.rs` (`Groups`) and docs/scheduler.md; each case below was worked out by hand.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use k8s_openapi::api::core::v1::Pod;
+use numaplane::nrt::NodeResourceTopology;
+use numaplane_scheduler::{
+    admission::{self, Placement, Rejection, WorkingZones},
+    node::NumaTopology,
+    pod::PodSpec,
+    resources::Resources,
+};
+use serde_json::{Value, json};
+
+/// Two zones of 8 CPUs (all free) and 8Gi of memory; `free_gi` the free memory per zone.
+fn nrt(policy: &str, free_mi: [i64; 2]) -> NodeResourceTopology {
+    let zone = |i: usize| {
+        json!({"name": format!("node-{i}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "8"},
+            {"name": "memory", "capacity": "8Gi", "allocatable": "8Gi", "available": format!("{}Mi", free_mi[i])}
+        ]})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"},
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": policy},
+            {"name": "topologyManagerScope", "value": "container"}
+        ],
+        "zones": [zone(0), zone(1)]
+    }))
+    .unwrap()
+}
+
+/// A Guaranteed pod, one container per memory size (1 CPU each).
+fn pod(res: &mut Resources, memory: &[&str]) -> PodSpec {
+    let containers: Vec<Value> = memory
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let r = json!({"cpu": "1", "memory": m});
+            json!({"name": format!("c{i}"), "resources": {"requests": r, "limits": r}})
+        })
+        .collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": containers}
+    }))
+    .unwrap();
+    PodSpec::from_pod(res, &pod).unwrap()
+}
+
+fn predict(policy: &str, free_mi: [i64; 2], memory: &[&str]) -> Result<Placement, Rejection> {
+    let mut res = Resources::default();
+    let p = pod(&mut res, memory);
+    let topo = NumaTopology::from_nrt(&mut res, &nrt(policy, free_mi)).unwrap();
+    let out = admission::predict(&res, &topo, &mut WorkingZones::from_topology(&topo), &p);
+    // The filter's fast path must agree.
+    let fast = admission::admits(&res, &topo, &mut WorkingZones::from_topology(&topo), &p);
+    assert_eq!(fast, out.is_ok(), "{policy} {free_mi:?} {memory:?}: {out:?}");
+    out
+}
+
+fn numa(p: &Placement, i: usize) -> Option<Vec<u32>> {
+    p.containers[i].numa_nodes.clone()
+}
+
+/// Step 3: 10Gi needs both nodes ({0,1} is the only mask whose allocatable covers it), but
+/// node 0 already holds 2Gi of a single-node allocation (no zone is used up, so no group can
+/// exist): the memory manager skips {0,1} and has no hint. The CPU hint alone admits at the
+/// Topology Manager under every policy, and Allocate fails: UnexpectedAdmissionError.
+#[test]
+fn a_multi_numa_mask_over_a_node_in_use_is_skipped_rule_3_2_step_3() {
+    for policy in ["best-effort", "restricted", "single-numa-node"] {
+        let r = predict(policy, [6144, 8192], &["10Gi"]).expect_err(policy);
+        assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{policy}: {r:?}");
+        assert!(
+            r.message.contains("memory manager cannot place memory"),
+            "{}",
+            r.message
+        );
+    }
+    // Control: on an empty node the group {0,1} forms (best-effort admits it).
+    let p = predict("best-effort", [8192, 8192], &["10Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![0, 1]));
+}
+
+/// Step 2, the model's conservative side: node 0's memory is used up, which the greedy fill of
+/// a multi-node allocation leaves behind, so node 1's used memory may belong to a group {0,1}.
+/// Without a group the kubelet admits on {1}. In the world where node 1 is a group member, {1}
+/// is skipped (step 2), {0,1} is not known to be that group (step 3), so the memory manager has
+/// no hint, the CPU hint {0} goes through and 2Gi cannot be allocated on node 0
+/// (UnexpectedAdmissionError). The model admits only what both worlds admit, so the node is
+/// refused rather than risk a failed pod.
+#[test]
+fn single_numa_masks_over_possible_group_members_are_not_predicted_rule_3_2_step_2() {
+    let r = predict("single-numa-node", [0, 4096], &["2Gi"]).expect_err("group may exist");
+    assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{r:?}");
+    assert!(r.message.contains("memory group the NRT"), "{}", r.message);
+    // Control: with 1Gi left on node 0 no group can exist; node 1 holds the pod alone.
+    let p = predict("single-numa-node", [1024, 4096], &["2Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![1]));
+}
+
+/// Steps 2 and 3 inside the pod, tracked exactly: the first container's 10Gi forms the group
+/// {0,1} (greedy: 8Gi from node 0, 2Gi from node 1). The second container's 1Gi may then not
+/// use {0} or {1} alone (both in the group), only exactly {0,1}: its memory hint is {0,1}, not
+/// preferred; the CPU hints {0} and {1} are preferred, so every merge is non-preferred and
+/// best-effort takes the one of the widest minimum size (2): {0,1}. Without the group rule it
+/// would have been {1}, where 6Gi are free.
+#[test]
+fn a_group_formed_by_an_earlier_container_binds_later_ones_rule_3_2_steps_2_3() {
+    let p = predict("best-effort", [8192, 8192], &["10Gi", "1Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![0, 1]));
+    assert_eq!(numa(&p, 1), Some(vec![0, 1]));
+    // Under restricted the first container is already refused: CPU {0} and memory {0,1} are
+    // both preferred but differ (verified on a real kubelet, verified-facts.md).
+    let r = predict("restricted", [8192, 8192], &["10Gi", "1Gi"]).expect_err("restricted");
+    assert_eq!(r.kubelet_reason, "TopologyAffinityError", "{r:?}");
+    // A single-node first container marks its node: the second may share node 0 alone (step
+    // 2 only skips group members), but not span {0,1} (step 3).
+    let p = predict("single-numa-node", [8192, 8192], &["1Gi", "1Gi"]).unwrap();
+    assert_eq!((numa(&p, 0), numa(&p, 1)), (Some(vec![0]), Some(vec![0])));
+}
