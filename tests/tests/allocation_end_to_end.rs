@@ -113,7 +113,10 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let sched_args = scheduler_run_args(api.kubeconfig());
+    // Bindings one at a time, so they land in queue (creation) order: the order in which this
+    // test's kubelet admits below, as a real kubelet admits in binding order.
+    let mut sched_args = scheduler_run_args(api.kubeconfig());
+    sched_args.extend(["--bind-concurrency".to_owned(), "1".to_owned()]);
     let mut scheduler = Agent::spawn_scheduler("run", &sched_args).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();
 
@@ -147,7 +150,7 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // The kubelet admits them in creation order, aligning to the recorded NUMA node (the
+    // The kubelet admits them in binding (here creation) order, aligning to the recorded NUMA node (the
     // Topology Manager's hint; the scheduler predicted it).
     let mut pod_resources = Vec::new();
     for name in names {
