@@ -270,6 +270,16 @@ fn in_process(xml: &Path, case: &Value) -> NodeResourceTopology {
     let machine = Machine::from_xml_file(xml).unwrap();
     let mut cfg = vectors::config(&case["config"]).unwrap();
     cfg.node_name = NODE.to_owned();
+    if !vectors::terminal_pods(&case["config"]).is_empty() {
+        // The binary reads the pods from the API server then, so it can tell what init
+        // containers hold; without a state directory that comes from the (empty) pod specs.
+        use numaplane_exporter::init_held::{Source, Sources};
+        cfg.held_sources = Some(Sources {
+            cpu: Source::PodSpec,
+            devices: Source::PodSpec,
+            memory: Source::Unknown,
+        });
+    }
     let acc = account(
         &MachineView::from(&machine),
         &vectors::allocatable(&case["allocatable"]).unwrap(),
