@@ -60,6 +60,9 @@ pub mod attr {
     /// Node attribute (numaplane extension): where the resources init containers still hold
     /// were read from, per kind: `cpu=checkpoint,devices=pod-spec,memory=none`.
     pub const INIT_HELD_SOURCE: &str = "numaplane.io/init-held-source";
+    /// Node attribute (numaplane extension): the Static memory manager's NUMA groups that hold
+    /// memory now, read from its checkpoint; see [`super::join_memory_groups`]. Absent: unknown.
+    pub const MEMORY_GROUPS: &str = "numaplane.io/memory-groups";
     /// Zone attribute prefix (numaplane extension) carrying the free device IDs of one
     /// resource in a zone: `numaplane.io/free-devices.<resource name>` → comma-separated IDs.
     /// Upstream consumers ignore zone attributes outside preemption, so this is harmless to them.
@@ -96,6 +99,59 @@ pub fn split_device_ids(value: &str) -> Vec<String> {
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// Encodes the memory manager's groups in use for [`attr::MEMORY_GROUPS`]: groups sorted and
+/// separated by `;`, each its NUMA ids ascending joined by `+` (`0+1;3`: one allocation group
+/// over nodes 0 and 1, single-node allocations on node 3). Empty: no memory is assigned.
+pub fn join_memory_groups(groups: &[Vec<u32>]) -> String {
+    let mut sets: Vec<Vec<u32>> = groups
+        .iter()
+        .map(|g| {
+            let mut g = g.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .filter(|g| !g.is_empty())
+        .collect();
+    sets.sort();
+    sets.dedup();
+    sets.iter()
+        .map(|g| g.iter().map(u32::to_string).collect::<Vec<_>>().join("+"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// A [`attr::MEMORY_GROUPS`] value that is not `id+id;id`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("memory groups {value:?} are not NUMA ids joined by + and separated by ;")]
+pub struct MemoryGroupsError {
+    /// The value as published.
+    pub value: String,
+}
+
+/// Decodes [`join_memory_groups`]; a NUMA id in two groups is an error (groups are disjoint).
+pub fn split_memory_groups(value: &str) -> Result<Vec<Vec<u32>>, MemoryGroupsError> {
+    let err = || MemoryGroupsError {
+        value: value.to_owned(),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut groups = Vec::new();
+    for group in value.split(';').map(str::trim).filter(|g| !g.is_empty()) {
+        let mut ids = Vec::new();
+        for id in group.split('+') {
+            let id: u32 = id.trim().parse().map_err(|_| err())?;
+            if !seen.insert(id) {
+                return Err(err());
+            }
+            ids.push(id);
+        }
+        ids.sort_unstable();
+        groups.push(ids);
+    }
+    groups.sort();
+    Ok(groups)
 }
 
 /// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
@@ -310,6 +366,19 @@ pub fn parse_zone_name(name: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn memory_groups_round_trip_and_reject_what_is_not_a_partition() {
+        let groups = vec![vec![3], vec![1, 0], vec![0, 1]];
+        let text = join_memory_groups(&groups);
+        assert_eq!(text, "0+1;3");
+        assert_eq!(split_memory_groups(&text), Ok(vec![vec![0, 1], vec![3]]));
+        assert_eq!(split_memory_groups(""), Ok(vec![]));
+        assert_eq!(join_memory_groups(&[]), "");
+        assert!(split_memory_groups("0+x").is_err());
+        assert!(split_memory_groups("0+1;1").is_err(), "a node in two groups");
+        assert!(split_memory_groups("-1").is_err());
+    }
     use super::*;
 
     #[test]

@@ -165,6 +165,9 @@ pub struct AccountingConfig {
     pub held_beyond_list: BTreeMap<(String, String), Held>,
     /// Where `held_beyond_list` came from; published as [`attr::INIT_HELD_SOURCE`] when set.
     pub held_sources: Option<Sources>,
+    /// The Static memory manager's NUMA groups in use (its checkpoint), published as
+    /// [`attr::MEMORY_GROUPS`] when known, so the scheduler need not guess them.
+    pub memory_groups: Option<Vec<Vec<u32>>>,
 }
 
 impl Default for AccountingConfig {
@@ -185,6 +188,7 @@ impl Default for AccountingConfig {
             cluster_shared: BTreeSet::new(),
             held_beyond_list: BTreeMap::new(),
             held_sources: None,
+            memory_groups: None,
         }
     }
 }
@@ -1494,6 +1498,12 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_PREFER_CLOSEST.to_owned(),
             value: closest.to_string(),
+        });
+    }
+    if let Some(groups) = &cfg.memory_groups {
+        attributes.push(AttributeInfo {
+            name: attr::MEMORY_GROUPS.to_owned(),
+            value: nrt::join_memory_groups(groups),
         });
     }
     if let Some(sources) = &cfg.held_sources {

@@ -108,6 +108,9 @@ pub struct MemoryAssignments {
     pub policy: String,
     /// Pod UID → container name → blocks.
     pub pods: BTreeMap<String, BTreeMap<String, Vec<MemoryBlock>>>,
+    /// The NUMA groups that hold memory now (`machineState`: the `cells` of every node with
+    /// assignments), each sorted; a single-node group is a node with single-NUMA allocations.
+    pub groups: Vec<Vec<u32>>,
 }
 
 /// Reads and parses one checkpoint: `None` when it does not exist (the manager is off, or the
@@ -447,6 +450,7 @@ pub fn parse_memory_manager_state(bytes: &[u8]) -> Result<MemoryAssignments, Che
         verify(FILE, checksum_field(FILE, &obj, "checksum")?, &renderings)?;
     }
 
+    let groups = groups_in_use(field(&obj, "machineState"))?;
     let pods = entries
         .unwrap_or_default()
         .into_iter()
@@ -458,7 +462,46 @@ pub fn parse_memory_manager_state(bytes: &[u8]) -> Result<MemoryAssignments, Che
             (uid, containers)
         })
         .collect();
-    Ok(MemoryAssignments { policy, pods })
+    Ok(MemoryAssignments { policy, pods, groups })
+}
+
+/// The distinct `cells` of the nodes that hold assignments: the memory manager's groups in use.
+fn groups_in_use(machine_state: Option<&Value>) -> Result<Vec<Vec<u32>>, CheckpointError> {
+    const FILE: &str = MEMORY_MANAGER_STATE;
+    let Some(Value::Object(nodes)) = machine_state else {
+        return Ok(Vec::new());
+    };
+    let mut groups = BTreeSet::new();
+    for (id, node) in nodes {
+        let Value::Object(node) = node else { continue };
+        let assignments = field(node, "numberOfAssignments")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if assignments <= 0 {
+            continue;
+        }
+        let own: u32 = id
+            .parse()
+            .map_err(|_| layout(FILE, format!("machineState key {id:?} is not a NUMA id")))?;
+        let mut cells: Vec<u32> = match field(node, "cells") {
+            Some(Value::Array(cells)) => cells
+                .iter()
+                .map(|c| {
+                    c.as_u64()
+                        .and_then(|c| u32::try_from(c).ok())
+                        .ok_or_else(|| layout(FILE, "a cell is not a NUMA id"))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        if !cells.contains(&own) {
+            cells.push(own);
+        }
+        cells.sort_unstable();
+        cells.dedup();
+        groups.insert(cells);
+    }
+    Ok(groups.into_iter().collect())
 }
 
 /// `map[0:<*>{NumberOfAssignments:(int)0 MemoryMap:(...)map[memory:<*>{...}] Cells:([]int)[0]}]`
@@ -771,6 +814,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v3.policy, "static");
+        assert!(v3.groups.is_empty(), "no node holds assignments");
         assert!(v3.pods["pod"].contains_key("container1"));
         let bad = parse_memory_manager_state(
             br#"{"policyName":"static","entries":{},"data":"{}","dataChecksum":1234}"#,
@@ -786,5 +830,17 @@ mod tests {
         assert_eq!(parse_cpu_set("3-1"), None);
         assert_eq!(parse_cpu_set("0-4294967295"), None);
         assert_eq!(parse_cpu_set("a"), None);
+    }
+
+    #[test]
+    fn memory_groups_in_use_come_from_the_machine_state() {
+        // Nodes 0 and 1 hold one multi-NUMA allocation, node 2 single-node ones, node 3 none.
+        let state = br#"{"policyName":"Static","machineState":{
+            "0":{"numberOfAssignments":2,"memoryMap":{},"cells":[0,1]},
+            "1":{"numberOfAssignments":2,"memoryMap":{},"cells":[0,1]},
+            "2":{"numberOfAssignments":1,"memoryMap":{},"cells":[2]},
+            "3":{"numberOfAssignments":0,"memoryMap":{},"cells":[3]}},"entries":{},"checksum":0}"#;
+        let m = parse_memory_manager_state(state).unwrap();
+        assert_eq!(m.groups, vec![vec![0, 1], vec![2]]);
     }
 }

@@ -560,6 +560,7 @@ mod tests {
         let checkpoints = Checkpoints {
             memory: Some(Ok(MemoryAssignments {
                 policy: "Static".into(),
+                groups: vec![],
                 pods: BTreeMap::from([(
                     "u1".to_owned(),
                     BTreeMap::from([

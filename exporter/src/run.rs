@@ -301,6 +301,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         cluster_shared: BTreeSet::new(),
         held_beyond_list: BTreeMap::new(),
         held_sources: None,
+        memory_groups: None,
     }
 }
 

@@ -114,10 +114,15 @@ impl Scanner {
         let static_cpus = !allocatable.cpu_ids.is_empty();
         let (held, sources) = init_held::held_beyond_list(&list, facts, &checkpoints, static_cpus);
         let held_sources = facts.map(|_| sources);
+        let memory_groups = match &checkpoints.memory {
+            Some(Ok(m)) => Some(m.groups.clone()),
+            _ => None,
+        };
         let result = if facts.is_some() {
             let mut cfg = cfg.clone();
             cfg.held_beyond_list = held;
             cfg.held_sources = held_sources;
+            cfg.memory_groups = memory_groups;
             build(&self.machine, &allocatable, &list, &cfg)
         } else {
             build(&self.machine, &allocatable, &list, cfg)

@@ -214,6 +214,11 @@ impl Reuse {
 /// A group the NRT cannot reveal either way (formed under `best-effort` by a mask wider than
 /// the memory needed, so no zone is used up) is not predicted. The pod's own containers are
 /// tracked exactly: a multi-NUMA allocation forms a group, a single-NUMA one marks its node.
+///
+/// When the exporter publishes the groups it read from the kubelet's checkpoint
+/// (`numaplane.io/memory-groups`), the zones they cover are known exactly, like the pod's own;
+/// only zones in use outside them (placements the scheduler assumed and the NRT does not show
+/// yet) stay unknown.
 #[derive(Clone, Debug, Default)]
 struct Groups {
     /// Zone positions (subset bits) with memory in use before this pod.
@@ -222,9 +227,9 @@ struct Groups {
     exhausted: bool,
     /// Predict the world where every zone in use may belong to a group.
     suspect: bool,
-    /// Zones this pod used for single-NUMA allocations.
+    /// Zones known to hold single-NUMA allocations (this pod's, or read from the checkpoint).
     single: usize,
-    /// Multi-NUMA groups this pod formed.
+    /// Multi-NUMA groups known (formed by this pod, or read from the checkpoint).
     groups: Vec<usize>,
 }
 
@@ -234,7 +239,19 @@ impl Groups {
         if !topo.memory_managed {
             return g;
         }
+        let mut known = 0usize;
+        for group in topo.memory_groups.iter().flatten() {
+            let bits = group
+                .iter()
+                .filter_map(|id| topo.zones.iter().position(|z| z.id == *id))
+                .fold(0usize, |b, i| b | (1 << i));
+            known |= bits;
+            g.record(bits);
+        }
         for (i, z) in topo.zones.iter().enumerate() {
+            if known & (1 << i) != 0 {
+                continue;
+            }
             for (id, allocatable) in z.allocatable.iter() {
                 if !res.kind(id).is_memory_like() || allocatable <= 0 {
                     continue;

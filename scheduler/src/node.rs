@@ -135,6 +135,9 @@ pub struct NumaTopology {
     /// Threads per core when the kubelet runs the static CPU manager with `full-pcpus-only`
     /// on an SMT machine (published attributes); `None` otherwise, or when not published.
     pub full_pcpus_threads: Option<i64>,
+    /// The Static memory manager's groups holding memory, by NUMA id, when the exporter read
+    /// them from the kubelet's checkpoint; `None`: unknown (the model then guesses safely).
+    pub memory_groups: Option<Vec<Vec<u32>>>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -192,6 +195,9 @@ pub enum NrtError {
         /// Resource name.
         resource: String,
     },
+    /// The memory-groups attribute does not parse, or names a NUMA node without a zone.
+    #[error("attribute numaplane.io/memory-groups: {0}")]
+    ParseMemoryGroups(String),
     /// More NUMA zones than the model enumerates.
     #[error("{zones} NUMA zones exceed the supported {MAX_ZONES}")]
     TooManyZones {
@@ -231,6 +237,7 @@ impl NrtError {
             NrtError::QuantityOutOfRange { .. } => "quantity_range",
             NrtError::DuplicateResource { .. } => "duplicate_resource",
             NrtError::TooManyZones { .. } => "too_many_zones",
+            NrtError::ParseMemoryGroups(_) => "memory_groups",
             NrtError::NumaLayout(_) => "numa_layout",
             NrtError::AmountOverflow { .. } => "amount_overflow",
         }
@@ -472,7 +479,23 @@ impl NumaTopology {
             .map(|(name, ids)| (res.intern(&name), ids))
             .collect();
         let full_pcpus_threads = full_pcpus_threads(obj);
+        let memory_groups = match obj.attribute(nrt::attr::MEMORY_GROUPS) {
+            None => None,
+            Some(value) => {
+                let groups = nrt::split_memory_groups(value)
+                    .map_err(|e| NrtError::ParseMemoryGroups(e.to_string()))?;
+                if let Some(id) = groups
+                    .iter()
+                    .flatten()
+                    .find(|id| !sorted.iter().any(|z| z.id == **id))
+                {
+                    return Err(NrtError::ParseMemoryGroups(format!("NUMA node {id} has no zone")));
+                }
+                Some(groups)
+            }
+        };
         Ok(NumaTopology {
+            memory_groups,
             masks,
             shared_devices,
             cluster_held,

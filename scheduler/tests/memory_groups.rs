@@ -56,13 +56,41 @@ fn pod(res: &mut Resources, memory: &[&str]) -> PodSpec {
 }
 
 fn predict(policy: &str, free_mi: [i64; 2], memory: &[&str]) -> Result<Placement, Rejection> {
+    predict_on(nrt(policy, free_mi), memory)
+}
+
+/// [`predict`] on a node whose exporter read the groups from the kubelet's checkpoint.
+fn predict_known(
+    policy: &str,
+    free_mi: [i64; 2],
+    groups: &str,
+    memory: &[&str],
+) -> Result<Placement, Rejection> {
+    let mut obj = nrt(policy, free_mi);
+    obj.attributes
+        .get_or_insert_with(Vec::new)
+        .push(numaplane::nrt::AttributeInfo {
+            name: numaplane::nrt::attr::MEMORY_GROUPS.to_owned(),
+            value: groups.to_owned(),
+        });
+    predict_on(obj, memory)
+}
+
+fn predict_on(obj: NodeResourceTopology, memory: &[&str]) -> Result<Placement, Rejection> {
+    let policy = obj
+        .attributes
+        .iter()
+        .flatten()
+        .find(|a| a.name == "topologyManagerPolicy")
+        .map(|a| a.value.clone())
+        .unwrap_or_default();
     let mut res = Resources::default();
     let p = pod(&mut res, memory);
-    let topo = NumaTopology::from_nrt(&mut res, &nrt(policy, free_mi)).unwrap();
+    let topo = NumaTopology::from_nrt(&mut res, &obj).unwrap();
     let out = admission::predict(&res, &topo, &mut WorkingZones::from_topology(&topo), &p);
     // The filter's fast path must agree.
     let fast = admission::admits(&res, &topo, &mut WorkingZones::from_topology(&topo), &p);
-    assert_eq!(fast, out.is_ok(), "{policy} {free_mi:?} {memory:?}: {out:?}");
+    assert_eq!(fast, out.is_ok(), "{policy} {memory:?}: {out:?}");
     out
 }
 
@@ -126,4 +154,47 @@ fn a_group_formed_by_an_earlier_container_binds_later_ones_rule_3_2_steps_2_3() 
     // 2 only skips group members), but not span {0,1} (step 3).
     let p = predict("single-numa-node", [8192, 8192], &["1Gi", "1Gi"]).unwrap();
     assert_eq!((numa(&p, 0), numa(&p, 1)), (Some(vec![0]), Some(vec![0])));
+}
+
+/// With the groups read from the kubelet's checkpoint nothing is guessed. Node 0 used up by a
+/// single-node allocation (`0`: no group): node 1 takes the pod alone, which the guessing model
+/// refused above. Node 0 used up as the first node of the group {0,1} (`0+1`): {0} and {1} are
+/// skipped (step 2), the memory manager's only hint is the group {0,1} (4Gi free, not preferred:
+/// one node's allocatable holds 2Gi), so under single-numa-node every merge is non-preferred:
+/// TopologyAffinityError, known rather than guessed.
+#[test]
+fn groups_read_from_the_checkpoint_replace_the_guess_rule_3_2_steps_2_3() {
+    let p = predict_known("single-numa-node", [0, 4096], "0", &["2Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![1]));
+    let r = predict_known("single-numa-node", [0, 4096], "0+1", &["2Gi"]).expect_err("group {0,1}");
+    assert_eq!(r.kubelet_reason, "TopologyAffinityError", "{r:?}");
+    assert!(
+        !r.message.contains("memory group the NRT"),
+        "known, not guessed: {}",
+        r.message
+    );
+    // Under best-effort the group's own mask {0,1} is used (not preferred, but admitted).
+    let p = predict_known("best-effort", [0, 4096], "0+1", &["2Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![0, 1]));
+    // No memory assigned at all: node 0 can only be exhausted by something else, no guessing.
+    let p = predict_known("single-numa-node", [8192, 8192], "", &["2Gi"]).unwrap();
+    assert_eq!(numa(&p, 0), Some(vec![0]));
+}
+
+/// A malformed groups attribute, or one naming a node without a zone, makes the topology
+/// invalid (a typed error the scheduler reports), never a silent guess.
+#[test]
+fn a_malformed_groups_attribute_is_a_typed_error() {
+    for bad in ["0+x", "0;0", "7"] {
+        let mut obj = nrt("single-numa-node", [8192, 8192]);
+        obj.attributes
+            .get_or_insert_with(Vec::new)
+            .push(numaplane::nrt::AttributeInfo {
+                name: numaplane::nrt::attr::MEMORY_GROUPS.to_owned(),
+                value: bad.to_owned(),
+            });
+        let mut res = Resources::default();
+        let e = NumaTopology::from_nrt(&mut res, &obj).expect_err(bad);
+        assert_eq!(e.metric_label(), "memory_groups", "{bad}: {e}");
+    }
 }

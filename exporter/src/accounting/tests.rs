@@ -1275,3 +1275,25 @@ fn what_init_containers_hold_by_count_is_charged_next_to_the_pod() {
     assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "0"));
     assert_eq!(count(&acc, AnomalyKind::UsedExceedsAllocatable), 1);
 }
+
+#[test]
+fn memory_groups_read_from_the_checkpoint_are_published_in_the_shared_format() {
+    let mut c = cfg();
+    let without = account(&machine(), &all_cpus(), &list(vec![]), &c).unwrap();
+    assert!(
+        without.attributes.iter().all(|a| a.name != attr::MEMORY_GROUPS),
+        "unknown: absent"
+    );
+    c.memory_groups = Some(vec![vec![1, 0], vec![3]]);
+    let acc = account(&machine(), &all_cpus(), &list(vec![]), &c).unwrap();
+    let value = &acc
+        .attributes
+        .iter()
+        .find(|a| a.name == attr::MEMORY_GROUPS)
+        .unwrap()
+        .value;
+    assert_eq!(
+        numaplane::nrt::split_memory_groups(value),
+        Ok(vec![vec![0, 1], vec![3]])
+    );
+}
