@@ -328,6 +328,9 @@ struct PodState {
     /// A later container of the pod asks the memory manager too: where this one's memory goes
     /// decides the groups it meets.
     later_memory: bool,
+    /// Exclusive CPUs earlier containers of the pod took from the shared pool: no longer among
+    /// the free whole cores `full-pcpus-only` counts (reused init CPUs never return to it).
+    pool_cpus_taken: i64,
 }
 
 fn mask_ids(m: Option<NumaMask>) -> Option<Vec<u32>> {
@@ -1075,7 +1078,12 @@ fn allocate(
     mask: Option<NumaMask>,
     placement: &mut ContainerPlacement,
 ) -> Result<Vec<String>, Rejection> {
-    let PodState { reuse, groups, .. } = st;
+    let PodState {
+        reuse,
+        groups,
+        pool_cpus_taken,
+        ..
+    } = st;
     let (qos, req) = (u.qos, &u.request);
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
@@ -1090,9 +1098,10 @@ fn allocate(
         kubelet_reason: "UnexpectedAdmissionError",
     };
     if let Some(n) = exclusive_cpus(u, topo) {
-        smt_aligned(topo, n, &placement.name)?;
+        smt_aligned(topo, n, *pool_cpus_taken, &placement.name)?;
         let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
             .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        *pool_cpus_taken = pool_cpus_taken.saturating_add(n.saturating_sub(reused / 1000));
         if reused > 0 && !init {
             notes.push(format!(
                 "reuses {} exclusive CPUs of the init containers",
@@ -1271,10 +1280,12 @@ fn take_reusing(
 }
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
-/// exclusive CPU count that is not a multiple of the SMT width, or more whole cores than the
-/// node has free (published free cores minus pending placements), is
-/// rejected with `SMTAlignmentError` whatever the hint.
-fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Rejection> {
+/// exclusive CPU count that is not a multiple of the SMT width, or more CPUs than the free whole
+/// cores hold (published free cores minus pending placements, minus what earlier containers of
+/// the pod took from the pool: `taken`), is rejected with `SMTAlignmentError` whatever the
+/// hint. The kubelet checks the shared pool before it looks at reusable init CPUs, so a
+/// container that will reuse them still needs that many CPUs free in whole cores.
+fn smt_aligned(topo: &NumaTopology, cpus: i64, taken: i64, container: &str) -> Result<(), Rejection> {
     let Some(threads) = topo.full_pcpus_threads else {
         return Ok(());
     };
@@ -1291,9 +1302,16 @@ fn smt_aligned(topo: &NumaTopology, cpus: i64, container: &str) -> Result<(), Re
     let published: Vec<i64> = topo.zones.iter().filter_map(|z| z.free_cores).collect();
     if published.len() == topo.zones.len() {
         let free: i64 = published.iter().fold(0i64, |a, b| a.saturating_add(*b));
+        // CPUs taken by earlier containers came in whole cores too.
+        let free = free.saturating_sub(taken / threads).max(0);
         if free.saturating_mul(threads) < cpus {
+            let earlier = if taken > 0 {
+                format!(" after the pod's earlier containers took {}", taken / threads)
+            } else {
+                String::new()
+            };
             return Err(reject(format!(
-                "needs {} whole cores; the node has {free} free",
+                "needs {} whole cores; the node has {free} free{earlier}",
                 cpus / threads
             )));
         }
@@ -1505,6 +1523,7 @@ fn run_world(
                 // Every container allocates inside the pod's mask: with two that record memory,
                 // where the first lands decides the groups the second meets.
                 later_memory: memory_users > 1,
+                pool_cpus_taken: 0,
             },
             u,
             record,
@@ -1531,6 +1550,7 @@ fn run_world(
         reuse: Reuse::default(),
         groups: groups.clone(),
         later_memory: false,
+        pool_cpus_taken: 0,
     };
     let last_memory = pod
         .containers
@@ -1760,6 +1780,7 @@ mod tests {
                 reuse: Reuse::default(),
                 groups: Groups::of(&res, &topo, &w),
                 later_memory: false,
+                pool_cpus_taken: 0,
             };
             let general = collect_hints(&res, &topo, &w, &st, &u).map(|h| merge(&topo, &h).expect("merge"));
             let fast = fast_merge(&res, &topo, &w, &st.groups, &u);

@@ -128,3 +128,60 @@ fn an_assumed_placement_takes_its_whole_cores_until_the_nrt_shows_it() {
         d.nodes[0].reasons
     );
 }
+
+fn guaranteed_containers(c: &mut Cluster, name: &str, init: &[&str], apps: &[&str]) -> PodSpec {
+    let container = |i: usize, cpus: &&str| {
+        let r = json!({"cpu": cpus, "memory": "1Gi"});
+        json!({"name": format!("c{i}"), "resources": {"requests": r, "limits": r}})
+    };
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": name},
+        "spec": {
+            "initContainers": init.iter().enumerate().map(|(i, c)| container(i, c)).collect::<Vec<_>>(),
+            "containers": apps.iter().enumerate().map(|(i, c)| container(10 + i, c)).collect::<Vec<_>>()
+        }
+    }))
+    .unwrap();
+    PodSpec::from_pod(&mut c.res, &pod).unwrap()
+}
+
+/// The kubelet checks each container against the free whole cores of the shared pool
+/// (`GetAvailablePhysicalCPUs`) at its own Allocate, after the pod's earlier containers took
+/// theirs: two 2-CPU containers need two free cores, not one.
+#[test]
+fn earlier_containers_of_the_pod_take_their_cores_first() {
+    let mut c = cluster(true, Some([1, 0]));
+    let two_by_two = guaranteed_containers(&mut c, "two", &[], &["2", "2"]);
+    let d = c.schedule(&Config::default(), &two_by_two, true);
+    assert_eq!(d.node, None, "{}", d.message);
+    let reason = d.nodes[0].reasons.join("; ");
+    assert!(reason.contains("earlier containers took 1"), "{reason}");
+    let mut c = cluster(true, Some([2, 0]));
+    let two_by_two = guaranteed_containers(&mut c, "two", &[], &["2", "2"]);
+    assert_eq!(
+        c.schedule(&Config::default(), &two_by_two, false).node.as_deref(),
+        Some("n1")
+    );
+}
+
+/// An app container that reuses an init container's CPUs is still checked against the pool
+/// (the check precedes reuse), while the init container's CPUs never return to the pool: with
+/// one free core, a 2-CPU init container then a 2-CPU app container is rejected.
+#[test]
+fn reused_init_cpus_do_not_count_as_free_whole_cores() {
+    let mut c = cluster(true, Some([1, 0]));
+    let pod = guaranteed_containers(&mut c, "init", &["2"], &["2"]);
+    let d = c.schedule(&Config::default(), &pod, true);
+    assert_eq!(d.node, None, "{}", d.message);
+    assert!(
+        d.nodes[0].reasons.join("; ").contains("SMTAlignmentError"),
+        "{:?}",
+        d.nodes[0].reasons
+    );
+    let mut c = cluster(true, Some([2, 0]));
+    let pod = guaranteed_containers(&mut c, "init", &["2"], &["2"]);
+    assert_eq!(
+        c.schedule(&Config::default(), &pod, false).node.as_deref(),
+        Some("n1")
+    );
+}
