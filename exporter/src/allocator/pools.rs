@@ -105,6 +105,17 @@ pub struct DeviceSpecTemplate {
     pub permissions: Option<String>,
 }
 
+/// The pools of a file as this machine offers them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Pools with at least one device here.
+    pub pools: Vec<Pool>,
+    /// Resources of PCI-matched pools whose match finds no device on this machine: one
+    /// DaemonSet serves nodes with and without a kind of device, so those pools are simply not
+    /// offered here (the caller logs it).
+    pub absent: Vec<String>,
+}
+
 /// A resolved pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pool {
@@ -209,8 +220,21 @@ fn invalid(resource: &str, problem: impl Into<String>) -> PoolsError {
     }
 }
 
-/// Reads and resolves `path` against `machine`.
+/// Reads and resolves `path` against `machine`, logging the pools this machine has no device of.
 pub fn load(path: &std::path::Path, machine: &Machine) -> Result<Vec<Pool>, PoolsError> {
+    let resolved = load_resolved(path, machine)?;
+    for resource in &resolved.absent {
+        tracing::info!(
+            resource = %resource,
+            pools = %path.display(),
+            "no device of this pool on this node; the pool is not offered here"
+        );
+    }
+    Ok(resolved.pools)
+}
+
+/// Reads and resolves `path` against `machine`.
+pub fn load_resolved(path: &std::path::Path, machine: &Machine) -> Result<Resolved, PoolsError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| PoolsError::Read {
         path: shown.clone(),
@@ -229,12 +253,13 @@ fn parse_hex(resource: &str, what: &str, s: &str) -> Result<u16, PoolsError> {
 }
 
 /// Checks every pool and finds its devices.
-pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsError> {
+pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Resolved, PoolsError> {
     if file.pools.is_empty() {
         return Err(invalid("-", "the file lists no pool"));
     }
     let mut seen = BTreeSet::new();
     let mut pools = Vec::new();
+    let mut absent = Vec::new();
     for spec in &file.pools {
         let r = spec.resource.as_str();
         if !numaplane::resource_name::is_valid_extended(r) {
@@ -307,10 +332,11 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsEr
             });
         }
         if devices.is_empty() {
-            return Err(invalid(
-                r,
-                "no device: the match found none on this machine and none is listed",
-            ));
+            if spec.pci.is_none() {
+                return Err(invalid(r, "no device: neither a match nor devices are listed"));
+            }
+            absent.push(r.to_owned());
+            continue;
         }
         devices.sort_by(|a, b| a.id.cmp(&b.id));
         if let Some(w) = devices.windows(2).find(|w| w[0].id == w[1].id) {
@@ -357,7 +383,7 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Vec<Pool>, PoolsEr
             cdi_devices: spec.cdi_devices.clone(),
         });
     }
-    Ok(pools)
+    Ok(Resolved { pools, absent })
 }
 
 /// `NUMAPLANE_DEVICES_EXAMPLE_COM_GPU` for `example.com/gpu`.
@@ -397,7 +423,20 @@ mod tests {
 
     fn parse(yaml: &str) -> Result<Vec<Pool>, PoolsError> {
         let file: PoolsFile = serde_saphyr::from_str(yaml).unwrap();
-        resolve(&file, &machine())
+        resolve(&file, &machine()).map(|r| r.pools)
+    }
+
+    #[test]
+    fn a_pci_pool_without_a_device_here_is_not_offered_but_not_an_error() {
+        // One DaemonSet spans GPU and CPU-only nodes: Intel GPUs are absent on this machine.
+        let file: PoolsFile = serde_saphyr::from_str(
+            "pools:\n- resource: example.com/igpu\n  match: {vendor: \"8086\"}\n- resource: example.com/gpu\n  match: {vendor: \"10de\"}\n",
+        )
+        .unwrap();
+        let r = resolve(&file, &machine()).unwrap();
+        assert_eq!(r.absent, vec!["example.com/igpu".to_owned()]);
+        assert_eq!(r.pools.len(), 1);
+        assert_eq!(r.pools[0].resource, "example.com/gpu");
     }
 
     #[test]
@@ -444,10 +483,7 @@ mod tests {
     fn bad_pools_are_refused_with_the_reason() {
         let cases = [
             ("pools: []\n", "no pool"),
-            (
-                "pools:\n- resource: example.com/gpu\n  match: {vendor: \"8086\"}\n",
-                "no device",
-            ),
+            ("pools:\n- resource: example.com/gpu\n", "no device"),
             (
                 "pools:\n- resource: example.com/gpu\n  capacity: 0\n  devices: [{id: a}]\n",
                 "capacity must be at least 1",
