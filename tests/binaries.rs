@@ -116,3 +116,59 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
         Err(format!("cargo built, but {} does not exist", path.display()))
     }
 }
+
+/// One option of a subcommand's `--help`.
+#[derive(Debug, Default, Clone)]
+pub struct Flag {
+    /// The environment variable it reads (`[env: X=]`).
+    pub env: Option<String>,
+    /// Its default (`[default: Y]`).
+    pub default: Option<String>,
+}
+
+/// The options of `binary subcommand`, by long name (`--node-name`), from its `--help` (global
+/// ones included): what the manifests may set. Panics with the help text when it cannot parse.
+pub fn help_flags(binary: &Path, subcommand: &str) -> std::collections::BTreeMap<String, Flag> {
+    let out = std::process::Command::new(binary)
+        .args([subcommand, "--help"])
+        .env_clear()
+        .output()
+        .unwrap_or_else(|e| panic!("{} {subcommand} --help: {e}", binary.display()));
+    assert!(
+        out.status.success(),
+        "{} {subcommand} --help: {out:?}",
+        binary.display()
+    );
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut flags = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let t = line.trim();
+        // `--long …` or `-s, --long …`; not the `- value: …` lines of "Possible values".
+        let header = t.starts_with("--") || (t.starts_with('-') && t.get(2..3) == Some(","));
+        if header {
+            current = t
+                .split([' ', ',', '='])
+                .find(|w| w.starts_with("--"))
+                .map(str::to_owned);
+            if let Some(name) = &current {
+                flags.insert(name.clone(), Flag::default());
+            }
+        } else if let Some(flag) = current.as_ref().and_then(|name| flags.get_mut(name)) {
+            // `[env: X=]` and `[default: Y]` on their own line (long help) or after the text.
+            let flag: &mut Flag = flag;
+            if let Some((_, env)) = t.split_once("[env: ") {
+                flag.env = env.split(['=', ']']).next().map(str::to_owned);
+            }
+            if let Some((_, default)) = t.split_once("[default: ") {
+                flag.default = default.split(']').next().map(str::to_owned);
+            }
+        }
+    }
+    assert!(
+        flags.contains_key("--help"),
+        "cannot parse {} {subcommand} --help:\n{help}",
+        binary.display()
+    );
+    flags
+}

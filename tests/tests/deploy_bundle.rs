@@ -39,6 +39,7 @@ use numaplane::allocation::ANNOTATION;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
+use numaplane_e2e::binaries::Flag;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
@@ -118,18 +119,11 @@ fn labels_match(selector: &Value, labels: &Value) -> bool {
 // The binaries' command lines
 // ---------------------------------------------------------------------------------------------
 
-/// One option of a subcommand's `--help`.
-#[derive(Debug, Default, Clone)]
-struct Flag {
-    env: Option<String>,
-    default: Option<String>,
-}
-
 /// Options by long name.
 type Flags = BTreeMap<String, Flag>;
 
-/// The options of `binary subcommand`, by long name, from its `--help` (global ones included).
-fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
+/// The options of `binary subcommand` (see [`numaplane_e2e::binaries::help_flags`]), cached.
+fn help_flags(binary: &str, subcommand: &str) -> Flags {
     static CACHE: OnceLock<std::sync::Mutex<BTreeMap<(String, String), Flags>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (binary.to_owned(), subcommand.to_owned());
@@ -141,41 +135,7 @@ fn help_flags(binary: &str, subcommand: &str) -> BTreeMap<String, Flag> {
         "numaplane-scheduler" => numaplane_e2e::binaries::scheduler(),
         other => panic!("unknown binary {other}"),
     };
-    let out = Command::new(path)
-        .args([subcommand, "--help"])
-        .env_clear()
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{binary} {subcommand} --help: {out:?}");
-    let help = String::from_utf8(out.stdout).unwrap();
-    let mut flags = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in help.lines() {
-        let t = line.trim();
-        let header = t.starts_with("--") || (t.starts_with('-') && t.get(2..3) == Some(","));
-        if header {
-            current = t
-                .split([' ', ',', '='])
-                .find(|w| w.starts_with("--"))
-                .map(str::to_owned);
-            if let Some(name) = &current {
-                flags.insert(name.clone(), Flag::default());
-            }
-        } else if let Some(name) = &current {
-            // `[env: X=]` and `[default: Y]` on their own line (long help) or after the text.
-            let flag: &mut Flag = flags.get_mut(name).unwrap();
-            if let Some((_, env)) = t.split_once("[env: ") {
-                flag.env = env.split(['=', ']']).next().map(str::to_owned);
-            }
-            if let Some((_, default)) = t.split_once("[default: ") {
-                flag.default = default.split(']').next().map(str::to_owned);
-            }
-        }
-    }
-    assert!(
-        flags.contains_key("--help"),
-        "cannot parse {binary} {subcommand} --help:\n{help}"
-    );
+    let flags = numaplane_e2e::binaries::help_flags(path, subcommand);
     cache.lock().unwrap().insert(key, flags.clone());
     flags
 }

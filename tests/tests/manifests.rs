@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Service, ServiceAccount, 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerResources, PodResources};
+use numaplane_e2e::binaries::{Flag, help_flags};
 use numaplane_e2e::fake_api::{FakeApiServer, RecordedRequest};
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use serde_json::{Value, json};
@@ -49,50 +50,14 @@ fn exporter_bin() -> &'static Path {
     numaplane_e2e::binaries::exporter()
 }
 
-/// One option of `run --help`.
-#[derive(Debug, Default, Clone)]
-struct Flag {
-    env: Option<String>,
-    default: Option<String>,
-}
-
 /// The options of `numaplane-exporter run`, by long name (`--node-name`), from its `--help`.
 fn run_flags() -> &'static BTreeMap<String, Flag> {
     static FLAGS: OnceLock<BTreeMap<String, Flag>> = OnceLock::new();
     FLAGS.get_or_init(|| {
-        let out = Command::new(exporter_bin())
-            .args(["run", "--help"])
-            .env_clear()
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "run --help: {out:?}");
-        let help = String::from_utf8(out.stdout).unwrap();
-        let mut flags = BTreeMap::new();
-        let mut current: Option<String> = None;
-        for line in help.lines() {
-            let t = line.trim();
-            // `--long …` or `-s, --long …`; not the `- value: …` lines of "Possible values".
-            let header = t.starts_with("--") || (t.starts_with('-') && t.get(2..3) == Some(","));
-            if header {
-                current = t
-                    .split([' ', ','])
-                    .find(|w| w.starts_with("--"))
-                    .map(str::to_owned);
-                if let Some(name) = &current {
-                    flags.insert(name.clone(), Flag::default());
-                }
-            } else if let Some(name) = &current {
-                let flag = flags.get_mut(name).unwrap();
-                if let Some(env) = t.strip_prefix("[env: ") {
-                    flag.env = env.split('=').next().map(str::to_owned);
-                } else if let Some(default) = t.strip_prefix("[default: ") {
-                    flag.default = default.strip_suffix(']').map(str::to_owned);
-                }
-            }
-        }
+        let flags = help_flags(exporter_bin(), "run");
         assert!(
             flags.contains_key("--node-name") && flags.contains_key("--podresources-socket"),
-            "cannot parse run --help:\n{help}"
+            "run --help lacks its core flags: {flags:?}"
         );
         flags
     })
