@@ -22,6 +22,11 @@ pub const KIND: &str = "NodeResourceTopology";
 pub const PLURAL: &str = "noderesourcetopologies";
 /// `apiVersion` of objects written by numaplane.
 pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+/// The CRD's name, as `kubectl get crd` shows it.
+pub const CRD_NAME: &str = "noderesourcetopologies.topology.node.k8s.io";
+/// What the exporter and the scheduler say, in logs and in `/readyz`, while the CRD is missing.
+pub const CRD_MISSING: &str =
+    "the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is not installed";
 /// Zone type of a NUMA node zone (exact, case-sensitive).
 pub const ZONE_TYPE_NODE: &str = "Node";
 /// Prefix of NUMA zone names: `node-<os id>`.

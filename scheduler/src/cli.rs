@@ -161,3 +161,33 @@ mod tests {
         Cli::command().debug_assert();
     }
 }
+
+#[cfg(test)]
+mod leader_elect_flag {
+    use clap::Parser as _;
+
+    use super::{Cli, Command};
+
+    fn leader_elect(args: &[&str]) -> Result<Option<bool>, clap::Error> {
+        let cli = Cli::try_parse_from(["numaplane-scheduler", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(a) => Ok(a.leader_elect),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// kube-scheduler's flag is a pflag bool: bare means true, `=false` turns it off.
+    #[test]
+    fn bare_flag_means_true_like_kube_scheduler() {
+        assert_eq!(leader_elect(&["--leader-elect"]).unwrap(), Some(true));
+        assert_eq!(leader_elect(&["--leader-elect=false"]).unwrap(), Some(false));
+        assert_eq!(leader_elect(&["--leader-elect=true"]).unwrap(), Some(true));
+        assert_eq!(leader_elect(&[]).unwrap(), None);
+        // The bare flag does not swallow the next argument.
+        assert_eq!(
+            leader_elect(&["--leader-elect", "--kube-api-qps", "5"]).unwrap(),
+            Some(true)
+        );
+        assert!(leader_elect(&["--leader-elect=maybe"]).is_err());
+    }
+}

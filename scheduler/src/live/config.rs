@@ -15,6 +15,10 @@ use crate::{
     simulate::ScoringStrategyFile,
 };
 
+/// Default port of `/metrics`, `/healthz`, `/readyz` (and the extender verbs): our own, next to
+/// kube-scheduler's 10259 but not on it.
+pub const DEFAULT_PORT: u16 = 10269;
+
 /// Flags shared by `run` and `extender`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -37,11 +41,20 @@ pub struct ServeArgs {
     /// Client-side burst of API requests [default: 100].
     #[arg(long, env = "NUMAPLANE_KUBE_API_BURST")]
     pub kube_api_burst: Option<u32>,
-    /// Address of /metrics, /healthz, /readyz (and the extender verbs) [default: 0.0.0.0:10259].
+    /// Address of /metrics, /healthz, /readyz (and the extender verbs) [default: 0.0.0.0:10269].
+    /// Not kube-scheduler's 10259, so both can run on one hostNetwork control-plane node.
     #[arg(long, env = "NUMAPLANE_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Elect a leader through a coordination.k8s.io Lease; only the leader schedules [default: true].
-    #[arg(long, env = "NUMAPLANE_LEADER_ELECT", action = clap::ArgAction::Set)]
+    /// As kube-scheduler's flag: `--leader-elect` alone means true, `--leader-elect=false` turns it off.
+    #[arg(
+        long,
+        env = "NUMAPLANE_LEADER_ELECT",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
     pub leader_elect: Option<bool>,
     /// Name of the Lease [default: numaplane-scheduler].
     #[arg(long, env = "NUMAPLANE_LEADER_ELECT_RESOURCE_NAME")]
@@ -368,7 +381,7 @@ impl ServeArgs {
             listen: self
                 .listen
                 .or(file.listen)
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 10259))),
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT))),
             leader_election,
             backoff: Backoff { initial, max },
             assume_timeout,

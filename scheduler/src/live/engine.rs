@@ -56,6 +56,8 @@ pub enum Input {
     Pending(usize, watcher::Event<Pod>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
+    /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
+    NrtCrdMissing,
     /// A Binding finished.
     Bound_(Box<BindDone>),
     /// An extender call (extender mode).
@@ -104,6 +106,9 @@ pub struct Health {
     pub heartbeat_ms: std::sync::atomic::AtomicU64,
     /// This replica leads (or election is off).
     pub leading: std::sync::atomic::AtomicBool,
+    /// The NodeResourceTopology CRD is not installed: every node is scheduled with the
+    /// `noTopology` behaviour until it is.
+    pub nrt_crd_missing: std::sync::atomic::AtomicBool,
 }
 
 /// Decisions made per turn before looking at inputs again.
@@ -433,6 +438,7 @@ impl Engine {
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
             }
+            Input::NrtCrdMissing => self.on_nrt_crd_missing(),
             Input::Bound_(done) => self.on_bound(*done),
             Input::Extender(call) => self.on_extender(call),
             Input::ExtenderBound(done) => self.on_extender_bound(*done),
@@ -454,19 +460,64 @@ impl Engine {
             watcher::Event::InitDone => {
                 let objs = self.init.remove(&stream).map(K::take_buffer).unwrap_or_default();
                 K::reset(self, stream, objs);
-                let first = self.synced.insert(stream);
-                if first && self.synced.len() >= self.streams {
-                    self.health
-                        .synced
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    tracing::info!("caches synced");
-                    self.on_leading();
+                if stream == Stream::Nrts {
+                    self.set_nrt_crd_installed(true);
                 }
+                self.stream_synced(stream);
                 self.queue.cluster_changed(Instant::now());
             }
             watcher::Event::Apply(obj) => obj.apply(self, stream),
             watcher::Event::Delete(obj) => obj.delete(self, stream),
         }
+    }
+
+    /// A stream listed once; the first time every stream has, scheduling may start.
+    fn stream_synced(&mut self, stream: Stream) {
+        let first = self.synced.insert(stream);
+        if first && self.synced.len() >= self.streams {
+            self.health
+                .synced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!("caches synced");
+            self.on_leading();
+        }
+    }
+
+    /// No NRT can exist without the CRD: the NRT stream counts as listed, with none, so the
+    /// pods the `noTopology` behaviour allows are scheduled. The watch keeps retrying and
+    /// its first list after the CRD appears brings the NRTs in.
+    fn on_nrt_crd_missing(&mut self) {
+        if !self.set_nrt_crd_installed(false) {
+            return;
+        }
+        self.init.remove(&Stream::Nrts);
+        <NodeResourceTopology as Apply>::reset(self, Stream::Nrts, Vec::new());
+        self.stream_synced(Stream::Nrts);
+        self.queue.cluster_changed(Instant::now());
+    }
+
+    /// Records whether the CRD is served; returns whether that changed. Logged once per change,
+    /// not at every retry of the watch.
+    fn set_nrt_crd_installed(&mut self, installed: bool) -> bool {
+        self.metrics.nrt_crd_installed.set(i64::from(installed));
+        let was_missing = self
+            .health
+            .nrt_crd_missing
+            .swap(!installed, std::sync::atomic::Ordering::Relaxed);
+        let changed = was_missing == installed;
+        if changed && installed {
+            tracing::info!(
+                crd = numaplane::nrt::CRD_NAME,
+                "the NodeResourceTopology CRD is installed: reading NRTs"
+            );
+        } else if changed {
+            tracing::warn!(
+                no_topology = ?self.cfg.no_topology,
+                "{}: scheduling every node with the noTopology behaviour until it is (kubectl apply -f deploy/crd.yaml)",
+                numaplane::nrt::CRD_MISSING
+            );
+        }
+        changed
     }
 
     fn apply_pending(&mut self, profile_index: usize, pod: Pod) {

@@ -96,6 +96,8 @@ pub struct Metrics {
     pub writes_dropped: Family<ReasonLabels, Counter>,
     /// 1 while this replica is the leader.
     pub leader: Gauge,
+    /// 1 while the NodeResourceTopology CRD is served, 0 while it is missing.
+    pub nrt_crd_installed: Gauge,
     /// Watch stream errors by resource.
     pub watch_errors: Family<ReasonLabels, Counter>,
     /// Extender calls by verb and result.
@@ -127,6 +129,7 @@ impl Metrics {
             api_writes: Family::default(),
             writes_dropped: Family::default(),
             leader: Gauge::default(),
+            nrt_crd_installed: Gauge::default(),
             watch_errors: Family::default(),
             extender_requests: Family::default(),
             extender_latency: Family::new_with_constructor(|| {
@@ -195,6 +198,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
+        );
+        registry.register(
+            "nrt_crd_installed",
+            "1 while the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is served, 0 while it is not installed",
+            m.nrt_crd_installed.clone(),
         );
         registry.register(
             "watch_errors",

@@ -91,12 +91,29 @@ fn forward<K, F>(
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(watcher::Event<K>) -> Input + Send + 'static,
 {
+    // client-go's backoff (0.8 s doubling to 30 s), except for NRTs: while their CRD is
+    // missing the list fails every time, and the CRD should be picked up within seconds of
+    // `kubectl apply`, not half a minute.
+    let max_delay = if stream == Stream::Nrts {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(30)
+    };
+    let backoff = watcher::ExponentialBackoff::from(
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(800))
+            .with_max_delay(max_delay)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    );
     tasks.spawn(async move {
-        let events = watcher(api, wc).default_backoff();
+        let events = watcher(api, wc).backoff(backoff);
         let mut events = std::pin::pin!(events);
         while let Some(ev) = events.next().await {
             let input = match ev {
                 Ok(ev) => wrap(ev),
+                Err(e) if stream == Stream::Nrts && resource_not_served(&e) => Input::NrtCrdMissing,
                 Err(e) => Input::WatchError(stream, numaplane::error_chain(&e)),
             };
             if tx.send(input).is_err() {
@@ -105,6 +122,18 @@ fn forward<K, F>(
         }
         name
     });
+}
+
+/// A cluster-wide list or watch answered 404: the resource is not served, i.e. its CRD is not
+/// installed (a real API server answers with a plain-text "404 page not found").
+fn resource_not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
 }
 
 /// Starts every watch of the live scheduler.

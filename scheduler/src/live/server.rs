@@ -92,8 +92,19 @@ pub async fn serve(
     let readyz = warp::path("readyz").and(warp::path::end()).map(move || {
         let synced = health.synced.load(std::sync::atomic::Ordering::Relaxed);
         let leading = health.leading.load(std::sync::atomic::Ordering::Relaxed);
+        let crd_missing = health.nrt_crd_missing.load(std::sync::atomic::Ordering::Relaxed);
         let reply: Box<dyn warp::Reply> = if synced && (leading || !require_leader) {
-            Box::new(warp::reply::with_status("ok\n", StatusCode::OK))
+            // Ready means "can serve": without the CRD it still schedules (noTopology), and
+            // says why no node has NUMA zones.
+            let body = if crd_missing {
+                format!(
+                    "ok: {}; every node is scheduled with the noTopology behaviour\n",
+                    numaplane::nrt::CRD_MISSING
+                )
+            } else {
+                "ok\n".to_owned()
+            };
+            Box::new(warp::reply::with_status(body, StatusCode::OK))
         } else if synced {
             Box::new(warp::reply::with_status(
                 "not the leader\n",

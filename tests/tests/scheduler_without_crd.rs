@@ -1,0 +1,129 @@
+//! `numaplane-scheduler run` started before the NodeResourceTopology CRD exists (install order,
+//! a CRD removed): it says so once in its log, in `/readyz` and in a metric, keeps scheduling
+//! what the `noTopology` behaviour allows, and reads NRTs as soon as the CRD appears.
+//! Always on the fake API server: a real cluster's CRD cannot be removed under other tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use numaplane::nrt::{CRD_MISSING, NodeResourceTopology};
+use numaplane_e2e::harness::{Agent, ApiTarget};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+const METRIC: &str = "numaplane_scheduler_nrt_crd_installed";
+
+async fn create_pod(api: &Api<Pod>, name: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "numaplane-scheduler",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+async fn wait_bound(api: &Api<Pod>, name: &str, sched: &Agent) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let pod = api.get(name).await.unwrap();
+        if let Some(node) = pod.spec.and_then(|s| s.node_name) {
+            return node;
+        }
+        assert!(Instant::now() < deadline, "{name} not bound\n{}", sched.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
+    let target = ApiTarget::start_fake(false).await.unwrap();
+    target.create_namespace("np").await.unwrap();
+    target
+        .create_labelled_node(
+            "n0",
+            &[],
+            Some(json!({"cpu": "8", "memory": "32Gi", "pods": "110"})),
+        )
+        .await
+        .unwrap();
+    let args: Vec<String> = [
+        "--kubeconfig",
+        &target.kubeconfig().display().to_string(),
+        "--leader-elect=false",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut sched = Agent::spawn_scheduler("run", &args).unwrap();
+    sched.wait_serving(WAIT).await.unwrap();
+
+    // The default `noTopology: AssumeNone` schedules on a node without an NRT.
+    let pods: Api<Pod> = Api::namespaced(target.client(), "np");
+    create_pod(&pods, "before-crd").await;
+    assert_eq!(wait_bound(&pods, "before-crd", &sched).await, "n0");
+    sched.wait_metric(METRIC, &[], WAIT, |v| v == 0.0).await.unwrap();
+    let (status, body) = sched.http_get("/readyz").unwrap();
+    assert_eq!(status, 200, "ready means can serve: {body}");
+    assert!(body.contains(CRD_MISSING), "{body}");
+
+    // Several watch retries later, the log still says it once, not once a retry.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        sched.stderr().matches(CRD_MISSING).count(),
+        1,
+        "{}",
+        sched.stderr()
+    );
+    assert!(
+        !sched.stderr().contains("page not found"),
+        "no raw 404 text in the log: {}",
+        sched.stderr()
+    );
+
+    // The CRD appears: the metric, /readyz and the NRTs follow without a restart.
+    target.fake().unwrap().install_nrt_crd();
+    sched.wait_metric(METRIC, &[], WAIT, |v| v == 1.0).await.unwrap();
+    let (status, body) = sched.http_get("/readyz").unwrap();
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+
+    // An NRT whose only zone has no CPU left now keeps the next pod pending: NRTs are read.
+    let nrt: NodeResourceTopology = serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n0"},
+        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "container"}
+        ],
+        "zones": [{"name": "node-0", "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "0"},
+            {"name": "memory", "capacity": "32Gi", "allocatable": "32Gi", "available": "31Gi"}
+        ]}]
+    }))
+    .unwrap();
+    Api::<NodeResourceTopology>::all(target.client())
+        .patch("n0", &PatchParams::apply("e2e").force(), &Patch::Apply(&nrt))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    create_pod(&pods, "after-crd").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pod = pods.get("after-crd").await.unwrap();
+    assert_eq!(
+        pod.spec.and_then(|s| s.node_name),
+        None,
+        "the NRT's zone has no CPU: {}",
+        sched.stderr()
+    );
+    assert!(sched.exited().is_none(), "{}", sched.stderr());
+}
