@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// Not kube-scheduler's 10259, so both can run on one hostNetwork control-plane node.
     #[arg(long, env = "NUMAPLANE_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// A second address serving only /metrics, /healthz and /readyz: lets the extender keep its
+    /// verbs on loopback next to kube-scheduler while Prometheus and the kubelet's probes reach
+    /// the node address [default: none].
+    #[arg(long, env = "NUMAPLANE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Elect a leader through a coordination.k8s.io Lease; only the leader schedules [default: true].
     /// As kube-scheduler's flag: `--leader-elect` alone means true, `--leader-elect=false` turns it off.
     #[arg(
@@ -104,6 +109,8 @@ pub struct FileConfig {
     pub kube_api_burst: Option<u32>,
     /// Listen address.
     pub listen: Option<SocketAddr>,
+    /// Metrics and probes only.
+    pub metrics_listen: Option<SocketAddr>,
     /// Backoff bounds, as kube-scheduler's `podInitialBackoffSeconds`.
     pub pod_initial_backoff_seconds: Option<u64>,
     /// As kube-scheduler's `podMaxBackoffSeconds`.
@@ -165,6 +172,8 @@ pub struct ServeConfig {
     pub burst: u32,
     /// Listen address.
     pub listen: SocketAddr,
+    /// Metrics and probes only, when set.
+    pub metrics_listen: Option<SocketAddr>,
     /// `None` when leader election is off.
     pub leader_election: Option<LeaderElection>,
     /// Pod backoff.
@@ -382,6 +391,7 @@ impl ServeArgs {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT))),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
             leader_election,
             backoff: Backoff { initial, max },
             assume_timeout,

@@ -254,6 +254,14 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
         .extender
         .then(|| extender_http::routes(tx.clone(), client.clone(), metrics.clone()));
     let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), extra).await?;
+    let metrics_server = match cfg.metrics_listen {
+        Some(at) => {
+            let (addr, task) = server::serve(at, metrics.clone(), health.clone(), None).await?;
+            tracing::info!(%addr, "serving /metrics /healthz /readyz");
+            Some(task)
+        }
+        None => None,
+    };
     if cfg.extender {
         tracing::info!(%addr, "serving the extender verbs (filter, prioritize, bind) and /metrics /healthz /readyz");
     } else {
@@ -275,6 +283,12 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
         let _ = server_task.await;
         "HTTP server"
     });
+    if let Some(task) = metrics_server {
+        tasks.spawn(async move {
+            let _ = task.await;
+            "metrics server"
+        });
+    }
     let (leader, guard) = elect(&client, cfg.leader_election.as_ref()).await?;
     let engine = Engine::new(cfg, writer, metrics, health, leader, tx);
     let result = tokio::select! {
