@@ -1,5 +1,5 @@
-//! The whole `deploy/` bundle (the base and its optional components, rendered by the small
-//! kustomize renderer of `numaplane_e2e::kustomize`) against the binaries it deploys:
+//! The whole `deploy/` bundle (the base and its optional components in every combination,
+//! rendered by `kubectl kustomize`) against the binaries it deploys:
 //!
 //! - every object has what the API server requires, in the namespace the bundle creates, and
 //!   parses as its typed Kubernetes object; workloads have images, named ports, HTTP probes on
@@ -43,8 +43,8 @@ use numaplane_e2e::binaries::Flag;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
-use numaplane_e2e::kustomize;
 use numaplane_e2e::rbac;
+use numaplane_e2e::render;
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "numaplane-system";
@@ -66,11 +66,24 @@ fn deploy() -> PathBuf {
 
 const COMPONENTS: [&str; 3] = ["allocator", "extender", "servicemonitor"];
 
-/// The base with `components`.
+/// The base with `components` (in an overlay), by `kubectl kustomize`; rendered once a run.
 fn render(components: &[&str]) -> Vec<Value> {
-    let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
-    kustomize::render_with(&deploy(), &dirs)
-        .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<Vec<String>, Vec<Value>>>> = OnceLock::new();
+    // Held while rendering, so that tests running at once render each set once; a panic while
+    // rendering leaves nothing cached.
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key: Vec<String> = components.iter().map(|c| (*c).to_owned()).collect();
+    cache
+        .entry(key)
+        .or_insert_with(|| {
+            let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
+            render::kustomize(&deploy(), &dirs)
+                .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+        })
+        .clone()
 }
 
 fn full() -> &'static [Value] {
@@ -237,11 +250,26 @@ fn base_and_every_component_render_and_every_object_is_complete() {
         "ClusterRoleBinding",
         "CustomResourceDefinition",
     ];
-    let mut sets: Vec<Vec<&str>> = vec![vec![]];
-    sets.extend(COMPONENTS.iter().map(|c| vec![*c]));
-    sets.push(COMPONENTS.to_vec());
+    // Every subset of the components, in order.
+    let sets = (0..1 << COMPONENTS.len()).map(|bits: u32| {
+        COMPONENTS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, c)| *c)
+            .collect::<Vec<_>>()
+    });
     for set in sets {
         let objects = render(&set);
+        for c in &set {
+            // What a component adds or patches is there.
+            let (kind, name) = match *c {
+                "allocator" => ("ConfigMap", "numaplane-pools"),
+                "extender" => ("Deployment", "numaplane-scheduler-extender"),
+                _ => ("ServiceMonitor", "numaplane-scheduler"),
+            };
+            find(&objects, kind, name);
+        }
         assert!(
             objects
                 .iter()
@@ -736,7 +764,7 @@ fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
     let mut asked = BTreeSet::new();
     let mut names = Vec::new();
     for f in &files {
-        for d in kustomize::read_documents(f).unwrap() {
+        for d in render::read_documents(f).unwrap() {
             let pod: Pod = typed(&d);
             let spec = pod.spec.unwrap();
             assert_eq!(
