@@ -1,6 +1,7 @@
 //! Shared helpers for numaplane's end-to-end tests: a fake kubelet (a real tonic server on a
 //! Unix socket), an HTTP-level fake API server, and the conversion of the shared conformance
-//! vectors into kubelet responses and machines.
+//! vectors into kubelet responses and machines; manifests rendered by `kubectl kustomize`, and a
+//! Deployment's rolling update simulated.
 
 pub mod binaries;
 pub mod exporter_vectors;
@@ -8,6 +9,7 @@ pub mod fake_api;
 pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod harness;
-pub mod kustomize;
 pub mod rbac;
+pub mod render;
+pub mod rollout;
 pub mod whole_system;

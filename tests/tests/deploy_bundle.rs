@@ -1,5 +1,5 @@
-//! The whole `deploy/` bundle (the base and its optional components, rendered by the small
-//! kustomize renderer of `numaplane_e2e::kustomize`) against the binaries it deploys:
+//! The whole `deploy/` bundle (the base and its optional components in every combination,
+//! rendered by `kubectl kustomize`) against the binaries it deploys:
 //!
 //! - every object has what the API server requires, in the namespace the bundle creates, and
 //!   parses as its typed Kubernetes object; workloads have images, named ports, HTTP probes on
@@ -11,7 +11,9 @@
 //!   its device plugin (a cluster-shared pool), the scheduler (`run`, leader election, a pod
 //!   bound and one that fits nowhere) and the extender (`filter` and `bind`) run against the
 //!   fake API server, each with its own token, and the requests recorded per token are held
-//!   against the rendered RBAC: every one allowed, every grant used.
+//!   against the rendered RBAC: every one allowed, every grant used;
+//! - each scheduler Deployment's rolling update, simulated (`numaplane_e2e::rollout`) from old
+//!   leader and new follower to the end, on one node and on three.
 //!
 //! With `NUMAPLANE_E2E_KUBECONFIG` the same flows run against a real cluster where the bundle
 //! is installed with both components (`deploy/allocator`, `deploy/extender`) and the
@@ -43,8 +45,9 @@ use numaplane_e2e::binaries::Flag;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
-use numaplane_e2e::kustomize;
 use numaplane_e2e::rbac;
+use numaplane_e2e::render;
+use numaplane_e2e::rollout::{self, Readiness, Snapshot};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "numaplane-system";
@@ -66,11 +69,24 @@ fn deploy() -> PathBuf {
 
 const COMPONENTS: [&str; 3] = ["allocator", "extender", "servicemonitor"];
 
-/// The base with `components`.
+/// The base with `components` (in an overlay), by `kubectl kustomize`; rendered once a run.
 fn render(components: &[&str]) -> Vec<Value> {
-    let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
-    kustomize::render_with(&deploy(), &dirs)
-        .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+    static CACHE: OnceLock<std::sync::Mutex<BTreeMap<Vec<String>, Vec<Value>>>> = OnceLock::new();
+    // Held while rendering, so that tests running at once render each set once; a panic while
+    // rendering leaves nothing cached.
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key: Vec<String> = components.iter().map(|c| (*c).to_owned()).collect();
+    cache
+        .entry(key)
+        .or_insert_with(|| {
+            let dirs: Vec<PathBuf> = components.iter().map(|c| deploy().join(c)).collect();
+            render::kustomize(&deploy(), &dirs)
+                .unwrap_or_else(|e| panic!("rendering deploy/ with {components:?}: {e}"))
+        })
+        .clone()
 }
 
 fn full() -> &'static [Value] {
@@ -237,11 +253,26 @@ fn base_and_every_component_render_and_every_object_is_complete() {
         "ClusterRoleBinding",
         "CustomResourceDefinition",
     ];
-    let mut sets: Vec<Vec<&str>> = vec![vec![]];
-    sets.extend(COMPONENTS.iter().map(|c| vec![*c]));
-    sets.push(COMPONENTS.to_vec());
+    // Every subset of the components, in order.
+    let sets = (0..1 << COMPONENTS.len()).map(|bits: u32| {
+        COMPONENTS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, c)| *c)
+            .collect::<Vec<_>>()
+    });
     for set in sets {
         let objects = render(&set);
+        for c in &set {
+            // What a component adds or patches is there.
+            let (kind, name) = match *c {
+                "allocator" => ("ConfigMap", "numaplane-pools"),
+                "extender" => ("Deployment", "numaplane-scheduler-extender"),
+                _ => ("ServiceMonitor", "numaplane-scheduler"),
+            };
+            find(&objects, kind, name);
+        }
         assert!(
             objects
                 .iter()
@@ -736,7 +767,7 @@ fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
     let mut asked = BTreeSet::new();
     let mut names = Vec::new();
     for f in &files {
-        for d in kustomize::read_documents(f).unwrap() {
+        for d in render::read_documents(f).unwrap() {
             let pod: Pod = typed(&d);
             let spec = pod.spec.unwrap();
             assert_eq!(
@@ -795,6 +826,90 @@ fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
         assert!(placed.contains_key(n), "{n} is not placed: {report}");
     }
     assert_eq!(report["summary"]["unschedulable"], 0, "{report}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upgrades: a rolling update, simulated (numaplane_e2e::rollout), from old leader and new
+// follower to the end
+// ---------------------------------------------------------------------------------------------
+
+const ROLLOUT_STEPS: usize = 20;
+
+/// The rollout of Deployment `name` of `objects` to a new template on `nodes` nodes, with the
+/// PodDisruptionBudget that selects its pods, if one does.
+fn rollout_of(objects: &[Value], name: &str, nodes: usize, readiness: Readiness) -> rollout::Outcome {
+    let d = find(objects, "Deployment", name);
+    let labels = &d["spec"]["template"]["metadata"]["labels"];
+    let pdbs: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == "PodDisruptionBudget" && labels_match(&o["spec"]["selector"]["matchLabels"], labels)
+        })
+        .collect();
+    assert!(pdbs.len() <= 1, "{name}: {} PodDisruptionBudgets", pdbs.len());
+    rollout::simulate(d, pdbs.first().copied(), nodes, readiness, ROLLOUT_STEPS)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every running replica is Ready (the leader and its followers serve): the rollout of `name`
+/// (rendered with `components`) ends with every pod new, never below its PodDisruptionBudget.
+fn assert_rollout_finishes(components: &[&str], name: &str, nodes: usize) {
+    let o = rollout_of(&render(components), name, nodes, Readiness::Running);
+    let trace = o.trace.join("\n");
+    assert!(
+        o.completed_after.is_some(),
+        "{name} on {nodes} node(s): the rollout stops at {}\n{trace}",
+        o.last
+    );
+    assert_eq!(
+        o.pdb_breached_after, None,
+        "{name} on {nodes} node(s): fewer Ready pods than its PodDisruptionBudget requires\n{trace}"
+    );
+}
+
+#[test]
+fn scheduler_rollout_finishes_on_one_node() {
+    assert_rollout_finishes(&[], "numaplane-scheduler", 1);
+}
+
+#[test]
+fn scheduler_rollout_finishes_on_three_nodes() {
+    assert_rollout_finishes(&[], "numaplane-scheduler", 3);
+}
+
+#[test]
+fn extender_rollout_finishes_on_one_node() {
+    assert_rollout_finishes(&["extender"], "numaplane-scheduler-extender", 1);
+}
+
+#[test]
+fn extender_rollout_finishes_on_three_nodes() {
+    assert_rollout_finishes(&["extender"], "numaplane-scheduler-extender", 3);
+}
+
+#[test]
+fn a_rollout_deadlocks_when_only_the_leader_is_ready_and_nothing_surges() {
+    let mut d = find(&render(&[]), "Deployment", "numaplane-scheduler").clone();
+    d["spec"]["replicas"] = json!(2);
+    d["spec"]["strategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}});
+    // Three nodes, so that no anti-affinity holds a pod back.
+    let o = rollout::simulate(&d, None, 3, Readiness::LeaderOnly, ROLLOUT_STEPS).unwrap();
+    let trace = o.trace.join("\n");
+    assert_eq!(o.completed_after, None, "{trace}");
+    // The old leader goes only once a new pod is available, and the new follower never is.
+    let stuck = Snapshot {
+        old_pods: 1,
+        old_ready: 1,
+        new_pods: 1,
+        new_ready: 0,
+        pending: 0,
+        leader_is_new: Some(false),
+    };
+    assert_eq!(o.last, stuck, "{trace}");
+    // With Ready followers the same rollout ends.
+    let o = rollout::simulate(&d, None, 3, Readiness::Running, ROLLOUT_STEPS).unwrap();
+    assert!(o.completed_after.is_some(), "{}", o.trace.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------
