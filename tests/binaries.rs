@@ -148,7 +148,7 @@ pub fn help_flags(binary: &Path, subcommand: &str) -> std::collections::BTreeMap
         let header = t.starts_with("--") || (t.starts_with('-') && t.get(2..3) == Some(","));
         if header {
             current = t
-                .split([' ', ',', '='])
+                .split([' ', ',', '=', '['])
                 .find(|w| w.starts_with("--"))
                 .map(str::to_owned);
             if let Some(name) = &current {

@@ -268,7 +268,7 @@ fn base_and_every_component_render_and_every_object_is_complete() {
             // What a component adds or patches is there.
             let (kind, name) = match *c {
                 "allocator" => ("ConfigMap", "numaplane-pools"),
-                "extender" => ("Deployment", "numaplane-scheduler-extender"),
+                "extender" => ("DaemonSet", "numaplane-scheduler-extender"),
                 _ => ("ServiceMonitor", "numaplane-scheduler"),
             };
             find(&objects, kind, name);
@@ -382,8 +382,11 @@ fn check_workloads(objects: &[Value]) {
                 .as_ref()
                 .unwrap_or_else(|| panic!("{what}: resources"));
             let requests = res.requests.clone().unwrap_or_default();
+            // The extender requests no CPU on purpose: its KubeSchedulerConfiguration consults
+            // it about every pod that requests CPUs, and it must not be asked about itself.
+            let cpu_expected = !what.contains("numaplane-scheduler-extender");
             assert!(
-                requests.contains_key("cpu") && requests.contains_key("memory"),
+                requests.contains_key("cpu") == cpu_expected && requests.contains_key("memory"),
                 "{what}: requests"
             );
             assert!(
@@ -549,6 +552,10 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
             "--dry-run",
             "--leader-elect",
         ] {
+            // The extender turns election off on purpose (one per kube-scheduler, loopback).
+            if off == "--leader-elect" && what.contains("numaplane-scheduler-extender") {
+                continue;
+            }
             if let Some(f) = flags.get(off) {
                 assert!(!args.iter().any(|a| a.starts_with(off)), "{what}: {off}");
                 if let Some(env) = &f.env {
@@ -557,8 +564,11 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
             }
         }
         // The serving port is the container port the probes and the Service use.
+        // The extender's verbs stay on loopback; its probes and metrics have their own address.
         let listen_flag = if binary == "numaplane-exporter" {
             "--metrics-address"
+        } else if effective(&c, "--metrics-listen").is_some() {
+            "--metrics-listen"
         } else {
             "--listen"
         };
@@ -577,17 +587,28 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
 #[test]
 fn scheduler_config_and_leases_agree_with_the_roles() {
     let objects = full();
-    for name in ["numaplane-scheduler", "numaplane-scheduler-extender"] {
+    // The extender runs without a Lease: see extender_runs_next_to_kube_scheduler_on_loopback.
+    for name in ["numaplane-scheduler"] {
         let d: Deployment = typed(find(objects, "Deployment", name));
         let spec = d.spec;
         assert_eq!(spec.replicas, Some(2), "{name}");
         let pod = spec.template.spec.unwrap();
+        // Preferred, not required: two replicas must also run on a one-node cluster.
         let anti = pod
             .affinity
             .as_ref()
             .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
-            .unwrap_or_else(|| panic!("{name}: anti-affinity"));
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.clone())
+            .unwrap_or_else(|| panic!("{name}: preferred anti-affinity"));
+        assert!(
+            pod.affinity
+                .as_ref()
+                .and_then(|a| a.pod_anti_affinity.as_ref())
+                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+                .is_none(),
+            "{name}: required anti-affinity leaves the second replica Pending on one node"
+        );
+        let anti = [anti[0].pod_affinity_term.clone()];
         assert_eq!(anti[0].topology_key, "kubernetes.io/hostname");
         let own =
             serde_json::to_value(anti[0].label_selector.as_ref().unwrap().match_labels.clone()).unwrap();
@@ -654,7 +675,8 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::config::ServeArgs {
         kube_api_qps: None,
         kube_api_burst: None,
         listen: env_value(c, "NUMAPLANE_LISTEN").map(|l| l.parse().unwrap()),
-        leader_elect: None,
+        metrics_listen: env_value(c, "NUMAPLANE_METRICS_LISTEN").map(|l| l.parse().unwrap()),
+        leader_elect: env_value(c, "NUMAPLANE_LEADER_ELECT").map(|v| v.parse().unwrap()),
         leader_elect_resource_name: env_value(c, "NUMAPLANE_LEADER_ELECT_RESOURCE_NAME"),
         leader_elect_resource_namespace: Some(NAMESPACE.into()),
         leader_elect_identity: Some("pod".into()),
@@ -668,7 +690,7 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::config::ServeArgs {
 }
 
 #[test]
-fn kube_scheduler_configuration_calls_the_extender_service() {
+fn extender_runs_next_to_kube_scheduler_on_loopback() {
     let objects = render(&["extender"]);
     let cm: ConfigMap = typed(find(&objects, "ConfigMap", "numaplane-kube-scheduler-config"));
     let text = &cm.data.unwrap()["kube-scheduler-config.yaml"];
@@ -684,26 +706,106 @@ fn kube_scheduler_configuration_calls_the_extender_service() {
     assert_eq!(e["bindVerb"], "bind");
     assert!(e["preemptVerb"].is_null(), "preemption is not served");
     assert_eq!(e["nodeCacheCapable"], true);
-    assert_eq!(e["ignorable"], false);
+    // kube-scheduler goes on without it while it is down (docs/extender.md, failure modes).
+    assert_eq!(e["ignorable"], true);
     assert_eq!(e["enableHTTPS"], false);
     assert!(e["weight"].as_i64().is_some_and(|w| w > 0));
-    for r in e["managedResources"].as_array().unwrap() {
-        assert!(r["name"].as_str().unwrap().contains('/'), "{r}");
-        assert_eq!(r["ignoredByScheduler"], false);
-    }
-    let svc: Service = typed(find(&objects, "Service", "numaplane-scheduler-extender"));
-    let port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port;
-    assert_eq!(
-        e["urlPrefix"],
-        format!(
-            "http://{}.{}.svc:{port}",
-            svc.metadata.name.as_deref().unwrap(),
-            svc.metadata.namespace.as_deref().unwrap()
-        )
+
+    // A hostNetwork kube-scheduler has the node's resolver: no Service name, loopback only.
+    let ds: DaemonSet = typed(find(&objects, "DaemonSet", "numaplane-scheduler-extender"));
+    let pod = ds.spec.template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    let selector = pod.node_selector.clone().unwrap_or_default();
+    assert!(
+        selector.contains_key("node-role.kubernetes.io/control-plane"),
+        "where kube-scheduler runs: {selector:?}"
     );
-    let d: Deployment = typed(find(&objects, "Deployment", "numaplane-scheduler-extender"));
-    let c = d.spec.template.spec.unwrap().containers[0].clone();
+    assert!(
+        pod.tolerations.iter().flatten().any(|t| t.key.as_deref()
+            == Some("node-role.kubernetes.io/control-plane")
+            && t.effect.as_deref() == Some("NoSchedule")),
+        "control-plane nodes are tainted"
+    );
+    let c = &pod.containers[0];
     assert_eq!(c.args.as_deref(), Some(&["extender".to_owned()][..]));
+    let verbs: SocketAddr = effective(c, "--listen").unwrap().parse().unwrap();
+    assert!(verbs.ip().is_loopback(), "verbs only for this node: {verbs}");
+    let url = e["urlPrefix"].as_str().unwrap();
+    assert_eq!(url, format!("http://127.0.0.1:{}", verbs.port()));
+    // Each kube-scheduler asks its own node's extender: no Lease, every instance serves.
+    assert_eq!(effective(c, "--leader-elect").as_deref(), Some("false"));
+    let cfg = serve_args(c).merge(Default::default()).unwrap();
+    assert!(cfg.leader_election.is_none());
+    // Not kube-scheduler's own ports (10259 secure, 10251 old insecure) on the shared host network.
+    let metrics: SocketAddr = effective(c, "--metrics-listen").unwrap().parse().unwrap();
+    for port in [verbs.port(), metrics.port()] {
+        assert!(![10251, 10259, 10250, 10257].contains(&port), "{port}");
+    }
+    assert_ne!(verbs.port(), metrics.port());
+}
+
+/// Kubernetes' `IsInterested` of an HTTP extender (pkg/scheduler/extender.go): no
+/// managedResources means every pod; otherwise a pod whose containers or init containers
+/// request or limit one of them.
+fn extender_is_interested(managed: &[&str], pod: &Value) -> bool {
+    if managed.is_empty() {
+        return true;
+    }
+    let spec = &pod["spec"];
+    ["containers", "initContainers"].iter().any(|list| {
+        spec[list].as_array().into_iter().flatten().any(|c| {
+            ["requests", "limits"].iter().any(|kind| {
+                c["resources"][kind]
+                    .as_object()
+                    .is_some_and(|m| m.keys().any(|k| managed.contains(&k.as_str())))
+            })
+        })
+    })
+}
+
+#[test]
+fn shipped_extender_config_is_consulted_for_cpu_pinned_pods_and_not_for_its_own_pod() {
+    let objects = render(&["extender"]);
+    let cm: ConfigMap = typed(find(&objects, "ConfigMap", "numaplane-kube-scheduler-config"));
+    let ksc: Value = serde_saphyr::from_str(&cm.data.unwrap()["kube-scheduler-config.yaml"]).unwrap();
+    let managed: Vec<&str> = ksc["extenders"][0]["managedResources"]
+        .as_array()
+        .map(|a| a.iter().map(|r| r["name"].as_str().unwrap()).collect())
+        .unwrap_or_default();
+    let pod = |resources: Value| json!({"spec": {"containers": [{"name": "c", "resources": resources}]}});
+    // The telco case that went unchecked to a TopologyAffinityError: Guaranteed, 3 CPUs, no device.
+    let cpu_only =
+        pod(json!({"requests": {"cpu": "3", "memory": "1Gi"}, "limits": {"cpu": "3", "memory": "1Gi"}}));
+    assert!(extender_is_interested(&managed, &cpu_only), "{managed:?}");
+    let hugepages = pod(json!({"limits": {"hugepages-1Gi": "2Gi", "memory": "1Gi"}}));
+    assert!(extender_is_interested(&managed, &hugepages), "{managed:?}");
+    let gpu = pod(json!({"limits": {"example.com/gpu": "1"}}));
+    assert!(extender_is_interested(&managed, &gpu), "{managed:?}");
+    // The extender's own pod is never sent to the extender (it could not be scheduled while
+    // the extender is down otherwise).
+    let ds = find(&objects, "DaemonSet", "numaplane-scheduler-extender");
+    let own = json!({"spec": ds["spec"]["template"]["spec"].clone()});
+    assert!(!extender_is_interested(&managed, &own), "{managed:?}");
+}
+
+#[test]
+fn service_monitors_tell_the_scheduler_from_the_extender() {
+    let objects = render(&["extender", "servicemonitor"]);
+    for (monitor, service) in [
+        ("numaplane-scheduler", "numaplane-scheduler"),
+        ("numaplane-scheduler-extender", "numaplane-scheduler-extender"),
+    ] {
+        let m = find(&objects, "ServiceMonitor", monitor);
+        let selected: Vec<&str> = objects
+            .iter()
+            .filter(|o| {
+                o["kind"] == "Service"
+                    && labels_match(&m["spec"]["selector"]["matchLabels"], &o["metadata"]["labels"])
+            })
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(selected, [service], "ServiceMonitor {monitor}");
+    }
 }
 
 #[test]
@@ -877,14 +979,37 @@ fn scheduler_rollout_finishes_on_three_nodes() {
     assert_rollout_finishes(&[], "numaplane-scheduler", 3);
 }
 
+/// The extender is a DaemonSet on the host network: its rolling update replaces one node's pod
+/// at a time (never two on a node, which would collide on the port), so it cannot wait for a
+/// pod that never becomes Ready because of leadership: there is no Lease, and Ready means
+/// "caches synced".
 #[test]
-fn extender_rollout_finishes_on_one_node() {
-    assert_rollout_finishes(&["extender"], "numaplane-scheduler-extender", 1);
-}
-
-#[test]
-fn extender_rollout_finishes_on_three_nodes() {
-    assert_rollout_finishes(&["extender"], "numaplane-scheduler-extender", 3);
+fn extender_rollout_replaces_one_node_at_a_time_and_never_waits_for_a_lease() {
+    let objects = render(&["extender"]);
+    let ds: DaemonSet = typed(find(&objects, "DaemonSet", "numaplane-scheduler-extender"));
+    let spec = ds.spec;
+    let strategy = spec.update_strategy.unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let ru = strategy.rolling_update.unwrap();
+    assert_eq!(
+        ru.max_surge
+            .unwrap_or(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)),
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0),
+        "a surge pod would collide on the host port"
+    );
+    assert_eq!(
+        ru.max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    let c = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(effective(c, "--leader-elect").as_deref(), Some("false"));
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "PodDisruptionBudget"
+                && o["metadata"]["name"] == "numaplane-scheduler-extender"),
+        "one pod per control-plane node: a PDB would block draining it"
+    );
 }
 
 #[test]
@@ -1253,12 +1378,14 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     })
     .await;
 
-    // The extender, as deployed (its own Lease).
-    let (ext_c, _) = container_of("Deployment", "numaplane-scheduler-extender");
+    // The extender, as deployed (no Lease: each serves its own kube-scheduler).
+    let (ext_c, _) = container_of("DaemonSet", "numaplane-scheduler-extender");
     let ext_addr: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
+    let ext_metrics: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
     let replace: BTreeMap<&str, String> = [
         ("NUMAPLANE_SCHEDULER_CONFIG", config.display().to_string()),
         ("NUMAPLANE_LISTEN", ext_addr.to_string()),
+        ("NUMAPLANE_METRICS_LISTEN", ext_metrics.to_string()),
         (
             "NUMAPLANE_KUBECONFIG",
             kubeconfig_for(&target, dir.path(), "numaplane-scheduler-extender")
@@ -1283,7 +1410,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let xlog_path = extender.log.clone();
     let xlog = move || std::fs::read_to_string(&xlog_path).unwrap_or_default();
     until("the extender is ready", &xlog, || async {
-        http_get(ext_addr, "/readyz").is_ok_and(|(s, _)| s == 200)
+        http_get(ext_metrics, "/readyz").is_ok_and(|(s, _)| s == 200)
     })
     .await;
 

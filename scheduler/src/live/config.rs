@@ -47,7 +47,7 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
     /// A second address serving only /metrics, /healthz and /readyz: lets the extender keep its
     /// verbs on loopback next to kube-scheduler while Prometheus and the kubelet's probes reach
-    /// the node address [default: none].
+    /// the node address. Off unless set.
     #[arg(long, env = "NUMAPLANE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// Elect a leader through a coordination.k8s.io Lease; only the leader schedules [default: true].
