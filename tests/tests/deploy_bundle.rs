@@ -588,7 +588,8 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
 fn scheduler_config_and_leases_agree_with_the_roles() {
     let objects = full();
     // The extender runs without a Lease: see extender_runs_next_to_kube_scheduler_on_loopback.
-    for name in ["numaplane-scheduler"] {
+    {
+        let name = "numaplane-scheduler";
         let d: Deployment = typed(find(objects, "Deployment", name));
         let spec = d.spec;
         assert_eq!(spec.replicas, Some(2), "{name}");
