@@ -1,4 +1,8 @@
 # Image of numaplane-exporter (and numaplane-scheduler), as referenced by deploy/.
+# scripts/image builds that image with no registry and no Docker daemon, as an OCI archive to load
+# onto the nodes (deploy/README.md, "Build and load the image"); the tests check that one. This
+# Dockerfile builds an equivalent image on debian:bookworm-slim, where a registry serves the rust
+# and debian base images.
 # Build: docker build -t ghcr.io/numaplane/numaplane:0.1.0 .
 FROM rust:1.95-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libhwloc-dev libudev-dev pkg-config \
