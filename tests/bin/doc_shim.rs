@@ -162,7 +162,7 @@ fn kubectl(args: &[String]) -> Result<ExitCode, String> {
 #[derive(Default)]
 struct CargoArgs {
     sub: String,
-    package: Option<String>,
+    packages: Vec<String>,
     bin: Option<String>,
     test: Option<String>,
     bench: Option<String>,
@@ -189,7 +189,7 @@ fn parse_cargo(args: &[String]) -> Result<CargoArgs, String> {
                 c.rest = it.cloned().collect();
                 break;
             }
-            "-p" | "--package" => c.package = Some(value(flag)?),
+            "-p" | "--package" => c.packages.push(value(flag)?),
             "--bin" => c.bin = Some(value(flag)?),
             "--test" => c.test = Some(value(flag)?),
             "--bench" => c.bench = Some(value(flag)?),
@@ -210,10 +210,37 @@ fn cargo(args: &[String]) -> Result<ExitCode, String> {
         &std::fs::read_to_string(env_path("NUMAPLANE_DOC_CARGO_TABLE")?).map_err(|e| e.to_string())?,
     )
     .map_err(|e| e.to_string())?;
-    let name = c.package.clone().ok_or("the docs name the package with -p")?;
-    let pkg = table
-        .get(&name)
-        .ok_or_else(|| format!("error: package ID specification `{name}` did not match any packages"))?;
+    let lookup = |name: &String| {
+        table
+            .get(name)
+            .ok_or_else(|| format!("error: package ID specification `{name}` did not match any packages"))
+    };
+    if c.sub == "build" {
+        let mut bins = Vec::new();
+        for name in &c.packages {
+            let pkg = lookup(name)?;
+            match &c.bin {
+                Some(b) if pkg.bins.contains(b) => bins.push(b.clone()),
+                Some(_) => {}
+                None => bins.extend(pkg.bins.iter().cloned()),
+            }
+        }
+        if let Some(b) = &c.bin
+            && !bins.contains(b)
+        {
+            return Err(format!("error: no bin target named `{b}`"));
+        }
+        let dir = Path::new("target").join(if c.release { "release" } else { "debug" });
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for b in bins {
+            std::fs::copy(real_binary(&b)?, dir.join(&b)).map_err(|e| format!("{b}: {e}"))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let [name] = c.packages.as_slice() else {
+        return Err("the docs name one package with -p".into());
+    };
+    let pkg = lookup(name)?;
     let bin = || -> Result<String, String> {
         if let Some(b) = &c.bin {
             return if pkg.bins.contains(b) {
@@ -242,18 +269,6 @@ fn cargo(args: &[String]) -> Result<ExitCode, String> {
             } else {
                 status(Command::new(real_binary(&b)?).args(&c.rest))
             }
-        }
-        "build" => {
-            let bins = match &c.bin {
-                Some(_) => vec![bin()?],
-                None => pkg.bins.clone(),
-            };
-            let dir = Path::new("target").join(if c.release { "release" } else { "debug" });
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for b in bins {
-                std::fs::copy(real_binary(&b)?, dir.join(&b)).map_err(|e| format!("{b}: {e}"))?;
-            }
-            Ok(ExitCode::SUCCESS)
         }
         "test" | "bench" => {
             let (kind, wanted, have) = if c.sub == "test" {

@@ -7,8 +7,8 @@
 //! command cargo would refuse fails here too); `kubectl get` and `kubectl numa` talk to the fake
 //! API server holding the demo cluster (examples/); the exporter reads a fake kubelet's
 //! pod-resources socket; servers must still be serving after a few seconds. What needs a real
-//! cluster or a container runtime (`kubectl apply`, `rollout status`, `describe`, `ctr`,
-//! `kind`, `docker`, `podman`) is checked with `--help` (and `apply -k` renders with the real
+//! cluster, a container runtime or a registry (`kubectl apply`, `rollout status`, `describe`,
+//! `ctr`, `kind`, `docker`, `podman`, `skopeo`) is checked with `--help` (and `apply -k` renders with the real
 //! `kubectl kustomize`). `./scripts/test` is the suite itself and is not run from inside it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -150,6 +150,7 @@ ctr() { doc_external ctr "$@"; }
 kind() { doc_external kind "$@"; }
 docker() { doc_external docker "$@"; }
 podman() { doc_external podman "$@"; }
+skopeo() { doc_external skopeo "$@"; }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
