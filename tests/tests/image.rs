@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use numaplane_e2e::kustomize;
+use numaplane_e2e::render;
 use serde_json::Value;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -115,10 +115,10 @@ fn manifests_run_the_image_the_script_writes() {
         .iter()
         .map(|c| deploy.join(c))
         .collect();
-    let objects = kustomize::render_with(&deploy, &components).unwrap();
+    let objects = render::kustomize(&deploy, &components).unwrap();
     let mut found = Vec::new();
     objects.iter().for_each(|o| images(o, &mut found));
-    // The exporter DaemonSet, the scheduler and the extender Deployments.
+    // The exporter DaemonSet, the scheduler Deployment and the extender DaemonSet.
     assert!(found.len() >= 3, "images in deploy/: {found:?}");
     for image in &found {
         assert_eq!(image, &tag, "deploy/ runs {image}, scripts/image writes {tag}");
