@@ -95,36 +95,56 @@ pub struct Coalescer {
     rx: mpsc::UnboundedReceiver<Trigger>,
     quiet: Duration,
     max_delay: Duration,
+    /// The batch being gathered, kept here rather than in the future of [`Self::next`]: the
+    /// agent's loop races `next` against other branches (the heartbeat) in `select!`, and a
+    /// dropped future must not take triggers it already received with it.
+    pending: Option<Batch>,
 }
 
 /// A connected sender and coalescer.
 pub fn channel(quiet: Duration, max_delay: Duration) -> (Triggers, Coalescer) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (Triggers(tx), Coalescer { rx, quiet, max_delay })
+    (
+        Triggers(tx),
+        Coalescer {
+            rx,
+            quiet,
+            max_delay,
+            pending: None,
+        },
+    )
 }
 
 impl Coalescer {
     /// Waits for the next batch: the first event, then every event until `quiet` passes without
-    /// one or `max_delay` after the first. `None` when every sender is gone.
+    /// one or `max_delay` after the first. `None` when every sender is gone. Cancel-safe: a
+    /// batch interrupted by dropping the future is resumed by the next call.
     pub async fn next(&mut self) -> Option<Batch> {
-        let first = self.rx.recv().await?;
-        let first_at = Instant::now();
-        let deadline = first_at + self.max_delay;
-        let mut triggers = BTreeSet::from([first]);
+        if self.pending.is_none() {
+            let first = self.rx.recv().await?;
+            self.pending = Some(Batch {
+                triggers: BTreeSet::from([first]),
+                first_at: Instant::now(),
+            });
+        }
+        let deadline = self.pending.as_ref().map(|b| b.first_at + self.max_delay)?;
         loop {
             let quiet_end = (Instant::now() + self.quiet).min(deadline);
             match tokio::time::timeout_at(quiet_end, self.rx.recv()).await {
                 Ok(Some(t)) => {
-                    triggers.insert(t);
+                    if let Some(b) = self.pending.as_mut() {
+                        b.triggers.insert(t);
+                    }
                 }
                 Ok(None) | Err(_) => break,
             }
         }
+        let mut batch = self.pending.take()?;
         // Whatever is already queued belongs to this batch too: it happened before the scan.
         while let Ok(t) = self.rx.try_recv() {
-            triggers.insert(t);
+            batch.triggers.insert(t);
         }
-        Some(Batch { triggers, first_at })
+        Some(batch)
     }
 }
 
@@ -298,6 +318,25 @@ mod tests {
             let b = rx.next().await.unwrap();
             seen_last = b.triggers.contains(&Trigger::NotifyFile);
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_interrupted_by_another_select_branch_is_not_lost() {
+        let (tx, mut rx) = channel(Duration::from_millis(10), Duration::from_millis(100));
+        tx.send(Trigger::Startup);
+        tx.send(Trigger::PodWatch);
+        // As the agent's loop does with its heartbeat: another branch wins while `next` waits
+        // for the quiet period, after it took both triggers off the channel.
+        tokio::select! {
+            biased;
+            _ = rx.next() => panic!("the batch cannot be complete before the quiet period"),
+            () = tokio::time::sleep(Duration::from_millis(2)) => {}
+        }
+        let b = tokio::time::timeout(Duration::from_secs(1), rx.next())
+            .await
+            .expect("the interrupted batch is lost")
+            .unwrap();
+        assert_eq!(b.triggers, BTreeSet::from([Trigger::Startup, Trigger::PodWatch]));
     }
 
     #[tokio::test(start_paused = true)]
