@@ -30,7 +30,7 @@ pub enum Trigger {
     NotifyFile,
     /// Our object was deleted or changed by someone else.
     ObjectChanged,
-    /// The kubelet config file changed (the kubelet restarts to apply it).
+    /// What is known of the kubelet's configuration changed (a source answered differently).
     KubeletConfig,
     /// A retry after a failed scan or publish.
     Retry,
@@ -215,53 +215,84 @@ pub fn watch_notify_file(
             })?;
         }
     }
-    watch_file(path, triggers, Trigger::NotifyFile)
-}
-
-/// Sends [`Trigger::KubeletConfig`] whenever the kubelet config file is written, replaced or
-/// recreated. Its directory is watched, not the file: config management replaces the file, and
-/// a bind mount of the file itself would keep the old inode. The returned watcher must be kept
-/// alive.
-pub fn watch_kubelet_config(
-    path: &Path,
-    triggers: Triggers,
-) -> Result<notify::RecommendedWatcher, NotifyFileError> {
-    watch_file(path, triggers, Trigger::KubeletConfig)
-}
-
-/// Sends `trigger` whenever `path` is written, touched, replaced or recreated. The directory is
-/// watched, not the file: writers may replace the file instead of writing it.
-fn watch_file(
-    path: &Path,
-    triggers: Triggers,
-    trigger: Trigger,
-) -> Result<notify::RecommendedWatcher, NotifyFileError> {
     let target = path.to_owned();
+    watch_dirs(
+        &[parent_dir(path)],
+        move |p| p == target,
+        move || {
+            triggers.send(Trigger::NotifyFile);
+        },
+        path,
+    )
+}
+
+/// Calls `on_change` whenever the kubelet config file or a drop-in of its directory (`*.conf`)
+/// is written, replaced, created or removed. Directories are watched, not the files: config
+/// management replaces files, and a bind mount of a file itself would keep the old inode. A
+/// directory that cannot be watched (not there yet) is skipped with a warning; the error is for
+/// no directory watched at all. The returned watcher must be kept alive.
+pub fn watch_kubelet_config(
+    file: Option<&Path>,
+    dir: Option<&Path>,
+    on_change: impl Fn() + Send + 'static,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
+    let (target, drop_ins) = (file.map(Path::to_owned), dir.map(Path::to_owned));
+    let relevant = move |p: &Path| {
+        target.as_deref() == Some(p)
+            || (drop_ins.as_deref().is_some_and(|d| p.parent() == Some(d))
+                && p.extension().is_some_and(|e| e == "conf"))
+    };
+    let dirs: Vec<&Path> = file.map(parent_dir).into_iter().chain(dir).collect();
+    let name = file.or(dir).unwrap_or(Path::new("."));
+    watch_dirs(&dirs, relevant, on_change, name)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Calls `on_event` whenever a path of `dirs` for which `relevant` holds is written, touched,
+/// replaced or recreated. `name` names the watch in errors. A directory that cannot be watched
+/// is skipped with a warning while another one is watched; with none watched, it is the error.
+fn watch_dirs(
+    dirs: &[&Path],
+    relevant: impl Fn(&Path) -> bool + Send + 'static,
+    on_event: impl Fn() + Send + 'static,
+    name: &Path,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
         Ok(event) => {
-            let relevant = !matches!(event.kind, notify::EventKind::Access(_))
-                && event.paths.iter().any(|p| p == &target);
-            if relevant {
-                triggers.send(trigger);
+            if !matches!(event.kind, notify::EventKind::Access(_)) && event.paths.iter().any(|p| relevant(p))
+            {
+                on_event();
             }
         }
-        Err(e) => tracing::warn!(error = %e, trigger = trigger.as_str(), "file watch error"),
+        Err(e) => tracing::warn!(error = %e, "file watch error"),
     })
     .map_err(|source| NotifyFileError::Watch {
-        path: path.to_owned(),
+        path: name.to_owned(),
         source,
     })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    watcher
-        .watch(dir, notify::RecursiveMode::NonRecursive)
-        .map_err(|source| NotifyFileError::Watch {
-            path: path.to_owned(),
-            source,
-        })?;
-    Ok(watcher)
+    let mut watched = 0;
+    let mut last_error = None;
+    for dir in dirs {
+        match watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+            Ok(()) => watched += 1,
+            Err(source) => {
+                tracing::warn!(dir = %dir.display(), error = %source, "cannot watch directory");
+                last_error = Some(NotifyFileError::Watch {
+                    path: dir.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    match last_error {
+        Some(e) if watched == 0 => Err(e),
+        _ => Ok(watcher),
+    }
 }
 
 #[cfg(test)]
