@@ -34,6 +34,11 @@
 //!   with a Go `patchMergeKey` merge item by item: pod and node conditions by `type`, containers
 //!   by `name`, owner references by `uid`, …; `$patch: delete` items) and
 //!   `application/json-patch+json` (RFC 6902).
+//! - The node proxy's `GET /api/v1/nodes/NAME/proxy/configz` (the kubelet's configuration through
+//!   the API server): `{"kubeletconfig": …}` as set by [`FakeApiServer::set_node_configz`], 404
+//!   for a Node that does not exist, 503 `ServiceUnavailable` ("error trying to reach service")
+//!   for one whose kubelet was given no configuration (as when the kubelet is down; the shape of
+//!   that answer is from the API server's proxy code, not observed). No other proxy path.
 //! - `POST pods/NAME/binding`: 201 `Status`, the Binding's annotations copied onto the pod with
 //!   `spec.nodeName` in one write, 409 when already bound or the Binding's UID is not the pod's.
 //! - Validation that numaplane meets: the NRT CRD's schema (quantities must match the quantity
@@ -484,6 +489,19 @@ impl FakeApiServer {
         self.shared().lock().rv
     }
 
+    /// What the kubelet of `node` answers on `/configz` through the node proxy: its
+    /// `KubeletConfiguration` fields (`None`: the kubelet cannot be reached, 503).
+    pub fn set_node_configz(&self, node: &str, config: Option<Value>) {
+        self.shared().mutate(|st| match config {
+            Some(c) => {
+                st.node_configz.insert(node.to_owned(), c);
+            }
+            None => {
+                st.node_configz.remove(node);
+            }
+        });
+    }
+
     /// Every request received so far (since the last [`Self::clear_requests`]).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared().lock().requests.clone()
@@ -726,6 +744,8 @@ struct State {
     watch_epoch: u64,
     /// Bumped to make open watches send a bookmark.
     bookmark_gen: u64,
+    /// What each node's kubelet answers on `/configz` through the node proxy.
+    node_configz: BTreeMap<String, Value>,
 }
 
 impl State {
@@ -741,6 +761,7 @@ impl State {
             failures: Vec::new(),
             watch_epoch: 0,
             bookmark_gen: 0,
+            node_configz: BTreeMap::new(),
         }
     }
 
@@ -1245,9 +1266,27 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx, path: &str) -> Result<Reply, ApiError>
             let st = shared.lock();
             discovery(resource_list(&st.defs, group, version)?)
         }
+        ["api", "v1", "nodes", node, "proxy", "configz"] if ctx.method == Method::GET => {
+            node_configz(&shared.lock(), node)
+        }
         ["api", version, rest @ ..] => resource_request(shared, ctx, "", version, rest),
         ["apis", group, version, rest @ ..] => resource_request(shared, ctx, group, version, rest),
         _ => Err(ApiError::path_not_found()),
+    }
+}
+
+/// `GET /api/v1/nodes/NODE/proxy/configz`: the kubelet's answer, through the API server.
+fn node_configz(st: &State, node: &str) -> Result<Reply, ApiError> {
+    let def = st.def_for("v1", "Node").ok_or_else(ApiError::path_not_found)?;
+    if !st.objects.contains_key(&ObjKey::new("v1", "Node", "", node)) {
+        return Err(ApiError::not_found(def, node));
+    }
+    match st.node_configz.get(node) {
+        Some(config) => Ok(Reply::json(200, &json!({ "kubeletconfig": config }))),
+        None => Err(ApiError::new(
+            503,
+            format!("error trying to reach service: dial tcp {node}:10250: connect: connection refused"),
+        )),
     }
 }
 

@@ -290,7 +290,11 @@ impl Agent {
         let mut cmd = Command::new(binary);
         for (k, _) in std::env::vars_os() {
             let k_str = k.to_string_lossy();
-            if k_str.starts_with("NUMAPLANE_") || k == "KUBECONFIG" || k_str.starts_with("POD_") {
+            if k_str.starts_with("NUMAPLANE_")
+                || k == "KUBECONFIG"
+                || k == "NODE_ADDRESS"
+                || k_str.starts_with("POD_")
+            {
                 cmd.env_remove(k);
             }
         }

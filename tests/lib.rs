@@ -8,6 +8,7 @@ pub mod exporter_vectors;
 pub mod fake_api;
 pub mod fake_device_kubelet;
 pub mod fake_kubelet;
+pub mod fake_kubelet_https;
 pub mod harness;
 pub mod rbac;
 pub mod render;

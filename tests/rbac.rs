@@ -56,6 +56,8 @@ pub fn attributes(r: &RecordedRequest) -> Result<Option<Attributes>, String> {
         [resource] => ((*resource).to_owned(), None),
         [resource, name] => ((*resource).to_owned(), Some((*name).to_owned())),
         [resource, name, sub] => (format!("{resource}/{sub}"), Some((*name).to_owned())),
+        // A proxy subresource carries the path to proxy to (`nodes/NAME/proxy/configz`).
+        [resource, name, "proxy", _, ..] => (format!("{resource}/proxy"), Some((*name).to_owned())),
         _ => return Err(format!("unexpected path {}", r.path)),
     };
     let verb = match (r.method.as_str(), name.is_some()) {
@@ -76,6 +78,40 @@ pub fn attributes(r: &RecordedRequest) -> Result<Option<Attributes>, String> {
         namespace,
         name,
     }))
+}
+
+/// The attributes the kubelet authorizes a request to its HTTPS API with (a SubjectAccessReview
+/// on the Node `node`): `/configz`, `/pods`, `/runningPods` and `/healthz` as their fine-grained
+/// subresources (kubelets 1.33 and later; older ones and the fallback check `nodes/proxy`),
+/// `/stats`, `/metrics`, `/logs`, `/spec`, `/checkpoint` as theirs, anything else as `proxy`.
+pub fn kubelet_attributes(method: &str, path: &str, node: &str) -> Attributes {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+    let sub = match first {
+        "configz" => "configz",
+        "pods" | "runningPods" => "pods",
+        "healthz" => "healthz",
+        "stats" => "stats",
+        "metrics" => "metrics",
+        "logs" => "log",
+        "spec" => "spec",
+        "checkpoint" => "checkpoint",
+        _ => "proxy",
+    };
+    let verb = match method {
+        "GET" | "HEAD" => "get",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "unknown",
+    };
+    Attributes {
+        group: String::new(),
+        resource: format!("nodes/{sub}"),
+        verb: verb.to_owned(),
+        namespace: None,
+        name: Some(node.to_owned()),
+    }
 }
 
 /// One policy rule as bound: `namespace` is the RoleBinding's, `None` through a

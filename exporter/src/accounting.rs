@@ -156,6 +156,10 @@ pub struct AccountingConfig {
     pub prefer_closest_numa_nodes: Option<bool>,
     /// CPU and memory manager settings of the kubelet, published when known.
     pub resource_managers: Option<ResourceManagers>,
+    /// No configured source of the kubelet's configuration answered: an empty policy or scope
+    /// is left out of the object instead of published as the kubelet default (a guess the
+    /// scheduler would take as fact).
+    pub kubelet_config_unknown: bool,
     /// Resources whose device slots are one cluster-wide set (allocator pools with
     /// `shared: cluster`): the IDs this node's pods hold are published as a node attribute
     /// ([`attr::CLUSTER_HELD_PREFIX`]) so the scheduler and the other nodes keep them off.
@@ -185,6 +189,7 @@ impl Default for AccountingConfig {
             max_numa_nodes: None,
             prefer_closest_numa_nodes: None,
             resource_managers: None,
+            kubelet_config_unknown: false,
             cluster_shared: BTreeSet::new(),
             held_beyond_list: BTreeMap::new(),
             held_sources: None,
@@ -1444,17 +1449,23 @@ pub fn account(
         });
         annotations.insert(nrt::ANNOTATION_FINGERPRINT.to_owned(), fp.clone());
     }
-    // Empty values would be ignored by the scheduler anyway; publish what the kubelet runs with.
+    // Empty values would be ignored by the scheduler anyway; publish what the kubelet runs with,
+    // unless it is not known at all.
     let scope = or_default(&cfg.topology_manager_scope, DEFAULT_TOPOLOGY_MANAGER_SCOPE);
     let policy = or_default(&cfg.topology_manager_policy, DEFAULT_TOPOLOGY_MANAGER_POLICY);
-    attributes.push(AttributeInfo {
-        name: attr::TOPOLOGY_MANAGER_SCOPE.to_owned(),
-        value: scope.to_owned(),
-    });
-    attributes.push(AttributeInfo {
-        name: attr::TOPOLOGY_MANAGER_POLICY.to_owned(),
-        value: policy.to_owned(),
-    });
+    let publish = |value: &str| !value.is_empty() || !cfg.kubelet_config_unknown;
+    if publish(&cfg.topology_manager_scope) {
+        attributes.push(AttributeInfo {
+            name: attr::TOPOLOGY_MANAGER_SCOPE.to_owned(),
+            value: scope.to_owned(),
+        });
+    }
+    if publish(&cfg.topology_manager_policy) {
+        attributes.push(AttributeInfo {
+            name: attr::TOPOLOGY_MANAGER_POLICY.to_owned(),
+            value: policy.to_owned(),
+        });
+    }
     if let Some(max) = cfg.max_numa_nodes {
         attributes.push(AttributeInfo {
             name: attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES.to_owned(),

@@ -126,6 +126,23 @@ pub struct CheckpointLabels {
     pub reason: String,
 }
 
+/// Labels of the kubelet configuration source gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// `configz`, `file`, `flags` or `none`.
+    pub source: String,
+}
+
+/// Labels of kubelet configuration read errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeletConfigErrorLabels {
+    /// `configz` or `file`.
+    pub source: String,
+    /// `forbidden`, `not_found`, `unavailable`, `http`, `tls`, `unreachable`, `timeout`,
+    /// `client`, `read`, `parse` or `invalid`.
+    pub reason: String,
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
@@ -176,6 +193,13 @@ pub struct Metrics {
     pub checkpoint_errors: Family<CheckpointLabels, Counter>,
     /// Errors outside scans (API, CRD, configuration reload), by kind.
     pub errors: Family<KindLabels, Counter>,
+    /// 1 for where the kubelet configuration in use came from.
+    pub kubelet_config_source: Family<SourceLabels, Gauge>,
+    /// Failed reads of a kubelet configuration source, by source and reason.
+    pub kubelet_config_errors: Family<KubeletConfigErrorLabels, Counter>,
+    /// 1 while the API server serves the NodeResourceTopology API, 0 while discovery says the
+    /// CRD is not installed.
+    pub nrt_crd_installed: Gauge,
     /// Constant 1 with the agent's configuration as labels.
     pub info: Family<InfoLabels, Gauge>,
     /// The node-side allocator's (zero while no pool is configured).
@@ -220,6 +244,9 @@ impl Metrics {
             init_held_source: Family::default(),
             checkpoint_errors: Family::default(),
             errors: Family::default(),
+            kubelet_config_source: Family::default(),
+            kubelet_config_errors: Family::default(),
+            nrt_crd_installed: Gauge::default(),
             info: Family::default(),
             registry: Registry::default(),
         };
@@ -328,6 +355,21 @@ impl Metrics {
             m.checkpoint_errors.clone(),
         );
         registry.register("errors", "Errors outside scans by kind", m.errors.clone());
+        registry.register(
+            "kubelet_config_source",
+            "1 for where the kubelet configuration in use was read: configz, file, flags (no source configured) or none (no source answered; its attributes are left out)",
+            m.kubelet_config_source.clone(),
+        );
+        registry.register(
+            "kubelet_config_errors",
+            "Failed reads of a kubelet configuration source, by source and reason",
+            m.kubelet_config_errors.clone(),
+        );
+        registry.register(
+            "nrt_crd_installed",
+            "1 while the API server serves the NodeResourceTopology API, 0 while the CRD (noderesourcetopologies.topology.node.k8s.io) is not installed",
+            m.nrt_crd_installed.clone(),
+        );
         registry.register("info", "Agent configuration", m.info.clone());
         for kind in AnomalyKind::ALL {
             // Zero series up front, so rate() works from the first anomaly on.
@@ -373,6 +415,27 @@ impl Metrics {
             .get_or_create(&CheckpointLabels {
                 file: e.file().to_owned(),
                 reason: e.kind().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the kubelet configuration source gauge: 1 for `source`, 0 for the others.
+    pub fn set_kubelet_config_source(&self, source: crate::kubelet_source::Source) {
+        for candidate in crate::kubelet_source::Source::ALL {
+            self.kubelet_config_source
+                .get_or_create(&SourceLabels {
+                    source: candidate.as_str().to_owned(),
+                })
+                .set(i64::from(candidate == source));
+        }
+    }
+
+    /// Counts one failed read of a kubelet configuration source.
+    pub fn kubelet_config_error(&self, source: &str, reason: &str) {
+        self.kubelet_config_errors
+            .get_or_create(&KubeletConfigErrorLabels {
+                source: source.to_owned(),
+                reason: reason.to_owned(),
             })
             .inc();
     }

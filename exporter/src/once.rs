@@ -10,11 +10,12 @@ use numaplane::nrt::NodeResourceTopology;
 
 use crate::accounting::AccountingConfig;
 use crate::backoff::Backoff;
+use crate::kubelet_source::{Sources, Tracker};
 use crate::metrics::Metrics;
 use crate::output::{self, Format};
 use crate::pod_watch;
 use crate::publish::{self, Publisher};
-use crate::run::{ObjectFormat, RunArgs, RunError, kube_client, log_anomalies};
+use crate::run::{ObjectFormat, RunArgs, RunError, apply_kubelet_settings, log_anomalies};
 use crate::scan::{ScanError, Scanner};
 
 /// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
@@ -23,12 +24,15 @@ pub(crate) async fn once(
     mut cfg: AccountingConfig,
     mut scanner: Scanner,
     metrics: Arc<Metrics>,
+    kube: Option<kube::Client>,
+    sources: Sources,
 ) -> Result<(), RunError> {
-    let kube = if args.dry_run && args.kubeconfig.is_none() {
-        None
-    } else {
-        Some(kube_client(args.kubeconfig.as_ref()).await?)
-    };
+    // One read, as the agent's first: a source that does not answer is logged and its
+    // attributes are left out, never a failed run.
+    let reading = sources.read().await;
+    let mut tracker = Tracker::new(args.kubelet_config_interval);
+    tracker.apply(reading, &metrics, &args.node_name);
+    apply_kubelet_settings(&mut cfg, args, tracker.known());
     let mut facts = None;
     if let Some(client) = &kube {
         let (terminal, listed) = pod_watch::list_once(client.clone(), &args.node_name)

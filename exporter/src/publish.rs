@@ -22,11 +22,11 @@ pub const FIELD_MANAGER: &str = "numaplane-exporter";
 /// Errors talking to the API server.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    /// The CRD is not served (yet).
-    #[error("the NodeResourceTopology API {api_version} is not served; is the CRD installed?")]
+    /// The CRD is not installed (discovery does not list the resource).
+    #[error("the NodeResourceTopology CRD ({crd}) is not installed")]
     CrdMissing {
-        /// Group/version looked up.
-        api_version: String,
+        /// The CRD's name, `<plural>.<group>`.
+        crd: String,
     },
     /// Discovery of the CRD's group failed for another reason.
     #[error("cannot discover {api_version}")]
@@ -59,17 +59,20 @@ impl PublishError {
     }
 }
 
+/// The name of the NRT CRD, as `kubectl get crd` shows it.
+pub fn crd_name() -> String {
+    format!("{}.{}", nrt::PLURAL, nrt::GROUP)
+}
+
 /// Checks that the API server serves the NRT API.
 pub async fn crd_served(client: &Client) -> Result<(), PublishError> {
     let api_version = nrt::API_VERSION;
     match client.list_api_group_resources(api_version).await {
         Ok(list) if list.resources.iter().any(|r| r.name == nrt::PLURAL) => Ok(()),
-        Ok(_) => Err(PublishError::CrdMissing {
-            api_version: api_version.to_owned(),
-        }),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(PublishError::CrdMissing {
-            api_version: api_version.to_owned(),
-        }),
+        Ok(_) => Err(PublishError::CrdMissing { crd: crd_name() }),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            Err(PublishError::CrdMissing { crd: crd_name() })
+        }
         Err(source) => Err(PublishError::Discover {
             api_version: api_version.to_owned(),
             source,

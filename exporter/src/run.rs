@@ -14,7 +14,9 @@ use tokio::time::Instant;
 
 use crate::accounting::{AccountingConfig, AnomalyKind, EXCLUDE_ALL_NODES, MachineView, PodExclude};
 use crate::backoff::{Backoff, jittered};
-use crate::kubelet_config::{self, KubeletConfigError, TopologyManagerSettings};
+use crate::configz::{ConfigzClient, ConfigzError, ConfigzVia, DEFAULT_KUBELET_PORT, KubeletTls};
+use crate::kubelet_config::{self, TopologyManagerSettings};
+use crate::kubelet_source::{Known, Refresh, Refresher, Sources};
 use crate::metrics::Metrics;
 use crate::output;
 use crate::pod_watch::{self, PodKey, SharedPodView};
@@ -37,20 +39,58 @@ pub struct RunArgs {
     /// Read the machine from this hwloc XML file instead of the live system.
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_XML")]
     pub topology_xml: Option<PathBuf>,
-    /// The kubelet's KubeletConfiguration file, source of the Topology Manager policy, scope and
-    /// max-allowable-numa-nodes. Flags below override it.
+    /// Where the kubelet's effective configuration (its `/configz`: Topology Manager policy,
+    /// scope and options, CPU and memory manager settings, with the kubelet's flags and drop-ins
+    /// merged in) is read. It is tried first; `--kubelet-config` is the fallback.
+    #[arg(long, env = "NUMAPLANE_KUBELET_CONFIGZ", value_enum, default_value_t = ConfigzVia::Kubelet)]
+    pub kubelet_configz: ConfigzVia,
+    /// This node's address, where `--kubelet-configz kubelet` reaches the kubelet (in a pod: the
+    /// downward API's `status.hostIP`). Without it, /configz is not read from the kubelet.
+    #[arg(long, env = "NODE_ADDRESS")]
+    pub node_address: Option<String>,
+    /// The kubelet's HTTPS port.
+    #[arg(long, env = "NUMAPLANE_KUBELET_PORT", default_value_t = DEFAULT_KUBELET_PORT)]
+    pub kubelet_port: u16,
+    /// CA bundle (PEM) that signed the kubelet's serving certificate, re-read as it rotates.
+    /// Default: the CA the agent trusts for the API server (in a pod, the ServiceAccount's
+    /// `ca.crt`), which signs kubelet certificates issued through `serverTLSBootstrap` (EKS, GKE,
+    /// AKS, k3s).
+    #[arg(long, env = "NUMAPLANE_KUBELET_CA_FILE")]
+    pub kubelet_ca_file: Option<PathBuf>,
+    /// Accept any kubelet serving certificate (kubeadm's and kind's default, self-signed). The
+    /// agent's token then goes to whatever answers at the node address and port, as with
+    /// node-feature-discovery and metrics-server's `--kubelet-insecure-tls`.
+    #[arg(long, env = "NUMAPLANE_KUBELET_INSECURE_SKIP_TLS_VERIFY")]
+    pub kubelet_insecure_skip_tls_verify: bool,
+    /// Timeout of one /configz read; a read never delays a scan.
+    #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub kubelet_config_timeout: Duration,
+    /// How long a kubelet configuration that was read is used before it is read again (the
+    /// kubelet applies a new one only when it restarts; it is also read again when the kubelet's
+    /// socket comes back and when the file changes). A failed read is retried at every resync.
+    #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub kubelet_config_interval: Duration,
+    /// The kubelet's KubeletConfiguration file, read when /configz does not answer (or is off):
+    /// it misses settings the kubelet takes as command-line flags. Watched: a change is read at
+    /// once. Flags below override either source.
     #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG")]
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (its `--config-dir`): every `*.conf` file, in lexical
+    /// order, merged over `--kubelet-config` as the kubelet merges them.
+    #[arg(long, env = "NUMAPLANE_KUBELET_CONFIG_DIR")]
+    pub kubelet_config_dir: Option<PathBuf>,
     /// The kubelet's root directory (`/var/lib/kubelet` on the host, mounted read-only), whose
     /// checkpoints (`cpu_manager_state`, `memory_manager_state`,
     /// `device-plugins/kubelet_internal_checkpoint`) show what init containers still hold.
     /// Without it, or when a checkpoint is unusable, that is derived from the pod specs.
     #[arg(long, env = "NUMAPLANE_KUBELET_STATE_DIR")]
     pub kubelet_state_dir: Option<PathBuf>,
-    /// Topology Manager policy (default: the kubelet config's, else `none`).
+    /// Topology Manager policy (default: the kubelet configuration's; `none` when no source is
+    /// configured; left out when no configured source answers).
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_POLICY", value_parser = kubelet_config::POLICIES)]
     pub topology_manager_policy: Option<String>,
-    /// Topology Manager scope (default: the kubelet config's, else `container`).
+    /// Topology Manager scope (default: the kubelet configuration's; `container` when no source
+    /// is configured; left out when no configured source answers).
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_MANAGER_SCOPE", value_parser = kubelet_config::SCOPES)]
     pub topology_manager_scope: Option<String>,
     /// The kubelet's max-allowable-numa-nodes option, published as topologyManagerMaxNUMANodes.
@@ -193,9 +233,9 @@ pub enum RunError {
     /// The machine cannot be read.
     #[error("cannot load the machine topology")]
     LoadMachine(#[source] numaplane_topology::TopologyError),
-    /// The kubelet config file is unreadable or invalid.
-    #[error("bad kubelet configuration")]
-    KubeletConfig(#[source] KubeletConfigError),
+    /// `--node-address` does not form a URL.
+    #[error("bad --node-address")]
+    NodeAddress(#[source] ConfigzError),
     /// The kubeconfig cannot be loaded.
     #[error("cannot load the API server configuration{}", .path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
     KubeConfig {
@@ -243,7 +283,7 @@ impl RunError {
         matches!(
             self,
             Self::LoadMachine(_)
-                | Self::KubeletConfig(_)
+                | Self::NodeAddress(_)
                 | Self::KubeConfig { .. }
                 | Self::Socket(_)
                 | Self::Server(_)
@@ -252,12 +292,10 @@ impl RunError {
     }
 }
 
-/// The effective Topology Manager settings: flags over the kubelet config over defaults.
-pub fn topology_manager_settings(args: &RunArgs) -> Result<TopologyManagerSettings, RunError> {
-    let mut s = match &args.kubelet_config {
-        Some(path) => kubelet_config::read(path).map_err(RunError::KubeletConfig)?,
-        None => TopologyManagerSettings::default(),
-    };
+/// The effective Topology Manager settings: the flags over what is known of the kubelet's
+/// configuration.
+pub fn effective_settings(args: &RunArgs, known: &Known) -> TopologyManagerSettings {
+    let mut s = known.settings.clone().unwrap_or_default();
     if let Some(p) = &args.topology_manager_policy {
         s.policy = Some(p.clone());
     }
@@ -270,7 +308,99 @@ pub fn topology_manager_settings(args: &RunArgs) -> Result<TopologyManagerSettin
     if let Some(c) = args.topology_manager_prefer_closest_numa_nodes {
         s.prefer_closest_numa_nodes = Some(c);
     }
-    Ok(s)
+    s
+}
+
+/// Puts the effective kubelet settings for `known` into `cfg`; returns whether they changed.
+pub fn apply_kubelet_settings(cfg: &mut AccountingConfig, args: &RunArgs, known: &Known) -> bool {
+    let tm = effective_settings(args, known);
+    let fresh = (
+        tm.policy.unwrap_or_default(),
+        tm.scope.unwrap_or_default(),
+        tm.max_numa_nodes,
+        tm.prefer_closest_numa_nodes,
+        tm.resource_managers,
+        known.unknown(),
+    );
+    let before = (
+        std::mem::take(&mut cfg.topology_manager_policy),
+        std::mem::take(&mut cfg.topology_manager_scope),
+        cfg.max_numa_nodes,
+        cfg.prefer_closest_numa_nodes,
+        cfg.resource_managers.take(),
+        cfg.kubelet_config_unknown,
+    );
+    let changed = before != fresh;
+    (
+        cfg.topology_manager_policy,
+        cfg.topology_manager_scope,
+        cfg.max_numa_nodes,
+        cfg.prefer_closest_numa_nodes,
+        cfg.resource_managers,
+        cfg.kubelet_config_unknown,
+    ) = fresh;
+    changed
+}
+
+/// The info series' policy and scope labels for `cfg`: the kubelet defaults for empty values,
+/// `unknown` when no configured source answered.
+fn info_labels(cfg: &AccountingConfig) -> (&str, &str) {
+    fn or<'a>(value: &'a str, unknown: bool, default: &'static str) -> &'a str {
+        match (value, unknown) {
+            ("", true) => "unknown",
+            ("", false) => default,
+            (v, _) => v,
+        }
+    }
+    let unknown = cfg.kubelet_config_unknown;
+    (
+        or(
+            &cfg.topology_manager_policy,
+            unknown,
+            crate::accounting::DEFAULT_TOPOLOGY_MANAGER_POLICY,
+        ),
+        or(
+            &cfg.topology_manager_scope,
+            unknown,
+            crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE,
+        ),
+    )
+}
+
+/// The kubelet configuration sources the flags configure. `kube` is the API client and its
+/// configuration (none with `--dry-run` and no `--kubeconfig`): /configz needs credentials.
+pub fn kubelet_sources(args: &RunArgs, kube: Option<&(Client, kube::Config)>) -> Result<Sources, RunError> {
+    let configz = match (args.kubelet_configz, kube) {
+        (ConfigzVia::Off, _) | (_, None) => None,
+        (ConfigzVia::ApiServer, Some((client, _))) => {
+            Some(ConfigzClient::api_server(client.clone(), &args.node_name))
+        }
+        (ConfigzVia::Kubelet, Some((_, config))) => {
+            match args.node_address.as_deref().filter(|a| !a.is_empty()) {
+                Some(address) => Some(
+                    ConfigzClient::kubelet(
+                        config,
+                        "https",
+                        address,
+                        args.kubelet_port,
+                        &KubeletTls {
+                            ca_file: args.kubelet_ca_file.clone(),
+                            insecure_skip_verify: args.kubelet_insecure_skip_tls_verify,
+                        },
+                        args.kubelet_config_timeout,
+                    )
+                    .map_err(RunError::NodeAddress)?,
+                ),
+                None => None,
+            }
+        }
+    };
+    Ok(Sources {
+        configz,
+        file: args.kubelet_config.clone(),
+        dir: args.kubelet_config_dir.clone(),
+        timeout: args.kubelet_config_timeout,
+    })
 }
 
 /// The accounting configuration from the flags.
@@ -298,6 +428,7 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
         max_numa_nodes: tm.max_numa_nodes,
         prefer_closest_numa_nodes: tm.prefer_closest_numa_nodes,
         resource_managers: tm.resource_managers.clone(),
+        kubelet_config_unknown: false,
         cluster_shared: BTreeSet::new(),
         held_beyond_list: BTreeMap::new(),
         held_sources: None,
@@ -305,7 +436,9 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
     }
 }
 
-pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunError> {
+/// The API client and the configuration it was built from (whose credentials also reach the
+/// kubelet's /configz).
+pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<(Client, kube::Config), RunError> {
     let config_error = |message: String| RunError::KubeConfig {
         path: path.cloned(),
         message,
@@ -322,7 +455,8 @@ pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<Client, RunErr
             .await
             .map_err(|e| config_error(numaplane::error_chain(&e)))?,
     };
-    Client::try_from(config).map_err(|e| config_error(numaplane::error_chain(&e)))
+    let client = Client::try_from(config.clone()).map_err(|e| config_error(numaplane::error_chain(&e)))?;
+    Ok((client, config))
 }
 
 /// Logs each anomaly once per distinct detail and scan streak, with context.
@@ -376,23 +510,13 @@ pub async fn run(
     machine_view: MachineView,
     pools: Vec<crate::allocator::pools::Pool>,
 ) -> Result<(), RunError> {
-    let tm = topology_manager_settings(&args)?;
-    let mut cfg = accounting_config(&args, &tm);
+    let mut cfg = accounting_config(&args, &TopologyManagerSettings::default());
     cfg.cluster_shared = pools
         .iter()
         .filter(|p| p.shared == crate::allocator::pools::Sharing::Cluster)
         .map(|p| p.resource.clone())
         .collect();
     let metrics = Arc::new(Metrics::new());
-    metrics.set_info(
-        &args.node_name,
-        tm.policy
-            .as_deref()
-            .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_POLICY),
-        tm.scope
-            .as_deref()
-            .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE),
-    );
     let client = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
         .map_err(RunError::Socket)?
         .with_budget(
@@ -400,10 +524,19 @@ pub async fn run(
             crate::podresources::DEFAULT_BURST,
         );
     let scanner = Scanner::new(client, machine_view, args.kubelet_state_dir.clone());
+    // Without --kubeconfig a dry run needs no API server.
+    let kube = if args.dry_run && args.kubeconfig.is_none() {
+        None
+    } else {
+        Some(kube_client(args.kubeconfig.as_ref()).await?)
+    };
+    let sources = kubelet_sources(&args, kube.as_ref())?;
     if args.once {
-        return crate::once::once(&args, cfg, scanner, metrics).await;
+        // A one-shot run keeps to one stderr line on failure; the sources are a detail here.
+        tracing::debug!(node = %args.node_name, sources = %sources.describe(), "kubelet configuration sources");
+        return crate::once::once(&args, cfg, scanner, metrics, kube.map(|(c, _)| c), sources).await;
     }
-    Agent::start(args, cfg, scanner, metrics, pools)
+    Agent::start(args, cfg, scanner, metrics, pools, kube.map(|(c, _)| c), sources)
         .await?
         .run()
         .await
@@ -425,6 +558,10 @@ struct Agent {
     listed: Arc<Mutex<BTreeSet<PodKey>>>,
     /// Every background task, named; one that ends takes the agent down (supervision).
     tasks: tokio::task::JoinSet<&'static str>,
+    /// What is known of the kubelet's configuration, from the [`Refresher`].
+    known: tokio::sync::watch::Receiver<Known>,
+    /// Asks the [`Refresher`] to read the kubelet configuration.
+    refresh: tokio::sync::mpsc::UnboundedSender<Refresh>,
     _notify: Option<notify::RecommendedWatcher>,
     _kubelet_config_watch: Option<notify::RecommendedWatcher>,
 }
@@ -432,10 +569,12 @@ struct Agent {
 impl Agent {
     async fn start(
         args: RunArgs,
-        cfg: AccountingConfig,
+        mut cfg: AccountingConfig,
         scanner: Scanner,
         metrics: Arc<Metrics>,
         pools: Vec<crate::allocator::pools::Pool>,
+        kube: Option<Client>,
+        sources: Sources,
     ) -> Result<Self, RunError> {
         let health = Arc::new(Health::default());
         // Probes must tolerate the longest silent wait of the main loop: a resync period plus
@@ -454,16 +593,26 @@ impl Agent {
             }
             None => None,
         };
-        let kubelet_config_watch = match &args.kubelet_config {
-            Some(path) => {
-                Some(triggers::watch_kubelet_config(path, triggers.clone()).map_err(RunError::NotifyFile)?)
+        let (refresh, refresh_requests) = tokio::sync::mpsc::unbounded_channel();
+        let kubelet_config_watch = if args.kubelet_config.is_some() || args.kubelet_config_dir.is_some() {
+            let tx = refresh.clone();
+            let on_change = move || {
+                let _ = tx.send(Refresh::Now);
+            };
+            match triggers::watch_kubelet_config(
+                args.kubelet_config.as_deref(),
+                args.kubelet_config_dir.as_deref(),
+                on_change,
+            ) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    // Not fatal: the file may appear later, and it is read again at the resync.
+                    tracing::warn!(error = %numaplane::error_chain(&e), "cannot watch the kubelet config; reading it at the resync only");
+                    None
+                }
             }
-            None => None,
-        };
-        let kube = if args.dry_run && args.kubeconfig.is_none() {
-            None
         } else {
-            Some(kube_client(args.kubeconfig.as_ref()).await?)
+            None
         };
         let mut tasks = tokio::task::JoinSet::new();
         supervise(&mut tasks, "metrics server", server_task);
@@ -551,6 +700,28 @@ impl Agent {
             };
             crate::allocator::start(&mut tasks, allocator, kube.clone(), kubelet, metrics.clone());
         }
+        tracing::info!(node = %args.node_name, sources = %sources.describe(), "kubelet configuration sources");
+        let no_sources = sources.is_empty();
+        let (mut refresher, known) = Refresher::new(
+            sources,
+            args.kubelet_config_interval,
+            triggers.clone(),
+            metrics.clone(),
+            events.clone(),
+            args.node_name.clone(),
+        );
+        // The first object carries the kubelet's settings when a source answers within its
+        // timeout; after that, reads run beside the scans and never delay one.
+        refresher.refresh().await;
+        apply_kubelet_settings(&mut cfg, &args, &known.borrow());
+        let (policy, scope) = info_labels(&cfg);
+        metrics.set_info(&args.node_name, policy, scope);
+        if !no_sources {
+            tasks.spawn(async move {
+                refresher.run(refresh_requests).await;
+                "kubelet config"
+            });
+        }
         Ok(Self {
             args,
             cfg,
@@ -565,68 +736,35 @@ impl Agent {
             pod_view,
             listed,
             tasks,
+            known,
+            refresh,
             _notify: notify,
             _kubelet_config_watch: kubelet_config_watch,
         })
     }
 
-    /// Re-reads the kubelet config (flags still win), so a changed policy, scope, option or
-    /// resource manager setting reaches the next published object. A file that cannot be read
-    /// now keeps the last good settings, said once per distinct error.
-    fn reload_kubelet_config(&mut self, last_error: &mut Option<String>) {
-        if self.args.kubelet_config.is_none() {
+    /// Applies what the [`Refresher`] knows of the kubelet's configuration (flags still win), so
+    /// a changed policy, scope, option or resource-manager setting reaches the next object.
+    fn apply_kubelet_settings(&mut self) {
+        let known = self.known.borrow_and_update().clone();
+        if !apply_kubelet_settings(&mut self.cfg, &self.args, &known) {
             return;
         }
-        let tm = match topology_manager_settings(&self.args) {
-            Ok(tm) => tm,
-            Err(e) => {
-                let msg = numaplane::error_chain(&e);
-                if last_error.as_deref() != Some(msg.as_str()) {
-                    self.metrics.error("kubelet_config");
-                    tracing::warn!(error = %msg, "cannot re-read the kubelet config; keeping the last settings");
-                    *last_error = Some(msg);
-                }
-                return;
-            }
-        };
-        *last_error = None;
-        let fresh = accounting_config(&self.args, &tm);
-        let before = (
-            &self.cfg.topology_manager_policy,
-            &self.cfg.topology_manager_scope,
-            self.cfg.max_numa_nodes,
-            self.cfg.prefer_closest_numa_nodes,
-            &self.cfg.resource_managers,
-        );
-        let after = (
-            &fresh.topology_manager_policy,
-            &fresh.topology_manager_scope,
-            fresh.max_numa_nodes,
-            fresh.prefer_closest_numa_nodes,
-            &fresh.resource_managers,
-        );
-        if before == after {
-            return;
-        }
+        let (policy, scope) = info_labels(&self.cfg);
         tracing::info!(
-            policy = %fresh.topology_manager_policy,
-            scope = %fresh.topology_manager_scope,
-            "kubelet config changed"
+            policy,
+            scope,
+            source = known.source.as_str(),
+            "kubelet settings changed"
         );
-        self.cfg.topology_manager_policy = fresh.topology_manager_policy;
-        self.cfg.topology_manager_scope = fresh.topology_manager_scope;
-        self.cfg.max_numa_nodes = fresh.max_numa_nodes;
-        self.cfg.prefer_closest_numa_nodes = fresh.prefer_closest_numa_nodes;
-        self.cfg.resource_managers = fresh.resource_managers;
-        self.metrics.set_info(
-            &self.args.node_name,
-            tm.policy
-                .as_deref()
-                .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_POLICY),
-            tm.scope
-                .as_deref()
-                .unwrap_or(crate::accounting::DEFAULT_TOPOLOGY_MANAGER_SCOPE),
-        );
+        self.metrics.set_info(&self.args.node_name, policy, scope);
+    }
+
+    /// Asks for a read of the kubelet configuration (the refresher decides whether a periodic
+    /// one is due).
+    fn request_refresh(&self, r: Refresh) {
+        // Gone only while shutting down (the refresher is a supervised task).
+        let _ = self.refresh.send(r);
     }
 
     async fn run(mut self) -> Result<(), RunError> {
@@ -641,7 +779,6 @@ impl Agent {
         let mut anomaly_kinds: BTreeSet<AnomalyKind> = BTreeSet::new();
         let mut last_scan_at: Option<Instant> = None;
         let mut last_printed: Option<NodeResourceTopology> = None;
-        let mut kubelet_config_error: Option<String> = None;
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
         // Liveness tells whether this loop responds, not whether triggers arrive: on an idle
@@ -690,9 +827,11 @@ impl Agent {
             if periodic || kubelet_down {
                 self.scanner.refresh_allocatable();
             }
-            if periodic || kubelet_down || batch.triggers.contains(&Trigger::KubeletConfig) {
-                self.reload_kubelet_config(&mut kubelet_config_error);
+            if batch.triggers.contains(&Trigger::Resync) {
+                // A failed read is retried at every resync; a good one after its interval.
+                self.request_refresh(Refresh::Periodic);
             }
+            self.apply_kubelet_settings();
             let force = batch.triggers.contains(&Trigger::ObjectChanged);
             if force && let Some(p) = self.publisher.as_mut() {
                 p.invalidate();
@@ -762,6 +901,8 @@ impl Agent {
             if kubelet_down {
                 tracing::info!(node = %self.args.node_name, "kubelet readable again");
                 kubelet_down = false;
+                // The kubelet may have restarted to apply a new configuration.
+                self.request_refresh(Refresh::Now);
             }
             kubelet_backoff.reset();
             self.metrics.scan(label, "success");
@@ -831,10 +972,14 @@ impl Agent {
                     Ok(()) => {
                         tracing::info!("NodeResourceTopology API is served");
                         crd_ready = true;
+                        self.metrics.nrt_crd_installed.set(1);
                         api_backoff.reset();
                     }
                     Err(e) => {
                         self.metrics.error(e.kind());
+                        if matches!(e, PublishError::CrdMissing { .. }) {
+                            self.metrics.nrt_crd_installed.set(0);
+                        }
                         let delay = api_backoff.next_delay();
                         tracing::warn!(error = %numaplane::error_chain(&e), retry_in = ?delay, "waiting for the CRD");
                         self.health.set_not_ready(numaplane::error_chain(&e));
@@ -857,6 +1002,7 @@ impl Agent {
                     self.metrics.stale.set(1);
                     if matches!(&e, PublishError::Apply { source: kube::Error::Api(s), .. } if s.code == 404)
                     {
+                        // The CRD may have been deleted: discovery says so before the next write.
                         crd_ready = false;
                     }
                     let delay = api_backoff.next_delay();

@@ -30,7 +30,7 @@ pub enum Trigger {
     NotifyFile,
     /// Our object was deleted or changed by someone else.
     ObjectChanged,
-    /// The kubelet config file changed (the kubelet restarts to apply it).
+    /// What is known of the kubelet's configuration changed (a source answered differently).
     KubeletConfig,
     /// A retry after a failed scan or publish.
     Retry,
@@ -95,36 +95,56 @@ pub struct Coalescer {
     rx: mpsc::UnboundedReceiver<Trigger>,
     quiet: Duration,
     max_delay: Duration,
+    /// The batch being gathered, kept here rather than in the future of [`Self::next`]: the
+    /// agent's loop races `next` against other branches (the heartbeat) in `select!`, and a
+    /// dropped future must not take triggers it already received with it.
+    pending: Option<Batch>,
 }
 
 /// A connected sender and coalescer.
 pub fn channel(quiet: Duration, max_delay: Duration) -> (Triggers, Coalescer) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (Triggers(tx), Coalescer { rx, quiet, max_delay })
+    (
+        Triggers(tx),
+        Coalescer {
+            rx,
+            quiet,
+            max_delay,
+            pending: None,
+        },
+    )
 }
 
 impl Coalescer {
     /// Waits for the next batch: the first event, then every event until `quiet` passes without
-    /// one or `max_delay` after the first. `None` when every sender is gone.
+    /// one or `max_delay` after the first. `None` when every sender is gone. Cancel-safe: a
+    /// batch interrupted by dropping the future is resumed by the next call.
     pub async fn next(&mut self) -> Option<Batch> {
-        let first = self.rx.recv().await?;
-        let first_at = Instant::now();
-        let deadline = first_at + self.max_delay;
-        let mut triggers = BTreeSet::from([first]);
+        if self.pending.is_none() {
+            let first = self.rx.recv().await?;
+            self.pending = Some(Batch {
+                triggers: BTreeSet::from([first]),
+                first_at: Instant::now(),
+            });
+        }
+        let deadline = self.pending.as_ref().map(|b| b.first_at + self.max_delay)?;
         loop {
             let quiet_end = (Instant::now() + self.quiet).min(deadline);
             match tokio::time::timeout_at(quiet_end, self.rx.recv()).await {
                 Ok(Some(t)) => {
-                    triggers.insert(t);
+                    if let Some(b) = self.pending.as_mut() {
+                        b.triggers.insert(t);
+                    }
                 }
                 Ok(None) | Err(_) => break,
             }
         }
+        let mut batch = self.pending.take()?;
         // Whatever is already queued belongs to this batch too: it happened before the scan.
         while let Ok(t) = self.rx.try_recv() {
-            triggers.insert(t);
+            batch.triggers.insert(t);
         }
-        Some(Batch { triggers, first_at })
+        Some(batch)
     }
 }
 
@@ -195,53 +215,84 @@ pub fn watch_notify_file(
             })?;
         }
     }
-    watch_file(path, triggers, Trigger::NotifyFile)
-}
-
-/// Sends [`Trigger::KubeletConfig`] whenever the kubelet config file is written, replaced or
-/// recreated. Its directory is watched, not the file: config management replaces the file, and
-/// a bind mount of the file itself would keep the old inode. The returned watcher must be kept
-/// alive.
-pub fn watch_kubelet_config(
-    path: &Path,
-    triggers: Triggers,
-) -> Result<notify::RecommendedWatcher, NotifyFileError> {
-    watch_file(path, triggers, Trigger::KubeletConfig)
-}
-
-/// Sends `trigger` whenever `path` is written, touched, replaced or recreated. The directory is
-/// watched, not the file: writers may replace the file instead of writing it.
-fn watch_file(
-    path: &Path,
-    triggers: Triggers,
-    trigger: Trigger,
-) -> Result<notify::RecommendedWatcher, NotifyFileError> {
     let target = path.to_owned();
+    watch_dirs(
+        &[parent_dir(path)],
+        move |p| p == target,
+        move || {
+            triggers.send(Trigger::NotifyFile);
+        },
+        path,
+    )
+}
+
+/// Calls `on_change` whenever the kubelet config file or a drop-in of its directory (`*.conf`)
+/// is written, replaced, created or removed. Directories are watched, not the files: config
+/// management replaces files, and a bind mount of a file itself would keep the old inode. A
+/// directory that cannot be watched (not there yet) is skipped with a warning; the error is for
+/// no directory watched at all. The returned watcher must be kept alive.
+pub fn watch_kubelet_config(
+    file: Option<&Path>,
+    dir: Option<&Path>,
+    on_change: impl Fn() + Send + 'static,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
+    let (target, drop_ins) = (file.map(Path::to_owned), dir.map(Path::to_owned));
+    let relevant = move |p: &Path| {
+        target.as_deref() == Some(p)
+            || (drop_ins.as_deref().is_some_and(|d| p.parent() == Some(d))
+                && p.extension().is_some_and(|e| e == "conf"))
+    };
+    let dirs: Vec<&Path> = file.map(parent_dir).into_iter().chain(dir).collect();
+    let name = file.or(dir).unwrap_or(Path::new("."));
+    watch_dirs(&dirs, relevant, on_change, name)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Calls `on_event` whenever a path of `dirs` for which `relevant` holds is written, touched,
+/// replaced or recreated. `name` names the watch in errors. A directory that cannot be watched
+/// is skipped with a warning while another one is watched; with none watched, it is the error.
+fn watch_dirs(
+    dirs: &[&Path],
+    relevant: impl Fn(&Path) -> bool + Send + 'static,
+    on_event: impl Fn() + Send + 'static,
+    name: &Path,
+) -> Result<notify::RecommendedWatcher, NotifyFileError> {
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
         Ok(event) => {
-            let relevant = !matches!(event.kind, notify::EventKind::Access(_))
-                && event.paths.iter().any(|p| p == &target);
-            if relevant {
-                triggers.send(trigger);
+            if !matches!(event.kind, notify::EventKind::Access(_)) && event.paths.iter().any(|p| relevant(p))
+            {
+                on_event();
             }
         }
-        Err(e) => tracing::warn!(error = %e, trigger = trigger.as_str(), "file watch error"),
+        Err(e) => tracing::warn!(error = %e, "file watch error"),
     })
     .map_err(|source| NotifyFileError::Watch {
-        path: path.to_owned(),
+        path: name.to_owned(),
         source,
     })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    watcher
-        .watch(dir, notify::RecursiveMode::NonRecursive)
-        .map_err(|source| NotifyFileError::Watch {
-            path: path.to_owned(),
-            source,
-        })?;
-    Ok(watcher)
+    let mut watched = 0;
+    let mut last_error = None;
+    for dir in dirs {
+        match watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+            Ok(()) => watched += 1,
+            Err(source) => {
+                tracing::warn!(dir = %dir.display(), error = %source, "cannot watch directory");
+                last_error = Some(NotifyFileError::Watch {
+                    path: dir.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    match last_error {
+        Some(e) if watched == 0 => Err(e),
+        _ => Ok(watcher),
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +349,25 @@ mod tests {
             let b = rx.next().await.unwrap();
             seen_last = b.triggers.contains(&Trigger::NotifyFile);
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_interrupted_by_another_select_branch_is_not_lost() {
+        let (tx, mut rx) = channel(Duration::from_millis(10), Duration::from_millis(100));
+        tx.send(Trigger::Startup);
+        tx.send(Trigger::PodWatch);
+        // As the agent's loop does with its heartbeat: another branch wins while `next` waits
+        // for the quiet period, after it took both triggers off the channel.
+        tokio::select! {
+            biased;
+            _ = rx.next() => panic!("the batch cannot be complete before the quiet period"),
+            () = tokio::time::sleep(Duration::from_millis(2)) => {}
+        }
+        let b = tokio::time::timeout(Duration::from_secs(1), rx.next())
+            .await
+            .expect("the interrupted batch is lost")
+            .unwrap();
+        assert_eq!(b.triggers, BTreeSet::from([Trigger::Startup, Trigger::PodWatch]));
     }
 
     #[tokio::test(start_paused = true)]

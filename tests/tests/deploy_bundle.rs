@@ -44,6 +44,7 @@ use numaplane::proto::podresources::{
 use numaplane_e2e::binaries::Flag;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
+use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
 use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
 use numaplane_e2e::rbac;
 use numaplane_e2e::render;
@@ -67,7 +68,7 @@ fn deploy() -> PathBuf {
     workspace().join("deploy")
 }
 
-const COMPONENTS: [&str; 3] = ["allocator", "extender", "servicemonitor"];
+const COMPONENTS: [&str; 4] = ["allocator", "extender", "kubelet-state", "servicemonitor"];
 
 /// The base with `components` (in an overlay), by `kubectl kustomize`; rendered once a run.
 fn render(components: &[&str]) -> Vec<Value> {
@@ -857,6 +858,62 @@ fn allocator_component_mounts_the_plugin_directory_and_a_valid_pools_file() {
     assert!(!loaded.is_empty());
 }
 
+/// Whether a hostPath of `path` makes `target` on the node visible (`/` and `/var/lib/kubelet`
+/// hold `/var/lib/kubelet/pods`; `/var/lib/kubelet/pod-resources` does not).
+fn covers(path: &str, target: &str) -> bool {
+    Path::new(target).starts_with(Path::new(path))
+}
+
+#[test]
+fn only_the_kubelet_state_component_exposes_pod_volumes() {
+    // Every pod's volumes, secrets included, live under the kubelet's pods directory.
+    const POD_VOLUMES: &str = "/var/lib/kubelet/pods";
+    assert!(covers("/", POD_VOLUMES) && covers("/var/lib/kubelet", POD_VOLUMES));
+    assert!(!covers("/var/lib/kubelet/pod-resources", POD_VOLUMES));
+    for mask in 0..1u32 << COMPONENTS.len() {
+        let set: Vec<&str> = COMPONENTS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, c)| *c)
+            .collect();
+        let objects = render(&set);
+        let exposing: Vec<String> = workloads(&objects)
+            .into_iter()
+            .flat_map(|(kind, name, template)| {
+                pod_spec(&template)
+                    .volumes
+                    .into_iter()
+                    .flatten()
+                    .filter_map(move |v| {
+                        let path = v.host_path?.path;
+                        covers(&path, POD_VOLUMES)
+                            .then(|| format!("{kind} {name}: volume {} = {path}", v.name))
+                    })
+            })
+            .collect();
+        if set.contains(&"kubelet-state") {
+            // The documented opt-in: the kubelet's checkpoints need its root directory.
+            assert!(
+                !exposing.is_empty(),
+                "{set:?}: kubelet-state mounts /var/lib/kubelet"
+            );
+            let ds: DaemonSet = typed(find(&objects, "DaemonSet", "numaplane-exporter"));
+            let c = &ds.spec.template.spec.unwrap().containers[0];
+            let state = effective(c, "--kubelet-state-dir").unwrap();
+            let mount = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.mount_path == state)
+                .expect("the state directory is a mount");
+            assert_eq!(mount.read_only, Some(true), "{set:?}");
+        } else {
+            assert!(exposing.is_empty(), "{set:?} exposes pod volumes: {exposing:?}");
+        }
+    }
+}
+
 #[test]
 fn example_pods_select_numaplane_and_ask_for_aligned_resources() {
     let dir = workspace().join("examples/pods");
@@ -1155,7 +1212,12 @@ where
 
 /// Holds the requests of `identity` against the rules the bundle binds to it: every one
 /// allowed, every grant used (but `unused_ok`, each with its reason in deploy/README.md).
-fn check_identity(target: &ApiTarget, identity: &str, unused_ok: &[(&str, &str, &str)]) {
+fn check_identity(
+    target: &ApiTarget,
+    identity: &str,
+    unused_ok: &[(&str, &str, &str)],
+    kubelet: &[rbac::Attributes],
+) {
     let Some(fake) = target.fake() else {
         return;
     };
@@ -1193,6 +1255,14 @@ fn check_identity(target: &ApiTarget, identity: &str, unused_ok: &[(&str, &str, 
             );
             used.insert(a.triple());
         }
+    }
+    // What the kubelet authorized (a SubjectAccessReview against the same rules).
+    for a in kubelet {
+        assert!(
+            rbac::allowed(&rules, a),
+            "{identity}: the kubelet needs {a:?}, which its rules do not grant"
+        );
+        used.insert(a.triple());
     }
     let ok: BTreeSet<(String, String, String)> = unused_ok
         .iter()
@@ -1280,13 +1350,18 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         .to_string(),
     )
     .unwrap();
+    // The node's kubelet HTTPS API, for /configz.
+    let kubelet_api = FakeKubeletHttps::start(Answer::Config(json!({"cpuManagerPolicy": "static"})))
+        .await
+        .unwrap();
     let (mut exporter_c, _) = container_of("DaemonSet", "numaplane-exporter");
-    // No kubelet config here: the policy by flag, the machine from a fixture.
+    // No kubelet files here (deploy/kubelet-state's paths are the node's): the configuration
+    // from the fake kubelet's /configz, the machine from a fixture.
     exporter_c
         .env
         .as_mut()
         .unwrap()
-        .retain(|e| e.name != "NUMAPLANE_KUBELET_CONFIG");
+        .retain(|e| e.name != "NUMAPLANE_KUBELET_CONFIG" && e.name != "NUMAPLANE_KUBELET_STATE_DIR");
     let exporter_metrics: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
     let replace: BTreeMap<&str, String> = [
         (
@@ -1303,6 +1378,11 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
                 .to_string(),
         ),
         ("NUMAPLANE_TOPOLOGY_MANAGER_POLICY", "single-numa-node".into()),
+        ("NUMAPLANE_KUBELET_PORT", kubelet_api.port().to_string()),
+        (
+            "NUMAPLANE_KUBELET_CA_FILE",
+            FakeKubeletHttps::ca_file().display().to_string(),
+        ),
         (
             "NUMAPLANE_TOPOLOGY_XML",
             workspace()
@@ -1318,6 +1398,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let fields: BTreeMap<&str, String> = [
         ("spec.nodeName", node.clone()),
         ("metadata.name", "numaplane-exporter-rbac".to_owned()),
+        ("status.hostIP", "127.0.0.1".to_owned()),
     ]
     .into();
     let mut exporter_cmd = spawn(
@@ -1335,6 +1416,10 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let nrts: Api<numaplane::nrt::NodeResourceTopology> = Api::all(client.clone());
     until("the exporter publishes", &elog, || async {
         nrts.get_opt(&node).await.unwrap().is_some()
+    })
+    .await;
+    until("the exporter reads the kubelet's /configz", &elog, || async {
+        !kubelet_api.requests().is_empty()
     })
     .await;
     exporter_cmd.assert_running("exporter");
@@ -1597,9 +1682,15 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     drop((exporter_cmd, scheduler, extender));
 
     // Server-side apply creates the NRT (`create`); nothing reads it back with get or update.
-    check_identity(&target, "numaplane-exporter", &[]);
-    check_identity(&target, "numaplane-scheduler", &[]);
-    check_identity(&target, "numaplane-scheduler-extender", &[]);
+    let kubelet_requests: Vec<rbac::Attributes> = kubelet_api
+        .requests()
+        .iter()
+        .filter(|r| target.fake().is_none() || r.bearer_token.as_deref() == Some("numaplane-exporter"))
+        .map(|r| rbac::kubelet_attributes(&r.method, &r.path, &node))
+        .collect();
+    check_identity(&target, "numaplane-exporter", &[], &kubelet_requests);
+    check_identity(&target, "numaplane-scheduler", &[], &[]);
+    check_identity(&target, "numaplane-scheduler-extender", &[], &[]);
 
     let _ = pods
         .delete_collection(

@@ -4,8 +4,10 @@
 //!
 //! Covered: server-side apply with owner reference and skip-unchanged, recreate after delete,
 //! the kubelet Watch fast path against the fallback (pod watch, notify file), a kubelet restart
-//! mid-run, RESOURCE_EXHAUSTED backoff, terminal pods, the CRD wait with health up, and API
-//! errors retried.
+//! mid-run, RESOURCE_EXHAUSTED backoff, terminal pods, the CRD wait with health up, API errors
+//! retried, and the kubelet's configuration from its /configz (a fake kubelet HTTPS API: TLS
+//! verified or not, slow, unreachable then back), through the API server's node proxy, from the
+//! file and its drop-ins, and from no source at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode, Method};
+use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
 use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
 use numaplane_topology::Machine;
 
@@ -523,9 +526,21 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
         )
         .await
         .unwrap();
+    // Said the same way in /readyz, the log and a metric.
+    const MISSING: &str =
+        "the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is not installed";
     let (code, body) = agent.http_get("/readyz").unwrap();
     assert_eq!(code, 503);
-    assert!(body.contains("CRD"), "{body}");
+    assert_eq!(body.trim(), MISSING);
+    assert!(agent.stderr().contains(MISSING), "{}", agent.stderr());
+    assert_eq!(
+        metric_value(
+            &agent.metrics().unwrap(),
+            "numaplane_exporter_nrt_crd_installed",
+            &[]
+        ),
+        Some(0.0)
+    );
     assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
     assert!(
         agent
@@ -541,6 +556,14 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
         .await
         .unwrap();
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
+    assert_eq!(
+        metric_value(
+            &agent.metrics().unwrap(),
+            "numaplane_exporter_nrt_crd_installed",
+            &[]
+        ),
+        Some(1.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -693,9 +716,19 @@ async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
         std::fs::rename(&tmp, &config).unwrap();
     };
     write("kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n");
+    let dropins = s.dir.path().join("kubelet").join("conf.d");
+    std::fs::create_dir_all(&dropins).unwrap();
     // Resync 1 h: the change must come through the file watch.
     let agent = s
-        .agent("1h", &["--kubelet-config", config.to_str().unwrap()])
+        .agent(
+            "1h",
+            &[
+                "--kubelet-config",
+                config.to_str().unwrap(),
+                "--kubelet-config-dir",
+                dropins.to_str().unwrap(),
+            ],
+        )
         .await;
     let has = |name: &'static str, value: &'static str| {
         move |n: &NodeResourceTopology| n.attribute(name) == Some(value)
@@ -734,10 +767,29 @@ async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
     assert_eq!(
         agent
             .stderr()
-            .matches("cannot re-read the kubelet config")
+            .matches("cannot read the kubelet configuration; keeping the last settings")
             .count(),
         1
     );
+    // A drop-in of the kubelet's --config-dir is merged over the (fixed) file.
+    write("kind: KubeletConfiguration\ntopologyManagerPolicy: restricted\ncpuManagerPolicy: static\n");
+    let drop_in = dropins.join("50-policy.conf");
+    std::fs::write(
+        &drop_in,
+        "kind: KubeletConfiguration\ntopologyManagerPolicy: best-effort\n",
+    )
+    .unwrap();
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "best-effort"))
+        .await
+        .unwrap();
+    assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
+    std::fs::remove_file(&drop_in).unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
+        .await
+        .unwrap();
     s.cleanup().await;
 }
 
@@ -919,4 +971,341 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         Some(1.0)
     );
     s.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kubelet's configuration: /configz, the file, or nothing
+// ---------------------------------------------------------------------------------------------
+
+/// What a kubelet with the static CPU and memory managers answers on /configz (the fields the
+/// agent reads, among others it ignores).
+fn kubelet_configz() -> serde_json::Value {
+    serde_json::json!({
+        "enableServer": true,
+        "cpuManagerPolicy": "static",
+        "cpuManagerPolicyOptions": {"full-pcpus-only": "true"},
+        "memoryManagerPolicy": "Static",
+        "topologyManagerPolicy": "single-numa-node",
+        "topologyManagerScope": "pod",
+        "topologyManagerPolicyOptions": {"max-allowable-numa-nodes": "12"},
+        "reservedSystemCPUs": "0",
+        "evictionHard": {"memory.available": "100Mi"},
+        "clusterDNS": ["10.96.0.10"],
+    })
+}
+
+/// Flags pointing the agent at a kubelet HTTPS API on 127.0.0.1:`port`.
+fn kubelet_api_flags(port: u16) -> Vec<String> {
+    ["--node-address", "127.0.0.1", "--kubelet-port", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn with_ca(mut flags: Vec<String>) -> Vec<String> {
+    flags.push("--kubelet-ca-file".into());
+    flags.push(FakeKubeletHttps::ca_file().display().to_string());
+    flags
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The node's Warning Events with `reason`, as `kubectl describe node` would show them.
+async fn node_events(s: &Setup, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.api.client(), "default");
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&s.node)
+        })
+        .collect()
+}
+
+const TM_AND_MANAGER_ATTRIBUTES: [&str; 4] = [
+    numaplane::nrt::attr::TOPOLOGY_MANAGER_POLICY,
+    numaplane::nrt::attr::TOPOLOGY_MANAGER_SCOPE,
+    numaplane::nrt::attr::CPU_MANAGER_POLICY,
+    numaplane::nrt::attr::MEMORY_MANAGER_POLICY,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_configz_is_published() {
+    use numaplane::nrt::attr;
+    let s = Setup::plain().await;
+    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
+        .await
+        .unwrap();
+    let agent = s
+        .agent("1h", &strs(&with_ca(kubelet_api_flags(kubelet.port()))))
+        .await;
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            n.attribute(attr::TOPOLOGY_MANAGER_POLICY).is_some()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", agent.stderr()));
+    for (name, value) in [
+        (attr::TOPOLOGY_MANAGER_POLICY, "single-numa-node"),
+        (attr::TOPOLOGY_MANAGER_SCOPE, "pod"),
+        (attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES, "12"),
+        (attr::CPU_MANAGER_POLICY, "static"),
+        (attr::CPU_MANAGER_POLICY_OPTIONS, "full-pcpus-only=true"),
+        (attr::RESERVED_CPUS, "0"),
+        (attr::MEMORY_MANAGER_POLICY, "Static"),
+    ] {
+        assert_eq!(nrt.attribute(name), Some(value), "{name}");
+    }
+    assert_eq!(
+        nrt.topology_policies,
+        Some(vec!["SingleNUMANodePodLevel".to_owned()])
+    );
+    let text = agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_kubelet_config_source",
+            &[("source", "configz")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // The kubelet authenticates the agent by its own token (in a pod, the ServiceAccount's).
+    let requests = kubelet.requests();
+    assert!(
+        requests.iter().all(|r| r.method == "GET" && r.path == "/configz"),
+        "{requests:?}"
+    );
+    if s.api.fake().is_some() {
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.bearer_token.as_deref() == Some(numaplane_e2e::fake_api::FAKE_TOKEN)),
+            "{requests:?}"
+        );
+    }
+    assert!(node_events(&s, "KubeletConfigUnavailable").await.is_empty());
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_certificate_is_verified_unless_told_otherwise() {
+    let s = Setup::plain().await;
+    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
+        .await
+        .unwrap();
+    // The fake's CA is not one the agent trusts (as with kubeadm's self-signed certificates).
+    let agent = s.agent("1h", &strs(&kubelet_api_flags(kubelet.port()))).await;
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_config_errors_total",
+            &[("source", "configz"), ("reason", "tls")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    // The handshake failed before the request: the token never went out.
+    assert!(kubelet.requests().is_empty(), "{:?}", kubelet.requests());
+    drop(agent);
+    let mut flags = kubelet_api_flags(kubelet.port());
+    flags.push("--kubelet-insecure-skip-tls-verify".into());
+    let agent = s.agent("1h", &strs(&flags)).await;
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_config_source",
+            &[("source", "configz")],
+            WAIT,
+            |v| v == 1.0,
+        )
+        .await
+        .unwrap();
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_the_resync() {
+    use numaplane::nrt::attr;
+    let s = Setup::plain().await;
+    // Nothing listens on the kubelet's port yet, and the file is not there (as on a
+    // distribution that keeps it elsewhere).
+    let port = numaplane_e2e::harness::free_port().unwrap();
+    let mut flags = with_ca(kubelet_api_flags(port));
+    let missing = s.dir.path().join("var/lib/kubelet/config.yaml");
+    flags.extend(["--kubelet-config".to_owned(), missing.display().to_string()]);
+    let mut agent = s.agent("1s", &strs(&flags)).await;
+    // It publishes what it knows: the zones, without the attributes nobody could read.
+    let nrt = s.wait_available("node-0", "cpu", "16").await;
+    for name in TM_AND_MANAGER_ATTRIBUTES {
+        assert_eq!(nrt.attribute(name), None, "{name} published without a source");
+    }
+    assert_eq!(nrt.topology_policies, Some(vec!["None".to_owned()]));
+    assert!(
+        nrt.attribute(attr::THREADS_PER_CORE).is_some(),
+        "machine attributes stay"
+    );
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_config_source",
+            &[("source", "none")],
+            WAIT,
+            |v| v == 1.0,
+        )
+        .await
+        .unwrap();
+    let text = agent.metrics().unwrap();
+    for (source, reason) in [("configz", "unreachable"), ("file", "read")] {
+        assert!(
+            metric_value(
+                &text,
+                "numaplane_exporter_kubelet_config_errors_total",
+                &[("source", source), ("reason", reason)]
+            )
+            .is_some_and(|v| v >= 1.0),
+            "{source} {reason}\n{text}"
+        );
+    }
+    // One Warning Event on the Node saying what is missing and why.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let events = loop {
+        let events = node_events(&s, "KubeletConfigUnavailable").await;
+        if !events.is_empty() || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let note = events[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("/configz") && note.contains(&missing.display().to_string()),
+        "{note}"
+    );
+    // Running and ready: the object is published.
+    assert!(agent.exited().is_none(), "{}", agent.stderr());
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
+
+    // The kubelet answers now: the next resync reads it.
+    let _kubelet = FakeKubeletHttps::start_on(port, Answer::Config(kubelet_configz()))
+        .await
+        .unwrap();
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node")
+        })
+        .await
+        .unwrap();
+    assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_config_source",
+            &[("source", "configz")],
+            WAIT,
+            |v| v == 1.0,
+        )
+        .await
+        .unwrap();
+    // The unavailable stretch was one Event, however many resyncs it lasted.
+    assert_eq!(node_events(&s, "KubeletConfigUnavailable").await.len(), 1);
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_configz_does_not_hold_up_publishing() {
+    use numaplane::nrt::attr;
+    let s = Setup::plain().await;
+    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
+        .await
+        .unwrap();
+    kubelet.set_delay(Duration::from_secs(120));
+    let mut flags = with_ca(kubelet_api_flags(kubelet.port()));
+    flags.extend(["--kubelet-config-timeout".to_owned(), "1s".to_owned()]);
+    let agent = s.agent("1s", &strs(&flags)).await;
+    // From the metrics server up (the binary may have been built just before).
+    let started = std::time::Instant::now();
+    let nrt = s.wait_available("node-0", "cpu", "16").await;
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "published after {waited:?} with a /configz that takes 120 s\n{}",
+        agent.stderr()
+    );
+    assert_eq!(nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY), None);
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_config_errors_total",
+            &[("source", "configz"), ("reason", "timeout")],
+            WAIT,
+            |v| v >= 2.0,
+        )
+        .await
+        .unwrap();
+    // Scans go on while reads time out beside them.
+    s.touch_notify();
+    agent
+        .wait_metric(
+            "numaplane_exporter_scans_total",
+            &[("trigger", "notify_file"), ("result", "success")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    kubelet.set_delay(Duration::ZERO);
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node")
+        })
+        .await
+        .unwrap();
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configz_through_the_api_servers_node_proxy() {
+    use numaplane::nrt::attr;
+    // The node proxy needs a kubelet behind the Node: the fake plays both.
+    let s = Setup::new(
+        ApiTarget::start_fake(true).await.unwrap(),
+        FakeKubeletOptions::default(),
+        0,
+    )
+    .await;
+    let fake = s.api.fake().unwrap();
+    fake.set_node_configz(&s.node, Some(kubelet_configz()));
+    let agent = s.agent("1h", &["--kubelet-configz", "api-server"]).await;
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            n.attribute(attr::TOPOLOGY_MANAGER_POLICY).is_some()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", agent.stderr()));
+    assert_eq!(
+        nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY),
+        Some("single-numa-node")
+    );
+    let path = format!("/api/v1/nodes/{}/proxy/configz", s.node);
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.path == path),
+        "no {path}"
+    );
+    assert_eq!(
+        metric_value(
+            &agent.metrics().unwrap(),
+            "numaplane_exporter_kubelet_config_source",
+            &[("source", "configz")]
+        ),
+        Some(1.0)
+    );
 }

@@ -22,12 +22,14 @@ use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerReso
 use numaplane_e2e::binaries::{Flag, help_flags};
 use numaplane_e2e::fake_api::{FakeApiServer, RecordedRequest};
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
+use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
 use serde_json::{Value, json};
 
 /// What the agent is allowed to do: (API group, resource, verb). The reason of each is in
 /// deploy/README.md.
 const GRANTS: &[(&str, &str, &str)] = &[
     ("", "nodes", "get"),
+    ("", "nodes/configz", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("topology.node.k8s.io", "noderesourcetopologies", "list"),
@@ -214,21 +216,39 @@ fn daemonset_mounts_the_pod_resources_directory_and_points_the_socket_inside() {
 }
 
 #[test]
-fn daemonset_mounts_the_kubelet_config_and_sys_read_only() {
+fn daemonset_reads_the_kubelet_config_from_configz_and_mounts_no_kubelet_state() {
     let ds = daemonset();
     let c = container(&ds);
-    let config = effective(c, "--kubelet-config").expect("the agent reads the kubelet config");
-    let (mount, volume) = mount_of(&ds, &config);
-    assert_eq!(mount.read_only, Some(true), "kubelet config mount");
-    let host = volume.host_path.as_ref().expect("kubelet config from the host");
-    let on_host = Path::new(&host.path).join(Path::new(&config).strip_prefix(&mount.mount_path).unwrap());
-    assert_eq!(on_host, Path::new("/var/lib/kubelet/config.yaml"));
-    // Its directory, so that a replaced file is seen (the agent watches and re-reads it).
-    assert_ne!(
-        mount.mount_path, config,
-        "mount the kubelet config's directory, not the file"
+    // The kubelet's /configz, on the node's own address, is the source: no file of the node.
+    assert_eq!(effective(c, "--kubelet-configz").as_deref(), Some("kubelet"));
+    assert_eq!(flag("--node-address").env.as_deref(), Some("NODE_ADDRESS"));
+    let host_ip = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "NODE_ADDRESS")
+        .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    assert_eq!(host_ip.as_deref(), Some("status.hostIP"));
+    for off in [
+        "--kubelet-config",
+        "--kubelet-config-dir",
+        "--kubelet-state-dir",
+        "--kubelet-insecure-skip-tls-verify",
+    ] {
+        assert!(effective(c, off).is_none(), "{off} in the default DaemonSet");
+    }
+    // Of the node, only the pod-resources directory and /sys.
+    let host_paths: BTreeSet<&str> = pod_spec(&ds)
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
+        .collect();
+    assert_eq!(
+        host_paths,
+        BTreeSet::from(["/var/lib/kubelet/pod-resources", "/sys"])
     );
-    assert_eq!(host.type_.as_deref(), Some("Directory"));
 
     // hwloc reads the machine from /sys (and /proc, the container's own).
     assert!(
@@ -570,6 +590,12 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
         "status": {"phase": "Running"},
     }));
     let kubeconfig = api.write_kubeconfig(dir.path()).unwrap();
+    // The node's kubelet HTTPS API, for /configz.
+    let kubelet_api = FakeKubeletHttps::start(Answer::Config(
+        json!({"topologyManagerPolicy": "single-numa-node", "cpuManagerPolicy": "static"}),
+    ))
+    .await
+    .unwrap();
 
     // The DaemonSet's environment, with test values where the cluster's would not work here.
     let ds = daemonset();
@@ -590,6 +616,9 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
         .env("NUMAPLANE_RESYNC_INTERVAL", "1s")
         .env("NUMAPLANE_API_BACKOFF_MIN", "200ms")
         .env("NUMAPLANE_API_BACKOFF_MAX", "1s")
+        .env("NODE_ADDRESS", "127.0.0.1")
+        .env("NUMAPLANE_KUBELET_PORT", kubelet_api.port().to_string())
+        .env("NUMAPLANE_KUBELET_CA_FILE", FakeKubeletHttps::ca_file())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(&log).unwrap());
@@ -623,7 +652,7 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
             kubelet.fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
             injected_again = true;
         }
-        if applied && created >= 2 && patched {
+        if applied && created >= 2 && patched && !kubelet_api.requests().is_empty() {
             break;
         }
         assert!(
@@ -676,6 +705,21 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
             }
             None => assert_eq!(r.method, "GET", "non-resource {} {}", r.method, r.path),
         }
+    }
+    // What the kubelet authorized: /configz, by this agent's token.
+    for r in kubelet_api.requests() {
+        assert_eq!(
+            r.bearer_token.as_deref(),
+            Some(numaplane_e2e::fake_api::FAKE_TOKEN)
+        );
+        let attrs = numaplane_e2e::rbac::kubelet_attributes(&r.method, &r.path, NODE).triple();
+        assert!(
+            role_grants.contains(&attrs),
+            "kubelet {} {} needs {attrs:?}, which the ClusterRole does not grant",
+            r.method,
+            r.path
+        );
+        used.insert(attrs);
     }
     // Pod list/watch carry this node's field selector.
     for r in api.requests().iter().filter(|r| r.path == "/api/v1/pods") {

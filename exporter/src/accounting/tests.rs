@@ -858,6 +858,17 @@ fn nrt_attributes_and_annotations() {
     );
     assert_eq!(nrt.topology_policies, Some(vec!["None".to_owned()]));
     assert_eq!(nrt.metadata.annotations, None);
+
+    // No kubelet configuration source answered: what is not known is left out, what a flag
+    // says (the scope here) is still published; the required legacy field says "None".
+    c.kubelet_config_unknown = true;
+    c.topology_manager_scope = "pod".into();
+    let nrt = account(&machine(), &all_cpus(), &l, &c)
+        .expect("ok")
+        .to_nrt("worker-0");
+    let names: Vec<&str> = nrt.attributes.iter().flatten().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["topologyManagerScope"]);
+    assert_eq!(nrt.topology_policies, Some(vec!["None".to_owned()]));
 }
 
 #[test]

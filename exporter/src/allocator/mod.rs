@@ -611,7 +611,7 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     .await
     .map_err(AllocatorError::Server)?;
     tracing::info!(%addr, pools = pools.len(), "serving /metrics, /healthz and /readyz");
-    let client = crate::run::kube_client(args.kubeconfig.as_ref())
+    let (client, _) = crate::run::kube_client(args.kubeconfig.as_ref())
         .await
         .map_err(|e| AllocatorError::Client(Box::new(e)))?;
     let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
