@@ -481,3 +481,12 @@ mod tests {
         assert_eq!(legacy_topology_policy("none", "container"), "None");
     }
 }
+
+#[cfg(test)]
+mod crd_name {
+    #[test]
+    fn crd_name_is_plural_dot_group_and_the_missing_message_names_it() {
+        assert_eq!(super::CRD_NAME, format!("{}.{}", super::PLURAL, super::GROUP));
+        assert!(super::CRD_MISSING.contains(super::CRD_NAME));
+    }
+}

@@ -61,7 +61,7 @@ impl PublishError {
 
 /// The name of the NRT CRD, as `kubectl get crd` shows it.
 pub fn crd_name() -> String {
-    format!("{}.{}", nrt::PLURAL, nrt::GROUP)
+    nrt::CRD_NAME.to_owned()
 }
 
 /// Checks that the API server serves the NRT API.

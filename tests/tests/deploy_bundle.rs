@@ -270,9 +270,19 @@ fn base_and_every_component_render_and_every_object_is_complete() {
             let (kind, name) = match *c {
                 "allocator" => ("ConfigMap", "numaplane-pools"),
                 "extender" => ("DaemonSet", "numaplane-scheduler-extender"),
+                "kubelet-state" => ("DaemonSet", "numaplane-exporter"),
                 _ => ("ServiceMonitor", "numaplane-scheduler"),
             };
-            find(&objects, kind, name);
+            let o = find(&objects, kind, name);
+            if *c == "kubelet-state" {
+                let volumes = o["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+                assert!(
+                    volumes
+                        .iter()
+                        .any(|v| v["hostPath"]["path"] == "/var/lib/kubelet"),
+                    "{set:?}: kubelet-state mounts the kubelet's directory"
+                );
+            }
         }
         assert!(
             objects
