@@ -57,6 +57,10 @@ struct BoundPod {
     /// Charged by [`Cluster::assume_at`] and not yet seen bound by the pod watch: a failed
     /// binding undoes it.
     assumed_only: bool,
+    /// When the API server accepted the Binding of an `assumed_only` pod (caller's clock); `None`
+    /// while it is in flight. A relist that started later and does not show the pod means the
+    /// pod is gone; one that started earlier may simply predate the Binding.
+    bound_at_ms: Option<u64>,
     /// Device IDs its allocation record (or our assumption) names for its node, per
     /// resource: for cluster-shared resources they are kept off every other node.
     claims: Claims,
@@ -94,6 +98,7 @@ impl BoundPod {
             guaranteed_exclusive,
             extended,
             assumed_only: false,
+            bound_at_ms: None,
             claims: Vec::new(),
         }
     }
@@ -748,11 +753,12 @@ impl Cluster {
         Some((old.node, old.claims)).filter(|(_, c)| !c.is_empty())
     }
 
-    /// Replaces the whole state (a watch restart's initial list).
+    /// Replaces the whole state (a watch restart's initial list). Placements whose Binding is
+    /// in flight or not yet shown by the pod watch are kept (see [`Self::reset_pods`]).
     pub fn reset(&mut self, nodes: &[Node], nrts: &[NodeResourceTopology], pods: &[Pod]) {
         self.reset_nodes(nodes);
         self.reset_nrts(nrts);
-        self.reset_pods(pods);
+        self.reset_pods(pods, 0);
     }
 
     /// Replaces every Node (the node watch relisted). Pod charges are kept: they belong to
@@ -792,9 +798,17 @@ impl Cluster {
         }
     }
 
-    /// Replaces every bound pod (the pod watch relisted); assumptions of pods no longer
-    /// listed end.
-    pub fn reset_pods(&mut self, pods: &[Pod]) {
+    /// Replaces every bound pod (the pod watch relisted, the list having started at
+    /// `listed_from_ms` on the caller's clock); pods no longer listed end, with their
+    /// assumptions.
+    ///
+    /// Except our own placements the pod watch has not shown bound yet: a list does not show
+    /// a pod whose Binding is still in flight, nor one whose Binding the API server accepted
+    /// after the list began. Dropping those would free their zones while the pods are being
+    /// bound there, and the next pod would get the same zone. Only a placement whose Binding
+    /// was accepted before the list began, and that the list does not show, is gone (the pod
+    /// was deleted since). `listed_from_ms = 0` keeps every such placement.
+    pub fn reset_pods(&mut self, pods: &[Pod], listed_from_ms: u64) {
         let keep: BTreeSet<String> = pods
             .iter()
             .map(|p| {
@@ -805,12 +819,27 @@ impl Cluster {
                 )
             })
             .collect();
-        let gone: Vec<String> = self.pods.keys().filter(|k| !keep.contains(*k)).cloned().collect();
+        let unreflected =
+            |p: &BoundPod| p.assumed_only && p.bound_at_ms.is_none_or(|at| at >= listed_from_ms);
+        let gone: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(k, p)| !keep.contains(*k) && !unreflected(p))
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in gone {
             self.delete_pod(&k);
         }
         for p in pods {
             let _ = self.apply_pod(p);
+        }
+    }
+
+    /// The API server accepted the Binding of `key` at `now_ms`: from now on a relist that
+    /// does not show the pod means it is gone ([`Self::reset_pods`]).
+    pub fn binding_succeeded(&mut self, key: &str, now_ms: u64) {
+        if let Some(p) = self.pods.get_mut(key).filter(|p| p.assumed_only) {
+            p.bound_at_ms = Some(now_ms);
         }
     }
 

@@ -274,3 +274,28 @@ fn zone_amounts_that_overflow_when_summed_make_the_topology_invalid() {
     assert!(d.message.contains("topology unknown or invalid"), "{}", d.message);
     assert_eq!(c.decide(&Config::default(), &p).message, d.message);
 }
+
+/// A relist of the bound pods (410 Gone, watch restart) does not list a pod whose Binding is
+/// still in flight, nor one whose Binding was accepted after the list began: their assumptions
+/// must survive, or the next pod gets the same zone. A placement whose Binding was accepted
+/// before the list began and that the list does not show is gone (deleted since).
+#[test]
+fn a_relist_keeps_the_assumptions_of_bindings_in_flight() {
+    let (mut c, cfg) = setup();
+    let a = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &a, 0), ids(&["g0", "g1"]));
+    c.reset_pods(&[], 10);
+    assert!(c.is_assumed("ns/a"), "the Binding of a is in flight");
+    assert_eq!(zones(&c), [(0, vec![]), (8, ids(&["g2", "g3"]))]);
+    // Accepted after the list began: still not reflected, still held.
+    c.binding_succeeded("ns/a", 20);
+    c.reset_pods(&[], 15);
+    assert!(c.is_assumed("ns/a"), "accepted after the list began");
+    let b = pod_json("b", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &b, 30), ids(&["g2", "g3"]), "not a's zone");
+    // Accepted before the list began and not listed: deleted since; b is still in flight.
+    c.reset_pods(&[], 25);
+    assert!(!c.is_assumed("ns/a"));
+    assert!(c.is_assumed("ns/b"));
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+}

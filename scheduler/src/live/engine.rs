@@ -120,6 +120,8 @@ pub struct Engine {
     /// restored as assumptions when this replica starts leading.
     recorded: HashMap<String, PodSpec>,
     init: HashMap<Stream, InitBuffer>,
+    /// When each stream's current (re)list began, on [`Self::now_ms`]'s clock.
+    list_started: HashMap<Stream, u64>,
     /// Extender mode: pods of recent `filter` calls, by key, for the `bind` that follows.
     extender_pods: HashMap<String, extender::SeenPod>,
     synced: BTreeSet<Stream>,
@@ -196,6 +198,7 @@ impl Engine {
             pending: HashMap::new(),
             recorded: HashMap::new(),
             init: HashMap::new(),
+            list_started: HashMap::new(),
             extender_pods: HashMap::new(),
             synced: BTreeSet::new(),
             streams,
@@ -445,6 +448,10 @@ impl Engine {
     {
         match ev {
             watcher::Event::Init => {
+                // The watcher yields `Init` before it sends the LIST, and a Binding's result
+                // comes through the same channel: a Binding acknowledged before this point in
+                // the channel was accepted before the list began.
+                self.list_started.insert(stream, self.now_ms());
                 self.init.insert(stream, K::empty_buffer());
             }
             watcher::Event::InitApply(obj) => {
@@ -745,6 +752,7 @@ impl Engine {
         self.in_flight = self.in_flight.saturating_sub(1);
         match result {
             Ok(()) => {
+                self.cluster.binding_succeeded(&key, self.now_ms());
                 self.metrics.attempt("scheduled", &profile);
                 self.metrics.e2e_latency.observe(enqueued.elapsed().as_secs_f64());
                 self.queue.done(&key);
@@ -928,7 +936,8 @@ impl Apply for Pod {
         match stream {
             Stream::Pending(i) => e.reset_pending(i, all),
             _ => {
-                e.cluster.reset_pods(&all);
+                let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
+                e.cluster.reset_pods(&all, listed_from);
                 for p in &all {
                     e.apply_bound(p);
                 }

@@ -268,6 +268,7 @@ impl Engine {
         } = done;
         let outcome = match result {
             Ok(()) => {
+                self.cluster.binding_succeeded(&key, self.now_ms());
                 self.metrics.attempt("scheduled", PROFILE);
                 tracing::debug!(pod = %key, node = %node, "bound for kube-scheduler");
                 Ok(())
