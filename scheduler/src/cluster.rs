@@ -283,15 +283,21 @@ impl Cluster {
             allocatable.set(id, self.res.amount(id, &parsed).map_err(|_| bad())?);
         }
         let spec = node.spec.clone().unwrap_or_default();
-        let existing = self.index.get(&name).and_then(|&i| self.slots[i].as_ref());
+        // A node new to the index starts with the pods already known bound to it: the pod
+        // watch may have listed them before the node watch listed the node, or the node was
+        // deleted and re-added under its name while they stayed bound.
+        let (requested, pod_count) = match self.index.get(&name).and_then(|&i| self.slots[i].as_ref()) {
+            Some(n) => (n.requested.clone(), n.pod_count),
+            None => self.usage_of(&name),
+        };
         let basics = NodeBasics {
             name: name.clone(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints: spec.taints.unwrap_or_default(),
             unschedulable: spec.unschedulable.unwrap_or(false),
             allocatable,
-            requested: existing.map(|n| n.requested.clone()).unwrap_or_default(),
-            pod_count: existing.map_or(0, |n| n.pod_count),
+            requested,
+            pod_count,
         };
         let slot = match self.index.get(&name) {
             Some(&slot) => slot,
@@ -300,6 +306,25 @@ impl Cluster {
         self.slots[slot] = Some(basics);
         self.touch(slot);
         Ok(())
+    }
+
+    /// What the pods known bound to `node` request together, and how many they are.
+    fn usage_of(&self, node: &str) -> (Dense, i64) {
+        let mut requested = Dense::default();
+        let mut count = 0i64;
+        for p in self
+            .node_pods
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.pods.get(k))
+        {
+            for (id, v) in p.request.iter() {
+                requested.set(id, requested.get_or_zero(id).saturating_add(v));
+            }
+            count = count.saturating_add(1);
+        }
+        (requested, count)
     }
 
     /// A slot for a new node, placed in `order` by name.
@@ -330,7 +355,8 @@ impl Cluster {
         }
     }
 
-    /// Removes a Node.
+    /// Removes a Node. Its pods stay known (they are the pod watch's): if a node of that name
+    /// comes back, they count against it again.
     pub fn delete_node(&mut self, name: &str) {
         let Some(slot) = self.index.remove(name) else {
             return;
@@ -689,16 +715,23 @@ impl Cluster {
                 .or_default()
                 .insert(key.clone());
             self.pods.insert(key.clone(), bound);
-            if self.published.contains_key(&node) {
-                let before = self.assumed.len();
-                self.reconcile(&node);
-                if self.assumed.len() != before {
-                    self.recompute(&node);
-                }
-            }
+            self.settle(&node);
         }
         self.index_claims(&key, old, new);
         Ok(())
+    }
+
+    /// Confirms the assumptions of `node` its NRT shows, now that the pods known there
+    /// changed: whether a pod arrives before or after the NRT that names it, or another pod
+    /// leaves before or after it, the outcome is the same.
+    fn settle(&mut self, node: &str) {
+        if self.published.contains_key(node) {
+            let before = self.assumed.len();
+            self.reconcile(node);
+            if self.assumed.len() != before {
+                self.recompute(node);
+            }
+        }
     }
 
     /// The device IDs a bound pod's allocation record names for `node`. A record for another
@@ -735,8 +768,12 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.gone += 1;
         }
+        let node = self.pods.get(key).map(|p| p.node.clone());
         let old = self.unbind(key);
         self.index_claims(key, old, None);
+        if let Some(node) = node {
+            self.settle(&node);
+        }
     }
 
     /// Removes the node-level charge of a pod; returns its node and claims (for
@@ -864,6 +901,12 @@ impl Cluster {
     /// Node names known to the index, sorted.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes().map(|n| n.name.as_str())
+    }
+
+    /// The node-level state of `node` (labels, allocatable, what its pods request), if the
+    /// node is indexed.
+    pub fn node_basics(&self, node: &str) -> Option<&NodeBasics> {
+        self.index.get(node).and_then(|&s| self.slots[s].as_ref())
     }
 
     /// The topology state of `node`.
