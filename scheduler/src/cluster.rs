@@ -880,16 +880,37 @@ impl Cluster {
         }
     }
 
+    /// Adds (`sign` 1) or removes (`sign` -1) a pod's request on its node, if indexed.
+    ///
+    /// Requests come from pods any scheduler bound, so they may be anything the API server
+    /// accepts: sums saturate (a node whose sum saturated is full for any pod). Removing a pod
+    /// from a saturated sum cannot know what was lost, so the node's pods are summed again
+    /// (`unbind` has already taken the pod out of `node_pods`): the sum is exact once it fits.
     fn charge(&mut self, node: &str, request: &ResList, sign: i64) {
         let Some(&slot) = self.index.get(node) else { return };
+        let mut resum = false;
         let Some(n) = self.slots[slot].as_mut() else {
             return;
         };
         for (id, v) in request.iter() {
             let cur = n.requested.get_or_zero(id);
-            n.requested.set(id, cur + sign * v);
+            if sign < 0 && (cur == i64::MAX || cur == i64::MIN) {
+                resum = true;
+            }
+            let next = if sign < 0 {
+                cur.saturating_sub(v)
+            } else {
+                cur.saturating_add(v)
+            };
+            n.requested.set(id, next);
         }
-        n.pod_count += sign;
+        n.pod_count = n.pod_count.saturating_add(sign);
+        if resum {
+            let (requested, _) = self.usage_of(node);
+            if let Some(n) = self.slots[slot].as_mut() {
+                n.requested = requested;
+            }
+        }
         self.touch(slot);
     }
 
