@@ -1281,15 +1281,21 @@ impl Cluster {
     pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
         let key = pod.key();
-        self.delete_pod(&key);
-        let mut taken = None;
-        if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
-            let mut w = WorkingZones::with_device_ids(topo);
-            if admission::predict(&self.res, topo, &mut w, pod).is_ok() {
-                let a = assumption_from(topo, &w, &node, now_ms);
-                take(topo, &a);
-                taken = Some(a);
+        // Predicted on the zones the decision saw, before an earlier placement under this
+        // name (a recreated pod's predecessor) is dropped: the assumption is then the
+        // decision, and the allocation record, rather than a new choice on freed zones.
+        let taken = match self.topologies.get(&node) {
+            Some(TopologyState::Valid(topo)) => {
+                let mut w = WorkingZones::with_device_ids(topo);
+                admission::predict(&self.res, topo, &mut w, pod)
+                    .ok()
+                    .map(|_| assumption_from(topo, &w, &node, now_ms))
             }
+            _ => None,
+        };
+        self.delete_pod(&key);
+        if let (Some(a), Some(TopologyState::Valid(topo))) = (&taken, self.topologies.get_mut(&node)) {
+            take(topo, a);
         }
         let mut bound = BoundPod::new(&self.res, pod, node.clone(), true);
         bound.assumed_only = true;

@@ -299,3 +299,18 @@ fn a_relist_keeps_the_assumptions_of_bindings_in_flight() {
     assert!(c.is_assumed("ns/b"));
     assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
 }
+
+/// A pod deleted and recreated under its name while its first placement is still assumed:
+/// the new pod is decided against zones that still hold the old placement, and its own
+/// placement must be assumed where it was decided (where its record says), not re-predicted
+/// after the old one is dropped.
+#[test]
+fn a_recreated_pod_is_assumed_where_it_was_decided() {
+    let (mut c, cfg) = setup();
+    let old = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
+    let mut new = old.clone();
+    new["metadata"]["uid"] = json!("uid-a-2");
+    assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+}
