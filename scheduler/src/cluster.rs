@@ -44,6 +44,9 @@ pub enum TopologyState {
 #[derive(Clone, Debug)]
 struct BoundPod {
     node: String,
+    /// The pod's UID: a pod deleted and recreated under its name is another pod, and what
+    /// happens to one (a late Binding failure) must not end the other's placement.
+    uid: Option<String>,
     request: ResList,
     /// Phase `Pending`: the kubelet may not have admitted it yet, so a node's NRT may or may
     /// not count it (the uncertain pods of [`Cluster::reconcile`]).
@@ -93,6 +96,7 @@ impl BoundPod {
         extended.dedup();
         BoundPod {
             node,
+            uid: spec.uid.clone(),
             request: spec.effective_request(),
             starting,
             guaranteed_exclusive,
@@ -115,6 +119,8 @@ impl BoundPod {
 pub struct Assumption {
     /// Node the pod was placed on.
     pub node: String,
+    /// UID of the pod placed (the key is its name, which a recreated pod shares).
+    pub uid: Option<String>,
     /// Caller's clock (milliseconds) when the placement was assumed.
     pub since_ms: u64,
     /// Amounts taken, per zone id.
@@ -641,7 +647,16 @@ impl Cluster {
 
     /// Undoes a placement whose binding failed: the assumption goes, and the node-level
     /// charge too unless the pod watch has since shown the pod bound (by someone else).
-    pub fn forget(&mut self, key: &str) {
+    ///
+    /// `uid` is the UID the Binding was pinned to. A placement under the same name for
+    /// another UID belongs to a pod recreated meanwhile, placed after this one: it stays.
+    pub fn forget(&mut self, key: &str, uid: Option<&str>) {
+        let other = |u: &Option<String>| uid.is_some() && u.is_some() && u.as_deref() != uid;
+        if self.assumed.get(key).is_some_and(|a| other(&a.uid))
+            || self.pods.get(key).is_some_and(|p| other(&p.uid))
+        {
+            return;
+        }
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
@@ -694,11 +709,13 @@ impl Cluster {
             .and_then(|s| s.phase.as_deref())
             .is_none_or(|p| p == "Pending");
         let node = spec.node_name.clone().filter(|_| !spec.terminal);
-        // An assumption ends when its pod finishes or is bound elsewhere.
+        // An assumption ends when its pod finishes or is bound elsewhere, or when the pod of
+        // that name is another one (recreated, and bound by someone else).
+        let other_pod = |a: &Assumption| a.uid.is_some() && spec.uid.is_some() && a.uid != spec.uid;
         if self
             .assumed
             .get(&key)
-            .is_some_and(|a| Some(&a.node) != node.as_ref())
+            .is_some_and(|a| Some(&a.node) != node.as_ref() || other_pod(a))
             && self.release(&key)
         {
             self.assumption_stats.gone += 1;
@@ -872,10 +889,11 @@ impl Cluster {
         }
     }
 
-    /// The API server accepted the Binding of `key` at `now_ms`: from now on a relist that
-    /// does not show the pod means it is gone ([`Self::reset_pods`]).
-    pub fn binding_succeeded(&mut self, key: &str, now_ms: u64) {
-        if let Some(p) = self.pods.get_mut(key).filter(|p| p.assumed_only) {
+    /// The API server accepted the Binding of `key` (pinned to `uid`) at `now_ms`: from now
+    /// on a relist that does not show the pod means it is gone ([`Self::reset_pods`]).
+    pub fn binding_succeeded(&mut self, key: &str, uid: Option<&str>, now_ms: u64) {
+        let same = |p: &BoundPod| uid.is_none() || p.uid.is_none() || p.uid.as_deref() == uid;
+        if let Some(p) = self.pods.get_mut(key).filter(|p| p.assumed_only && same(p)) {
             p.bound_at_ms = Some(now_ms);
         }
     }
@@ -1289,7 +1307,7 @@ impl Cluster {
                 let mut w = WorkingZones::with_device_ids(topo);
                 admission::predict(&self.res, topo, &mut w, pod)
                     .ok()
-                    .map(|_| assumption_from(topo, &w, &node, now_ms))
+                    .map(|_| assumption_from(topo, &w, &node, pod.uid.as_deref(), now_ms))
             }
             _ => None,
         };
@@ -1329,7 +1347,7 @@ impl Cluster {
         if admission::predict(&self.res, topo, &mut w, pod).is_err() {
             return;
         }
-        let a = assumption_from(topo, &w, &node, now_ms);
+        let a = assumption_from(topo, &w, &node, pod.uid.as_deref(), now_ms);
         take(topo, &a);
         self.assumed.insert(key, a);
         self.reconcile(&node);
@@ -1443,7 +1461,13 @@ impl Cluster {
 }
 
 /// What a prediction consumed: the difference between the topology's zones and `w`.
-fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u64) -> Assumption {
+fn assumption_from(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    node: &str,
+    uid: Option<&str>,
+    now_ms: u64,
+) -> Assumption {
     let mut taken = Vec::new();
     let mut devices = Vec::new();
     for (i, z) in topo.zones.iter().enumerate() {
@@ -1475,6 +1499,7 @@ fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u6
     }
     Assumption {
         node: node.to_owned(),
+        uid: uid.map(str::to_owned),
         since_ms: now_ms,
         taken,
         devices,

@@ -187,7 +187,7 @@ fn expiry_failed_binding_and_deletion_release_the_zones() {
     assert_eq!(c.expire_assumptions(31_000, 30_000), ["ns/a"]);
     assert_eq!(c.assumption_stats.expired, 1);
     assert_eq!(zones(&c)[0], (8, ids(&["g0", "g1"])));
-    c.forget("ns/b");
+    c.forget("ns/b", Some("uid-b"));
     assert_eq!(c.assumption_stats.forgotten, 1);
     assert_eq!(zones(&c)[1], (8, ids(&["g2", "g3"])));
     // Node-level accounting is undone too: a pod needing the whole node fits again.
@@ -288,7 +288,7 @@ fn a_relist_keeps_the_assumptions_of_bindings_in_flight() {
     assert!(c.is_assumed("ns/a"), "the Binding of a is in flight");
     assert_eq!(zones(&c), [(0, vec![]), (8, ids(&["g2", "g3"]))]);
     // Accepted after the list began: still not reflected, still held.
-    c.binding_succeeded("ns/a", 20);
+    c.binding_succeeded("ns/a", Some("uid-a"), 20);
     c.reset_pods(&[], 15);
     assert!(c.is_assumed("ns/a"), "accepted after the list began");
     let b = pod_json("b", "8", "2");
@@ -313,4 +313,29 @@ fn a_recreated_pod_is_assumed_where_it_was_decided() {
     new["metadata"]["uid"] = json!("uid-a-2");
     assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
     assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+}
+
+/// A pod deleted and recreated under its name while its Binding was in flight: the new pod
+/// is placed, then the stale Binding fails (UID precondition). That failure ends the old
+/// pod's placement only; the new pod's zones stay taken.
+#[test]
+fn a_late_failure_of_a_stale_binding_keeps_the_new_pods_placement() {
+    let (mut c, cfg) = setup();
+    let old = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
+    let mut new = old.clone();
+    new["metadata"]["uid"] = json!("uid-a-2");
+    assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    c.forget("ns/a", Some("uid-a"));
+    assert!(c.is_assumed("ns/a"), "the new pod's placement stays");
+    assert_eq!(c.assumption_stats.forgotten, 0);
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+    let b = pod_json("b", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &b, 2), ids(&["g0", "g1"]));
+    let late = spec(&mut c, &pod_json("c", "8", "2"));
+    assert!(c.decide(&cfg, &late).node.is_none(), "both zones are taken");
+    // The new pod's own failure ends it.
+    c.forget("ns/a", Some("uid-a-2"));
+    assert!(!c.is_assumed("ns/a"));
+    assert_eq!(zones(&c)[1], (8, ids(&["g2", "g3"])));
 }

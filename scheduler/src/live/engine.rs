@@ -752,11 +752,15 @@ impl Engine {
         self.in_flight = self.in_flight.saturating_sub(1);
         match result {
             Ok(()) => {
-                self.cluster.binding_succeeded(&key, self.now_ms());
+                self.cluster
+                    .binding_succeeded(&key, uid.as_deref(), self.now_ms());
                 self.metrics.attempt("scheduled", &profile);
                 self.metrics.e2e_latency.observe(enqueued.elapsed().as_secs_f64());
-                self.queue.done(&key);
-                self.pending.remove(&key);
+                // A pod recreated under this name meanwhile is another pod, still to place.
+                if self.pending.get(&key).is_none_or(|p| p.pod.metadata.uid == uid) {
+                    self.queue.done(&key);
+                    self.pending.remove(&key);
+                }
                 self.writer.event(
                     &profile,
                     &pod,
@@ -770,7 +774,7 @@ impl Engine {
                 Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", &profile);
                 tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
-                self.cluster.forget(&key);
+                self.cluster.forget(&key, uid.as_deref());
                 let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
                 match e {
                     // Bound by someone else: the pod watch shows where. A 404 is left to the
