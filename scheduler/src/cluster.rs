@@ -1330,28 +1330,59 @@ impl Cluster {
         self.index_claims(&key, None, new);
     }
 
-    /// After a restart: re-assumes a bound pod that carries our allocation record and that its
-    /// node may not have admitted yet (phase `Pending`), unless the node's NRT already shows
-    /// it. Call once the pods, nodes and NRTs are synced.
-    pub fn restore_assumption(&mut self, pod: &PodSpec, now_ms: u64) {
+    /// Re-assumes the placement of a bound pod that carries our allocation record, unless the
+    /// node's NRT already shows the pod: after a restart or a leader change (the placements a
+    /// previous process made and the NRTs do not show yet), or when the pod watch shows a
+    /// pod bound by someone else with a record (another replica, or a Binding of ours that
+    /// landed although it was reported failed). Running pods too: the kubelet may have
+    /// admitted the pod long before the exporter publishes. Call once the pods, nodes and
+    /// NRTs are synced.
+    ///
+    /// The placement is predicted inside the NUMA nodes the record names, and takes the
+    /// device IDs it names: what the kubelet was told, not a new choice. Whether the NRT shows
+    /// the pod is decided by its fingerprint ([`Self::reconcile`]); without one, the
+    /// placement is held until it expires (counted twice meanwhile, never not at all).
+    pub fn restore_assumption(&mut self, pod: &PodSpec, record: Option<&Allocation>, now_ms: u64) {
         let Some(node) = pod.node_name.clone() else { return };
         let key = pod.key();
-        if pod.terminal || self.assumed.contains_key(&key) || !self.pods.get(&key).is_some_and(|p| p.starting)
-        {
+        let known_here = self
+            .pods
+            .get(&key)
+            .is_some_and(|p| p.node == node && (p.uid.is_none() || p.uid == pod.uid));
+        if pod.terminal || self.assumed.contains_key(&key) || !known_here {
             return;
         }
-        let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) else {
+        if record.is_some_and(|r| r.node != node) {
+            return;
+        }
+        let Some(TopologyState::Valid(topo)) = self.topologies.get(&node) else {
             return;
         };
-        let mut w = WorkingZones::with_device_ids(topo);
-        if admission::predict(&self.res, topo, &mut w, pod).is_err() {
+        let confined = record.and_then(recorded_zones).map(|zones| confine(topo, &zones));
+        let basis = confined.as_ref().unwrap_or(topo);
+        let mut w = WorkingZones::with_device_ids(basis);
+        if admission::predict(&self.res, basis, &mut w, pod).is_err() {
             return;
         }
-        let a = assumption_from(topo, &w, &node, pod.uid.as_deref(), now_ms);
-        take(topo, &a);
-        self.assumed.insert(key, a);
+        let mut a = assumption_from(basis, &w, &node, pod.uid.as_deref(), now_ms);
+        if let Some(r) = record {
+            use_recorded_devices(&mut self.res, topo, r, &mut a);
+        }
+        if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
+            take(topo, &a);
+        }
+        self.assumed.insert(key.clone(), a);
         self.reconcile(&node);
+        if !self.assumed.contains_key(&key) {
+            // The NRT shows the pod: there was nothing to restore, so nothing was confirmed.
+            self.assumption_stats.confirmed = self.assumption_stats.confirmed.saturating_sub(1);
+        }
         self.recompute(&node);
+    }
+
+    /// The node the pod `key` is known bound (or being bound) to.
+    pub fn pod_node(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).map(|p| p.node.as_str())
     }
 
     /// The decision for `pod` on `node`, chosen by someone else (kube-scheduler, in extender
@@ -1504,6 +1535,58 @@ fn assumption_from(
         taken,
         devices,
     }
+}
+
+/// The NUMA nodes a record places the pod on (all containers, and the pod scope's), if
+/// every container has an affinity; `None` when any may use every node.
+fn recorded_zones(record: &Allocation) -> Option<BTreeSet<u32>> {
+    let mut zones: BTreeSet<u32> = record.pod_numa_nodes.iter().flatten().copied().collect();
+    for c in &record.containers {
+        zones.extend(c.numa_nodes.as_ref()?.iter().copied());
+    }
+    (!zones.is_empty()).then_some(zones)
+}
+
+/// `topo` with every zone outside `keep` emptied, so a prediction on it can only use `keep`.
+fn confine(topo: &NumaTopology, keep: &BTreeSet<u32>) -> NumaTopology {
+    let mut t = topo.clone();
+    for z in t.zones.iter_mut().filter(|z| !keep.contains(&z.id)) {
+        let listed: Vec<ResId> = z.available.iter().map(|(id, _)| id).collect();
+        for id in listed {
+            z.available.set(id, 0);
+        }
+        z.free_devices.values_mut().for_each(Vec::clear);
+        if let Some(cores) = z.free_cores.as_mut() {
+            *cores = 0;
+        }
+    }
+    t
+}
+
+/// Replaces the device IDs an assumption takes by those `record` names, for each resource
+/// the record names IDs of: the kubelet's allocator was told those. IDs no zone of `topo`
+/// lists as free (the NRT shows them taken already) are not taken again.
+fn use_recorded_devices(res: &mut Resources, topo: &NumaTopology, record: &Allocation, a: &mut Assumption) {
+    let mut by_zone: BTreeMap<(u32, ResId), Vec<String>> = BTreeMap::new();
+    let mut named: BTreeSet<ResId> = BTreeSet::new();
+    for c in &record.containers {
+        for (name, ids) in &c.devices {
+            let rid = res.intern(name);
+            named.insert(rid);
+            for id in ids {
+                let zone = topo
+                    .zones
+                    .iter()
+                    .find(|z| z.free_devices.get(&rid).is_some_and(|f| f.contains(id)));
+                if let Some(z) = zone {
+                    by_zone.entry((z.id, rid)).or_default().push(id.clone());
+                }
+            }
+        }
+    }
+    a.devices.retain(|(_, rid, _)| !named.contains(rid));
+    a.devices
+        .extend(by_zone.into_iter().map(|((zone, rid), ids)| (zone, rid, ids)));
 }
 
 /// Takes an assumption's amounts and device IDs from a topology's zones (clamped at zero: a

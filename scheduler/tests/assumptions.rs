@@ -225,7 +225,7 @@ fn restart_restores_unreflected_placements_only() {
         .unwrap();
     for v in [&a, &b] {
         let p = PodSpec::from_pod(&mut c.res, &bound(v, "x")).unwrap();
-        c.restore_assumption(&p, 0);
+        c.restore_assumption(&p, None, 0);
     }
     assert!(
         !c.is_assumed("ns/a"),
@@ -338,4 +338,50 @@ fn a_late_failure_of_a_stale_binding_keeps_the_new_pods_placement() {
     c.forget("ns/a", Some("uid-a-2"));
     assert!(!c.is_assumed("ns/a"));
     assert_eq!(zones(&c)[1], (8, ids(&["g2", "g3"])));
+}
+
+/// After a restart, a Running pod the NRT does not show yet (the exporter lags) still holds
+/// its zone and devices: the placement is rebuilt from its record, in the zone and with the
+/// device IDs the record names, not wherever a new prediction would put it.
+#[test]
+fn restart_restores_running_pods_from_their_records() {
+    let (mut c, cfg) = setup();
+    let a = pod_json("a", "2", "1");
+    // Recorded on zone 1 with g3 (a prediction on free zones would choose zone 0 and g0).
+    let record = numaplane::allocation::Allocation {
+        version: "v1".into(),
+        node: NODE.into(),
+        policy: "single-numa-node".into(),
+        scope: "container".into(),
+        pod_numa_nodes: None,
+        containers: vec![numaplane::allocation::ContainerAllocation {
+            name: "c".into(),
+            kind: numaplane::allocation::ContainerKind::App,
+            numa_nodes: Some(vec![1]),
+            devices: [("example.com/gpu".to_owned(), ids(&["g3"]))].into(),
+            device_counts: Default::default(),
+        }],
+        nrt_fingerprint: None,
+    };
+    let mut v = a.clone();
+    v["metadata"]["annotations"] = json!({"numaplane.io/allocation": record.to_annotation().unwrap()});
+    c.apply_pod(&bound(&v, "Running")).unwrap();
+    let p = PodSpec::from_pod(&mut c.res, &bound(&v, "Running")).unwrap();
+    c.restore_assumption(&p, Some(&record), 0);
+    assert!(c.is_assumed("ns/a"), "Running, and the NRT does not show it");
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (6, ids(&["g2"]))]);
+    // Restoring twice changes nothing; new pods go around it.
+    c.restore_assumption(&p, Some(&record), 1);
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (6, ids(&["g2"]))]);
+    assert_eq!(
+        place(&mut c, &cfg, &pod_json("b", "8", "2"), 2),
+        ids(&["g0", "g1"])
+    );
+    let late = spec(&mut c, &pod_json("c", "8", "1"));
+    assert!(c.decide(&cfg, &late).node.is_none(), "zone 1 holds a");
+    // Once the NRT shows a, the record is what the NRT says: confirmed, counted once.
+    c.apply_nrt(&nrt([8, 6], [&["g0", "g1"], &["g2"]], &["ns/a"]))
+        .unwrap();
+    assert!(!c.is_assumed("ns/a"));
+    assert_eq!(zones(&c)[1], (6, ids(&["g2"])));
 }

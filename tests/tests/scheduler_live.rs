@@ -556,14 +556,33 @@ async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_killed_mid_run_restarts_without_double_booking() {
     let env = Env::new(4).await;
-    env.create_pods("gpu", 20, 2, 1).await;
+    env.create_pods("gpu", 8, 2, 1).await;
     let mut first = env.start(&[]).await;
-    env.wait_bound(5, &first).await;
+    env.wait_bound(8, &first).await;
     first.kill();
-    // The NRTs never show the bound pods (no exporter here): only the records on the pods
-    // tell the new process what the zones hold.
+    // The kubelets started the bound pods, but the NRTs never show them (no exporter here):
+    // only the records on the pods tell the new process what the zones and GPUs hold,
+    // Running or not.
+    for p in env.bound().await {
+        env.target
+            .set_pod_phase(&env.ns, p.metadata.name.as_deref().unwrap(), "Running")
+            .await
+            .unwrap();
+    }
+    // More pods than the nodes have room for are waiting when the new process starts.
+    env.create_pods("more", 12, 2, 1).await;
     let second = env.start(&[]).await;
-    let bound = env.wait_bound(16, &second).await;
+    env.wait_bound(16, &second).await;
+    second
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 4.0,
+        )
+        .await
+        .unwrap();
+    let bound = env.bound().await;
     assert_eq!(bound.len(), 16);
     assert_not_oversubscribed(&bound);
     env.cleanup().await;

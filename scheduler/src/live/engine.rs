@@ -4,7 +4,7 @@
 //! tasks (at most `bind_concurrency`), and their results come back as inputs.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -24,7 +24,7 @@ use super::{
     metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{
-    allocation::ANNOTATION,
+    allocation::{ANNOTATION, Allocation},
     cluster::{AssumptionStats, Cluster, Config, TopologyState},
     pod::PodSpec,
     queue::{SchedulingQueue, State},
@@ -116,9 +116,10 @@ pub struct Engine {
     cluster: Cluster,
     queue: SchedulingQueue,
     pending: HashMap<String, Pending>,
-    /// Bound, non-terminal pods of ours that carry the record and are still `Pending`:
-    /// restored as assumptions when this replica starts leading.
-    recorded: HashMap<String, PodSpec>,
+    /// Bound, non-terminal pods that carry an allocation record for their node, Running or
+    /// not: restored as assumptions when this replica starts leading (in name order, so the
+    /// outcome does not depend on hashing).
+    recorded: BTreeMap<String, (PodSpec, Allocation)>,
     init: HashMap<Stream, InitBuffer>,
     /// When each stream's current (re)list began, on [`Self::now_ms`]'s clock.
     list_started: HashMap<Stream, u64>,
@@ -196,7 +197,7 @@ impl Engine {
             model,
             cluster,
             pending: HashMap::new(),
-            recorded: HashMap::new(),
+            recorded: BTreeMap::new(),
             init: HashMap::new(),
             list_started: HashMap::new(),
             extender_pods: HashMap::new(),
@@ -410,10 +411,10 @@ impl Engine {
         }
         let now = self.now_ms();
         let mut restored = 0;
-        for spec in self.recorded.values() {
-            if !self.cluster.is_assumed(&spec.key()) {
-                self.cluster.restore_assumption(spec, now);
-                restored += usize::from(self.cluster.is_assumed(&spec.key()));
+        for (key, (spec, record)) in &self.recorded {
+            if !self.cluster.is_assumed(key) {
+                self.cluster.restore_assumption(spec, Some(record), now);
+                restored += usize::from(self.cluster.is_assumed(key));
             }
         }
         tracing::info!(restored, "placements restored from allocation records");
@@ -577,8 +578,21 @@ impl Engine {
         }
     }
 
+    /// Whether the index knows `pod` bound to the node it names.
+    fn known_bound(&self, pod: &Pod) -> bool {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        node.is_some() && self.cluster.pod_node(&key_of(pod)) == node
+    }
+
     fn apply_bound(&mut self, pod: &Pod) {
+        let known_here = self.known_bound(pod);
+        self.apply_bound_known(pod, known_here);
+    }
+
+    /// [`Self::apply_bound`], told whether the index knew the pod bound there before.
+    fn apply_bound_known(&mut self, pod: &Pod, known_here: bool) {
         let key = key_of(pod);
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         if let Err(e) = self.cluster.apply_pod(pod) {
             tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
         }
@@ -586,33 +600,34 @@ impl Engine {
         if self.pending.contains_key(&key) {
             self.drop_pending(&key);
         }
-        let ours = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.as_deref())
-            .is_some_and(|n| self.cfg.scheduler_names.iter().any(|s| s == n));
-        let recorded = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ANNOTATION));
-        let starting = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p == "Pending");
-        if ours && recorded && starting {
-            if let Ok(spec) = PodSpec::from_pod(&mut self.cluster.res, pod) {
-                self.recorded.insert(key, spec);
-            }
-        } else {
-            self.recorded.remove(&key);
-        }
         let finished = pod
             .status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        // Whoever bound it, a record for its node says which zones and devices it holds.
+        let record = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .and_then(|v| Allocation::parse(v).ok())
+            .filter(|r| Some(r.node.as_str()) == node && !finished);
+        match record.map(|r| (PodSpec::from_pod(&mut self.cluster.res, pod), r)) {
+            Some((Ok(spec), record)) => {
+                // Bound by someone else while we lead (another replica, or a Binding of ours
+                // reported failed that landed): its zones are taken from now on, unless the
+                // NRT shows it already. Those known before are restored when leading starts.
+                if !known_here && self.ready_to_schedule() {
+                    self.cluster
+                        .restore_assumption(&spec, Some(&record), self.now_ms());
+                }
+                self.recorded.insert(key, (spec, record));
+            }
+            _ => {
+                self.recorded.remove(&key);
+            }
+        }
         if finished {
             self.queue.cluster_changed(Instant::now());
         }
@@ -941,9 +956,10 @@ impl Apply for Pod {
             Stream::Pending(i) => e.reset_pending(i, all),
             _ => {
                 let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
+                let known: Vec<bool> = all.iter().map(|p| e.known_bound(p)).collect();
                 e.cluster.reset_pods(&all, listed_from);
-                for p in &all {
-                    e.apply_bound(p);
+                for (p, known_here) in all.iter().zip(known) {
+                    e.apply_bound_known(p, known_here);
                 }
             }
         }
