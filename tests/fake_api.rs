@@ -35,7 +35,10 @@
 //!   by `name`, owner references by `uid`, …; `$patch: delete` items) and
 //!   `application/json-patch+json` (RFC 6902).
 //! - `POST pods/NAME/binding`: 201 `Status`, the Binding's annotations copied onto the pod with
-//!   `spec.nodeName` in one write, 409 when already bound or the Binding's UID is not the pod's.
+//!   `spec.nodeName` in one write; 409 `Conflict` with the real server's three bodies: the
+//!   Binding's UID is not the pod's (`details.kind: pods`, a storage precondition failure), the
+//!   pod is already assigned (`details.kind: pods/binding`), the pod has `spec.schedulingGates`
+//!   (`details.kind: pods/binding`).
 //! - Validation that numaplane meets: the NRT CRD's schema (quantities must match the quantity
 //!   pattern, 422 `Invalid`; unknown fields pruned) and `events.k8s.io/v1` Events
 //!   (`eventTime`, `reportingController`, `reportingInstance` required, 422).
@@ -52,7 +55,9 @@
 //!   `list_metadata`, `Api<PartialObjectMeta<K>>`) answer `PartialObjectMetadata(List)`.
 //! - Test hooks: request recording (with each client's bearer token, so processes given their
 //!   own kubeconfig by [`FakeApiServer::write_kubeconfig_as`] can be told apart), injected failures with proper `Status` bodies, event-history
-//!   compaction, forced watch disconnection and bookmarks.
+//!   compaction, forced watch disconnection and bookmarks, and store changes made just before a
+//!   matching request is answered ([`FakeApiServer::change_before_next`]: another client's write
+//!   racing the request, so the real answer to the race is given).
 //!
 //! # Known gaps vs a real API server
 //! - No authentication, authorization, admission webhooks or defaulting; schema validation only
@@ -508,6 +513,19 @@ impl FakeApiServer {
         });
     }
 
+    /// The next request whose method matches (case-insensitive, `*` for any) and whose path
+    /// starts with `path_prefix` is answered after `changes` are made to the store, each a write
+    /// with its watch events, as if another client had made them just before: a pod bound by
+    /// someone else, or deleted and recreated, while a Binding is in flight. The request then
+    /// gets the answer the real server gives to that race.
+    pub fn change_before_next(&self, method: &str, path_prefix: &str, changes: Vec<StoreChange>) {
+        self.shared().lock().changes.push(Change {
+            method: method.to_ascii_uppercase(),
+            path_prefix: path_prefix.to_owned(),
+            changes,
+        });
+    }
+
     /// First recorded request (already recorded or arriving before `timeout`) matching `pred`.
     pub async fn wait_for_request<F: Fn(&RecordedRequest) -> bool>(
         &self,
@@ -655,6 +673,34 @@ impl Shared {
         Some(status)
     }
 
+    /// Makes the store changes due before a request of `method` on `path`, if any.
+    fn change_before(&self, method: &str, path: &str) {
+        let due = {
+            let mut st = self.lock();
+            let idx = st
+                .changes
+                .iter()
+                .position(|c| (c.method == "*" || c.method == method) && path.starts_with(&c.path_prefix));
+            idx.map(|i| st.changes.remove(i).changes)
+        };
+        for change in due.into_iter().flatten() {
+            match change {
+                StoreChange::Put(obj) => {
+                    self.mutate(|st| st.put(obj));
+                }
+                StoreChange::Delete {
+                    api_version,
+                    kind,
+                    namespace,
+                    name,
+                } => {
+                    let key = ObjKey::new(&api_version, &kind, namespace.as_deref().unwrap_or(""), &name);
+                    self.mutate(|st| st.store_delete(&key));
+                }
+            }
+        }
+    }
+
     fn record(&self, req: RecordedRequest) {
         self.lock().requests.push(req);
         self.recorded.send_modify(|n| *n = n.wrapping_add(1));
@@ -666,6 +712,30 @@ struct Failure {
     path_prefix: String,
     status: u16,
     remaining: usize,
+}
+
+/// A write [`FakeApiServer::change_before_next`] makes.
+#[derive(Clone, Debug)]
+pub enum StoreChange {
+    /// Stores the object, as [`FakeApiServer::put`] (a new object gets a new UID).
+    Put(Value),
+    /// Deletes the object, as [`FakeApiServer::delete`].
+    Delete {
+        /// `apiVersion`.
+        api_version: String,
+        /// `kind`.
+        kind: String,
+        /// Namespace, for namespaced kinds.
+        namespace: Option<String>,
+        /// Name.
+        name: String,
+    },
+}
+
+struct Change {
+    method: String,
+    path_prefix: String,
+    changes: Vec<StoreChange>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -722,6 +792,7 @@ struct State {
     history_capacity: usize,
     requests: Vec<RecordedRequest>,
     failures: Vec<Failure>,
+    changes: Vec<Change>,
     /// Bumped to end open watches.
     watch_epoch: u64,
     /// Bumped to make open watches send a bookmark.
@@ -739,6 +810,7 @@ impl State {
             history_capacity: DEFAULT_HISTORY_CAPACITY,
             requests: Vec::new(),
             failures: Vec::new(),
+            changes: Vec::new(),
             watch_epoch: 0,
             bookmark_gen: 0,
         }
@@ -967,6 +1039,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         content_type: header("content-type"),
         accept: header("accept"),
     };
+    shared.change_before(parts.method.as_str(), &path);
     let reply = match shared.take_failure(parts.method.as_str(), &path) {
         Some(code) => Reply::from(ApiError::new(
             code,
@@ -1710,8 +1783,10 @@ impl State {
     }
 
     /// `POST pods/NAME/binding`, as the real server: 201 with a Status; `spec.nodeName` and the
-    /// Binding's annotations land on the pod in one write; 409 when the pod is bound already or
-    /// the Binding's `metadata.uid` is not the pod's; the target node is not checked.
+    /// Binding's annotations land on the pod in one write; 409 `Conflict` when the Binding's
+    /// `metadata.uid` is not the pod's (checked first: a storage precondition, `details.kind`
+    /// `pods`), when the pod is bound already, or when it has scheduling gates (both
+    /// `details.kind` `pods/binding`); the target node is not checked.
     fn bind(&mut self, t: &Target, name: &str, binding: &Value) -> Result<Reply, ApiError> {
         let (key, old) = self.existing(t, name)?;
         let node = str_at(binding, &["target", "name"]).to_owned();
@@ -1721,20 +1796,38 @@ impl State {
         let want_uid = str_at(binding, &["metadata", "uid"]);
         let have_uid = str_at(&old, &["metadata", "uid"]);
         if !want_uid.is_empty() && want_uid != have_uid {
+            let ns = str_at(&old, &["metadata", "namespace"]);
             return Err(ApiError::new(
                 409,
                 format!(
-                    "Operation cannot be fulfilled on pods/binding \"{name}\": Precondition failed: \
-                     UID in precondition: {want_uid}, UID in object meta: {have_uid}"
+                    "Operation cannot be fulfilled on pods \"{name}\": StorageError: invalid object, \
+                     Code: 4, Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, AdditionalErrorMsg: \
+                     Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}"
                 ),
-            ));
+            )
+            .with_details(json!({"name": name, "kind": "pods"})));
         }
+        let conflict = |why: String| {
+            ApiError::new(
+                409,
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}"),
+            )
+            .with_details(json!({"name": name, "kind": "pods/binding"}))
+        };
         let bound = str_at(&old, &["spec", "nodeName"]);
         if !bound.is_empty() {
-            return Err(ApiError::new(
-                409,
-                format!("pod {name} is already assigned to node \"{bound}\""),
-            ));
+            return Err(conflict(format!(
+                "pod {name} is already assigned to node \"{bound}\""
+            )));
+        }
+        let gated = old
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            return Err(conflict(format!(
+                "pod {name} has non-empty .spec.schedulingGates"
+            )));
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = Value::String(node);
