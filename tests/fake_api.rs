@@ -519,10 +519,23 @@ impl FakeApiServer {
     /// someone else, or deleted and recreated, while a Binding is in flight. The request then
     /// gets the answer the real server gives to that race.
     pub fn change_before_next(&self, method: &str, path_prefix: &str, changes: Vec<StoreChange>) {
+        self.change_then_answer_after(method, path_prefix, changes, Duration::ZERO);
+    }
+
+    /// [`Self::change_before_next`], and the request is answered `delay` after the changes:
+    /// the clients' watches see the changes well before the request's answer arrives.
+    pub fn change_then_answer_after(
+        &self,
+        method: &str,
+        path_prefix: &str,
+        changes: Vec<StoreChange>,
+        delay: Duration,
+    ) {
         self.shared().lock().changes.push(Change {
             method: method.to_ascii_uppercase(),
             path_prefix: path_prefix.to_owned(),
             changes,
+            delay,
         });
     }
 
@@ -673,17 +686,21 @@ impl Shared {
         Some(status)
     }
 
-    /// Makes the store changes due before a request of `method` on `path`, if any.
-    fn change_before(&self, method: &str, path: &str) {
+    /// Makes the store changes due before a request of `method` on `path`, if any; returns
+    /// how long to wait before answering.
+    fn change_before(&self, method: &str, path: &str) -> Duration {
         let due = {
             let mut st = self.lock();
             let idx = st
                 .changes
                 .iter()
                 .position(|c| (c.method == "*" || c.method == method) && path.starts_with(&c.path_prefix));
-            idx.map(|i| st.changes.remove(i).changes)
+            idx.map(|i| st.changes.remove(i))
         };
-        for change in due.into_iter().flatten() {
+        let Some(due) = due else {
+            return Duration::ZERO;
+        };
+        for change in due.changes {
             match change {
                 StoreChange::Put(obj) => {
                     self.mutate(|st| st.put(obj));
@@ -699,6 +716,7 @@ impl Shared {
                 }
             }
         }
+        due.delay
     }
 
     fn record(&self, req: RecordedRequest) {
@@ -736,6 +754,7 @@ struct Change {
     method: String,
     path_prefix: String,
     changes: Vec<StoreChange>,
+    delay: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1039,7 +1058,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         content_type: header("content-type"),
         accept: header("accept"),
     };
-    shared.change_before(parts.method.as_str(), &path);
+    let delay = shared.change_before(parts.method.as_str(), &path);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let reply = match shared.take_failure(parts.method.as_str(), &path) {
         Some(code) => Reply::from(ApiError::new(
             code,

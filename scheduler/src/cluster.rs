@@ -1380,6 +1380,11 @@ impl Cluster {
         self.recompute(&node);
     }
 
+    /// Whether the pod watch has shown the pod `key` bound (not only our placement of it).
+    pub fn seen_bound(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|p| !p.assumed_only)
+    }
+
     /// The node the pod `key` is known bound (or being bound) to.
     pub fn pod_node(&self, key: &str) -> Option<&str> {
         self.pods.get(key).map(|p| p.node.as_str())

@@ -121,6 +121,10 @@ pub struct Engine {
     /// outcome does not depend on hashing).
     recorded: BTreeMap<String, (PodSpec, Allocation)>,
     init: HashMap<Stream, InitBuffer>,
+    /// Pods whose Binding was refused as "already assigned" before the pod watch showed where
+    /// they went, with the UID our Binding was pinned to: our placement stands in for theirs
+    /// until the watch shows the pod.
+    superseded: HashMap<String, Option<String>>,
     /// When each stream's current (re)list began, on [`Self::now_ms`]'s clock.
     list_started: HashMap<Stream, u64>,
     /// Extender mode: pods of recent `filter` calls, by key, for the `bind` that follows.
@@ -199,6 +203,7 @@ impl Engine {
             pending: HashMap::new(),
             recorded: BTreeMap::new(),
             init: HashMap::new(),
+            superseded: HashMap::new(),
             list_started: HashMap::new(),
             extender_pods: HashMap::new(),
             synced: BTreeSet::new(),
@@ -487,7 +492,14 @@ impl Engine {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        if bound || finished || deleting {
+        // A pod with scheduling gates cannot be bound (409): as kube-scheduler, it is not
+        // decided until an update removes the gates, which brings it back here.
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if bound || finished || deleting || gated {
             self.drop_pending(&key);
             return;
         }
@@ -578,6 +590,35 @@ impl Engine {
         }
     }
 
+    /// Ends our placement of `key` after its Binding (pinned to `uid`) failed with `e`.
+    ///
+    /// "Already assigned" means the pod is bound, though maybe elsewhere and with another
+    /// record: once the pod watch has shown it, the placement its record names replaces ours;
+    /// until then ours stands in for it (the node's pod count and the zones stay taken, never
+    /// free while the pod runs somewhere), and the watch's event swaps them
+    /// ([`Self::apply_bound`]). Any other failure ends the placement at once.
+    pub(super) fn binding_refused(&mut self, key: &str, uid: Option<&str>, e: &BindError) {
+        if !matches!(e, BindError::AlreadyBound { .. }) {
+            self.cluster.forget(key, uid);
+        } else if self.cluster.seen_bound(key) {
+            self.cluster.forget(key, uid);
+            self.restore_recorded(key);
+        } else {
+            // A Binding exists now: a relist that began later and does not show the pod means
+            // it is gone.
+            self.cluster.binding_succeeded(key, uid, self.now_ms());
+            self.superseded.insert(key.to_owned(), uid.map(str::to_owned));
+        }
+    }
+
+    /// Rebuilds the placement the record of the bound pod `key` names, if the pod watch has
+    /// shown it bound with one (see [`Cluster::restore_assumption`]).
+    fn restore_recorded(&mut self, key: &str) {
+        if let Some((spec, record)) = self.recorded.get(key) {
+            self.cluster.restore_assumption(spec, Some(record), self.now_ms());
+        }
+    }
+
     /// Whether the index knows `pod` bound to the node it names.
     fn known_bound(&self, pod: &Pod) -> bool {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
@@ -585,6 +626,11 @@ impl Engine {
     }
 
     fn apply_bound(&mut self, pod: &Pod) {
+        if let Some(uid) = self.superseded.remove(&key_of(pod)) {
+            // Where the pod refused as "already assigned" really went: our stand-in goes, and
+            // the pod is new to the index (its record is restored below).
+            self.cluster.forget(&key_of(pod), uid.as_deref());
+        }
         let known_here = self.known_bound(pod);
         self.apply_bound_known(pod, known_here);
     }
@@ -635,6 +681,7 @@ impl Engine {
 
     fn delete_bound(&mut self, pod: &Pod) {
         let key = key_of(pod);
+        self.superseded.remove(&key);
         self.cluster.delete_pod(&key);
         self.recorded.remove(&key);
         self.queue.cluster_changed(Instant::now());
@@ -789,24 +836,26 @@ impl Engine {
                 Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", &profile);
                 tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
-                self.cluster.forget(&key, uid.as_deref());
+                self.binding_refused(&key, uid.as_deref(), &e);
                 let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
                 match e {
-                    // Bound by someone else: the pod watch shows where. A 404 is left to the
-                    // pending watch (it delivers the deletion), so no pod is lost on a
-                    // misrouted answer.
-                    BindError::AlreadyBound { .. } if same_pod => {
-                        self.drop_pending(&key);
-                    }
-                    _ if self.pending.contains_key(&key) => {
-                        if same_pod {
-                            self.queue.error(&key, Instant::now());
-                        }
-                        // A replacement pod is queued as new already.
-                    }
+                    // Only the pod the Binding was for: a replacement is queued as new already.
+                    _ if !same_pod => {}
+                    // Bound already, by someone else or by an earlier attempt of ours that was
+                    // reported failed: not ours to place any more.
+                    BindError::AlreadyBound { .. } => self.drop_pending(&key),
+                    // The pod of this name is another one (deleted and recreated): the decision
+                    // was for a pod that is gone, so the stale entry is not tried again. The new
+                    // pod is placed as a new pod when the pending watch delivers it.
+                    BindError::Replaced { .. } => self.drop_pending(&key),
+                    // Anything else (a 404 included: the pending watch delivers a deletion, so
+                    // no pod is lost on a misrouted answer): retry after the backoff.
                     _ => {
-                        self.queue.remove(&key);
+                        self.queue.error(&key, Instant::now());
                     }
+                }
+                if !self.pending.contains_key(&key) {
+                    self.queue.remove(&key);
                 }
             }
         }
@@ -956,6 +1005,11 @@ impl Apply for Pod {
             Stream::Pending(i) => e.reset_pending(i, all),
             _ => {
                 let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
+                for p in &all {
+                    if let Some(uid) = e.superseded.remove(&key_of(p)) {
+                        e.cluster.forget(&key_of(p), uid.as_deref());
+                    }
+                }
                 let known: Vec<bool> = all.iter().map(|p| e.known_bound(p)).collect();
                 e.cluster.reset_pods(&all, listed_from);
                 for (p, known_here) in all.iter().zip(known) {

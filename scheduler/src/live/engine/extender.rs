@@ -282,7 +282,7 @@ impl Engine {
                 super::super::metrics::Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", PROFILE);
                 tracing::warn!(pod = %key, node = %node, error = %numaplane::error_chain(&e), "extender binding failed; placement dropped");
-                self.cluster.forget(&key, uid.as_deref());
+                self.binding_refused(&key, uid.as_deref(), &e);
                 Err(numaplane::error_chain(&e))
             }
         };
