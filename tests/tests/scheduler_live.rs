@@ -829,6 +829,77 @@ async fn gated_pods_wait_for_their_gates_to_be_removed() {
     env.cleanup().await;
 }
 
+/// A pod that fits nowhere waits out its backoff: its own `PodScheduled` condition (and the
+/// `FailedScheduling` event) coming back as a pod update is not a change that may let it fit,
+/// so it does not make the pod active again (as kube-scheduler's queueing hints skip it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
+    let env = Env::new(1).await;
+    // 5 CPUs: more than a zone holds under single-numa-node.
+    env.create_pods("big", 1, 5, 0).await;
+    let sched = env
+        .start(&["--pod-initial-backoff", "4s", "--pod-max-backoff", "60s"])
+        .await;
+    let attempts = || {
+        metric_value(
+            &sched.metrics().unwrap_or_default(),
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+        )
+        .unwrap_or(0.0)
+    };
+    sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    let first = Instant::now();
+    // The condition the scheduler wrote is on the pod (so its update has been watched).
+    loop {
+        let pods = env.pods().await;
+        let written = pods[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            });
+        if written {
+            break;
+        }
+        assert!(
+            first.elapsed() < WAIT,
+            "no PodScheduled condition\n{}",
+            sched.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Well inside the 4 s backoff, the pod was tried once.
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(first.elapsed())).await;
+    assert_eq!(attempts(), 1.0, "retried before its backoff\n{}", sched.stderr());
+    // After the backoff it is tried again.
+    sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 2.0,
+        )
+        .await
+        .unwrap();
+    assert!(
+        first.elapsed() >= Duration::from_millis(3500),
+        "{:?}",
+        first.elapsed()
+    );
+    env.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_configuration_exits_64_with_one_line() {
     for args in [

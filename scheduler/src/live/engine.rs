@@ -161,6 +161,22 @@ fn key_of(pod: &Pod) -> String {
     )
 }
 
+/// Whether `new` differs from `old` in what scheduling reads: anything but what
+/// kube-scheduler's `isPodUpdated` strips (status, where our own `PodScheduled` condition
+/// lands, resourceVersion, generation, managedFields, finalizers).
+fn changed_for_scheduling(old: &Pod, new: &Pod) -> bool {
+    let strip = |p: &Pod| {
+        let mut p = p.clone();
+        p.status = None;
+        p.metadata.resource_version = None;
+        p.metadata.generation = None;
+        p.metadata.managed_fields = None;
+        p.metadata.finalizers = None;
+        p
+    };
+    strip(old) != strip(new)
+}
+
 fn epoch_ms(pod: &Pod) -> i64 {
     pod.metadata
         .creation_timestamp
@@ -546,6 +562,14 @@ impl Engine {
         } else {
             self.pending.get_mut(&key).and_then(|p| p.last_event.take())
         };
+        // Our own PodScheduled condition comes back as an update, as does the kubelet's or
+        // anyone's status write: nothing that may let the pod fit, so its place in the queue
+        // (a backoff included) stays.
+        let unchanged = !replaced
+            && self
+                .pending
+                .get(&key)
+                .is_some_and(|p| !changed_for_scheduling(&p.pod, &pod));
         let queued = spec.is_some();
         self.pending.insert(
             key.clone(),
@@ -556,10 +580,10 @@ impl Engine {
                 last_event,
             },
         );
-        if queued {
-            self.queue.upsert(&key, priority, created, Instant::now());
-        } else {
+        if !queued {
             self.queue.remove(&key);
+        } else if !unchanged || !self.queue.contains(&key) {
+            self.queue.upsert(&key, priority, created, Instant::now());
         }
     }
 
@@ -1017,5 +1041,36 @@ impl Apply for Pod {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("a pod")
+    }
+
+    #[test]
+    fn status_and_bookkeeping_updates_are_not_changes_for_scheduling() {
+        let base = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+            "spec": {"schedulerName": "numaplane-scheduler", "containers": [{"name": "c"}]},
+            "status": {"phase": "Pending"}
+        });
+        let old = pod(base.clone());
+        let mut own = base.clone();
+        own["metadata"]["resourceVersion"] = serde_json::json!("2");
+        own["metadata"]["managedFields"] = serde_json::json!([{"manager": "numaplane-scheduler"}]);
+        own["status"]["conditions"] = serde_json::json!([{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/1 nodes are available"}]);
+        assert!(!changed_for_scheduling(&old, &pod(own)));
+        let mut relabelled = base.clone();
+        relabelled["metadata"]["labels"] = serde_json::json!({"a": "b"});
+        assert!(changed_for_scheduling(&old, &pod(relabelled)));
+        let mut respecced = base;
+        respecced["spec"]["nodeSelector"] = serde_json::json!({"zone": "a"});
+        assert!(changed_for_scheduling(&old, &pod(respecced)));
     }
 }
