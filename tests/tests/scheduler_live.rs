@@ -900,6 +900,93 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
     env.cleanup().await;
 }
 
+/// A failed event and a failed status patch are counted each under its own name, not as a
+/// failed Binding (and not at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_event_and_status_writes_are_counted_as_what_they_are() {
+    let env = Env::new(1).await;
+    let Some(fake) = env.target.fake() else {
+        return; // Fault injection needs the fake.
+    };
+    env.create_pods("big", 1, 5, 0).await;
+    fake.fail_next(
+        "POST",
+        &format!("/apis/events.k8s.io/v1/namespaces/{}/events", env.ns),
+        500,
+        1,
+    );
+    fake.fail_next(
+        "PATCH",
+        &format!("/api/v1/namespaces/{}/pods/big-0/status", env.ns),
+        500,
+        1,
+    );
+    let sched = env.start(&[]).await;
+    for name in [
+        "numaplane_scheduler_event_write_errors_total",
+        "numaplane_scheduler_status_patch_errors_total",
+    ] {
+        sched.wait_metric(name, &[], WAIT, |v| v == 1.0).await.unwrap();
+    }
+    let text = sched.metrics().unwrap();
+    assert!(
+        !text.contains("numaplane_scheduler_binding_errors_total{"),
+        "no Binding failed:\n{text}"
+    );
+    env.cleanup().await;
+}
+
+/// `nodes{state="stale"}` counts the nodes whose NRT has not changed for half the assume
+/// timeout since a pod was bound there (or left): a pod bound by another scheduler, which
+/// numaplane holds no assumption for, makes its node stale until the NRT changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_nrt_lags_its_pods_is_stale_until_the_nrt_changes() {
+    let env = Env::new(2).await;
+    // Threshold: half of 4 s.
+    let sched = env.start(&["--assume-timeout", "4s"]).await;
+    let nodes = |state: &'static str| {
+        metric_value(
+            &sched.metrics().unwrap_or_default(),
+            "numaplane_scheduler_nodes",
+            &[("state", state)],
+        )
+    };
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
+            v == 2.0
+        })
+        .await
+        .unwrap();
+    let bound_at = Instant::now();
+    env.target
+        .create_pod(&env.ns, "elsewhere", &env.nodes[0], "Running")
+        .await
+        .unwrap();
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "stale")], WAIT, |v| {
+            v == 1.0
+        })
+        .await
+        .unwrap();
+    assert!(
+        bound_at.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        bound_at.elapsed()
+    );
+    assert_eq!(nodes("valid"), Some(1.0));
+    // The exporter publishes what the pod changed: fresh again.
+    env.publish_nrt(&env.nodes[0], &[ZONE_CPUS - 1, ZONE_CPUS], &[&[], &[]], &[])
+        .await;
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
+            v == 2.0
+        })
+        .await
+        .unwrap();
+    assert_eq!(nodes("stale"), Some(0.0));
+    env.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_configuration_exits_64_with_one_line() {
     for args in [

@@ -291,7 +291,7 @@ impl Writer {
                     };
                     Metrics::count(&self.metrics.api_writes, "event");
                     if let Err(e) = recorder.publish(&ev, &reference).await {
-                        Metrics::count(&self.metrics.binding_errors, "event_failed");
+                        self.metrics.event_write_errors.inc();
                         tracing::warn!(reason, pod = ?reference.name, error = %numaplane::error_chain(&e), "cannot publish event");
                     }
                 }
@@ -311,6 +311,7 @@ impl Writer {
                         .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                         .await
                     {
+                        self.metrics.status_patch_errors.inc();
                         tracing::warn!(pod = %format!("{namespace}/{name}"), error = %numaplane::error_chain(&e), "cannot set PodScheduled condition");
                     }
                 }
