@@ -125,6 +125,9 @@ pub struct Engine {
     /// they went, with the UID our Binding was pinned to: our placement stands in for theirs
     /// until the watch shows the pod.
     superseded: HashMap<String, Option<String>>,
+    /// Per node, when a pod was first bound there or left it since the node's NRT last
+    /// changed: the NRT has not caught up with the node's pods since then (the `stale` state).
+    nrt_behind: HashMap<String, Instant>,
     /// When each stream's current (re)list began, on [`Self::now_ms`]'s clock.
     list_started: HashMap<Stream, u64>,
     /// Extender mode: pods of recent `filter` calls, by key, for the `bind` that follows.
@@ -220,6 +223,7 @@ impl Engine {
             recorded: BTreeMap::new(),
             init: HashMap::new(),
             superseded: HashMap::new(),
+            nrt_behind: HashMap::new(),
             list_started: HashMap::new(),
             extender_pods: HashMap::new(),
             synced: BTreeSet::new(),
@@ -397,20 +401,20 @@ impl Engine {
             }
         }
         if force {
-            let half = u64::try_from(self.cfg.assume_timeout.as_millis() / 2).unwrap_or(u64::MAX);
-            let now_ms = self.now_ms();
-            let stale: BTreeSet<&str> = self
-                .cluster
-                .assumptions()
-                .filter(|(_, a)| now_ms.saturating_sub(a.since_ms) > half)
-                .map(|(_, a)| a.node.as_str())
-                .collect();
+            // Stale: pods were bound to the node (or left it) more than half the assume
+            // timeout ago and its NRT has not changed since. By then an exporter that works
+            // has published; at the full timeout the placements it does not show expire.
+            let stale_after = self.cfg.assume_timeout / 2;
             let mut counts: HashMap<&'static str, i64> = HashMap::new();
             for n in self.cluster.node_names() {
+                let behind = self
+                    .nrt_behind
+                    .get(n)
+                    .is_some_and(|since| now.duration_since(*since) > stale_after);
                 let state = match self.cluster.topology(n) {
                     TopologyState::Missing => "missing",
                     TopologyState::Invalid { .. } => "invalid",
-                    TopologyState::Valid(_) if stale.contains(n) => "stale",
+                    TopologyState::Valid(_) if behind => "stale",
                     TopologyState::Valid(_) => "valid",
                 };
                 *counts.entry(state).or_default() += 1;
@@ -663,6 +667,11 @@ impl Engine {
     fn apply_bound_known(&mut self, pod: &Pod, known_here: bool) {
         let key = key_of(pod);
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(n) = node
+            && !(self.cluster.seen_bound(&key) && known_here)
+        {
+            self.pod_changed_on(n);
+        }
         if let Err(e) = self.cluster.apply_pod(pod) {
             tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
         }
@@ -699,13 +708,26 @@ impl Engine {
             }
         }
         if finished {
+            if let Some(n) = node {
+                self.pod_changed_on(n);
+            }
             self.queue.cluster_changed(Instant::now());
+        }
+    }
+
+    /// A pod was bound to `node` or left it: its NRT is behind from now until it changes.
+    fn pod_changed_on(&mut self, node: &str) {
+        if !self.nrt_behind.contains_key(node) {
+            self.nrt_behind.insert(node.to_owned(), Instant::now());
         }
     }
 
     fn delete_bound(&mut self, pod: &Pod) {
         let key = key_of(pod);
         self.superseded.remove(&key);
+        if let Some(node) = self.cluster.pod_node(&key).map(str::to_owned) {
+            self.pod_changed_on(&node);
+        }
         self.cluster.delete_pod(&key);
         self.recorded.remove(&key);
         self.queue.cluster_changed(Instant::now());
@@ -947,6 +969,7 @@ impl Apply for Node {
     }
     fn delete(self, e: &mut Engine, _: Stream) {
         if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
             e.cluster.delete_node(n);
         }
     }
@@ -972,6 +995,9 @@ impl Apply for NodeResourceTopology {
         }
     }
     fn apply(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
+        }
         if let Err(err) = e.cluster.apply_nrt(&self) {
             tracing::warn!(
                 nrt = self.metadata.name.as_deref().unwrap_or_default(),
@@ -983,6 +1009,7 @@ impl Apply for NodeResourceTopology {
     }
     fn delete(self, e: &mut Engine, _: Stream) {
         if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
             e.cluster.delete_nrt(n);
         }
         e.queue.cluster_changed(Instant::now());

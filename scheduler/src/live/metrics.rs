@@ -189,7 +189,7 @@ impl Metrics {
         );
         registry.register(
             "nodes",
-            "Nodes by topology data state (valid, stale: an assumption older than half the timeout, missing, invalid)",
+            "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)",
             m.nodes.clone(),
         );
         registry.register(
