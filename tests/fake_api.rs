@@ -40,7 +40,10 @@
 //!   for one whose kubelet was given no configuration (as when the kubelet is down; the shape of
 //!   that answer is from the API server's proxy code, not observed). No other proxy path.
 //! - `POST pods/NAME/binding`: 201 `Status`, the Binding's annotations copied onto the pod with
-//!   `spec.nodeName` in one write, 409 when already bound or the Binding's UID is not the pod's.
+//!   `spec.nodeName` in one write; 409 `Conflict` with the real server's three bodies: the
+//!   Binding's UID is not the pod's (`details.kind: pods`, a storage precondition failure), the
+//!   pod is already assigned (`details.kind: pods/binding`), the pod has `spec.schedulingGates`
+//!   (`details.kind: pods/binding`).
 //! - Validation that numaplane meets: the NRT CRD's schema (quantities must match the quantity
 //!   pattern, 422 `Invalid`; unknown fields pruned) and `events.k8s.io/v1` Events
 //!   (`eventTime`, `reportingController`, `reportingInstance` required, 422).
@@ -57,7 +60,9 @@
 //!   `list_metadata`, `Api<PartialObjectMeta<K>>`) answer `PartialObjectMetadata(List)`.
 //! - Test hooks: request recording (with each client's bearer token, so processes given their
 //!   own kubeconfig by [`FakeApiServer::write_kubeconfig_as`] can be told apart), injected failures with proper `Status` bodies, event-history
-//!   compaction, forced watch disconnection and bookmarks.
+//!   compaction, forced watch disconnection and bookmarks, and store changes made just before a
+//!   matching request is answered ([`FakeApiServer::change_before_next`]: another client's write
+//!   racing the request, so the real answer to the race is given).
 //!
 //! # Known gaps vs a real API server
 //! - No authentication, authorization, admission webhooks or defaulting; schema validation only
@@ -526,6 +531,32 @@ impl FakeApiServer {
         });
     }
 
+    /// The next request whose method matches (case-insensitive, `*` for any) and whose path
+    /// starts with `path_prefix` is answered after `changes` are made to the store, each a write
+    /// with its watch events, as if another client had made them just before: a pod bound by
+    /// someone else, or deleted and recreated, while a Binding is in flight. The request then
+    /// gets the answer the real server gives to that race.
+    pub fn change_before_next(&self, method: &str, path_prefix: &str, changes: Vec<StoreChange>) {
+        self.change_then_answer_after(method, path_prefix, changes, Duration::ZERO);
+    }
+
+    /// [`Self::change_before_next`], and the request is answered `delay` after the changes:
+    /// the clients' watches see the changes well before the request's answer arrives.
+    pub fn change_then_answer_after(
+        &self,
+        method: &str,
+        path_prefix: &str,
+        changes: Vec<StoreChange>,
+        delay: Duration,
+    ) {
+        self.shared().lock().changes.push(Change {
+            method: method.to_ascii_uppercase(),
+            path_prefix: path_prefix.to_owned(),
+            changes,
+            delay,
+        });
+    }
+
     /// First recorded request (already recorded or arriving before `timeout`) matching `pred`.
     pub async fn wait_for_request<F: Fn(&RecordedRequest) -> bool>(
         &self,
@@ -673,6 +704,39 @@ impl Shared {
         Some(status)
     }
 
+    /// Makes the store changes due before a request of `method` on `path`, if any; returns
+    /// how long to wait before answering.
+    fn change_before(&self, method: &str, path: &str) -> Duration {
+        let due = {
+            let mut st = self.lock();
+            let idx = st
+                .changes
+                .iter()
+                .position(|c| (c.method == "*" || c.method == method) && path.starts_with(&c.path_prefix));
+            idx.map(|i| st.changes.remove(i))
+        };
+        let Some(due) = due else {
+            return Duration::ZERO;
+        };
+        for change in due.changes {
+            match change {
+                StoreChange::Put(obj) => {
+                    self.mutate(|st| st.put(obj));
+                }
+                StoreChange::Delete {
+                    api_version,
+                    kind,
+                    namespace,
+                    name,
+                } => {
+                    let key = ObjKey::new(&api_version, &kind, namespace.as_deref().unwrap_or(""), &name);
+                    self.mutate(|st| st.store_delete(&key));
+                }
+            }
+        }
+        due.delay
+    }
+
     fn record(&self, req: RecordedRequest) {
         self.lock().requests.push(req);
         self.recorded.send_modify(|n| *n = n.wrapping_add(1));
@@ -684,6 +748,31 @@ struct Failure {
     path_prefix: String,
     status: u16,
     remaining: usize,
+}
+
+/// A write [`FakeApiServer::change_before_next`] makes.
+#[derive(Clone, Debug)]
+pub enum StoreChange {
+    /// Stores the object, as [`FakeApiServer::put`] (a new object gets a new UID).
+    Put(Value),
+    /// Deletes the object, as [`FakeApiServer::delete`].
+    Delete {
+        /// `apiVersion`.
+        api_version: String,
+        /// `kind`.
+        kind: String,
+        /// Namespace, for namespaced kinds.
+        namespace: Option<String>,
+        /// Name.
+        name: String,
+    },
+}
+
+struct Change {
+    method: String,
+    path_prefix: String,
+    changes: Vec<StoreChange>,
+    delay: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -740,6 +829,7 @@ struct State {
     history_capacity: usize,
     requests: Vec<RecordedRequest>,
     failures: Vec<Failure>,
+    changes: Vec<Change>,
     /// Bumped to end open watches.
     watch_epoch: u64,
     /// Bumped to make open watches send a bookmark.
@@ -759,6 +849,7 @@ impl State {
             history_capacity: DEFAULT_HISTORY_CAPACITY,
             requests: Vec::new(),
             failures: Vec::new(),
+            changes: Vec::new(),
             watch_epoch: 0,
             bookmark_gen: 0,
             node_configz: BTreeMap::new(),
@@ -988,6 +1079,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         content_type: header("content-type"),
         accept: header("accept"),
     };
+    let delay = shared.change_before(parts.method.as_str(), &path);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let reply = match shared.take_failure(parts.method.as_str(), &path) {
         Some(code) => Reply::from(ApiError::new(
             code,
@@ -1749,8 +1844,10 @@ impl State {
     }
 
     /// `POST pods/NAME/binding`, as the real server: 201 with a Status; `spec.nodeName` and the
-    /// Binding's annotations land on the pod in one write; 409 when the pod is bound already or
-    /// the Binding's `metadata.uid` is not the pod's; the target node is not checked.
+    /// Binding's annotations land on the pod in one write; 409 `Conflict` when the Binding's
+    /// `metadata.uid` is not the pod's (checked first: a storage precondition, `details.kind`
+    /// `pods`), when the pod is bound already, or when it has scheduling gates (both
+    /// `details.kind` `pods/binding`); the target node is not checked.
     fn bind(&mut self, t: &Target, name: &str, binding: &Value) -> Result<Reply, ApiError> {
         let (key, old) = self.existing(t, name)?;
         let node = str_at(binding, &["target", "name"]).to_owned();
@@ -1760,20 +1857,38 @@ impl State {
         let want_uid = str_at(binding, &["metadata", "uid"]);
         let have_uid = str_at(&old, &["metadata", "uid"]);
         if !want_uid.is_empty() && want_uid != have_uid {
+            let ns = str_at(&old, &["metadata", "namespace"]);
             return Err(ApiError::new(
                 409,
                 format!(
-                    "Operation cannot be fulfilled on pods/binding \"{name}\": Precondition failed: \
-                     UID in precondition: {want_uid}, UID in object meta: {have_uid}"
+                    "Operation cannot be fulfilled on pods \"{name}\": StorageError: invalid object, \
+                     Code: 4, Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, AdditionalErrorMsg: \
+                     Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}"
                 ),
-            ));
+            )
+            .with_details(json!({"name": name, "kind": "pods"})));
         }
+        let conflict = |why: String| {
+            ApiError::new(
+                409,
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}"),
+            )
+            .with_details(json!({"name": name, "kind": "pods/binding"}))
+        };
         let bound = str_at(&old, &["spec", "nodeName"]);
         if !bound.is_empty() {
-            return Err(ApiError::new(
-                409,
-                format!("pod {name} is already assigned to node \"{bound}\""),
-            ));
+            return Err(conflict(format!(
+                "pod {name} is already assigned to node \"{bound}\""
+            )));
+        }
+        let gated = old
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            return Err(conflict(format!(
+                "pod {name} has non-empty .spec.schedulingGates"
+            )));
         }
         let mut new = old.clone();
         new["spec"]["nodeName"] = Value::String(node);

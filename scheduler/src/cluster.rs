@@ -44,6 +44,9 @@ pub enum TopologyState {
 #[derive(Clone, Debug)]
 struct BoundPod {
     node: String,
+    /// The pod's UID: a pod deleted and recreated under its name is another pod, and what
+    /// happens to one (a late Binding failure) must not end the other's placement.
+    uid: Option<String>,
     request: ResList,
     /// Phase `Pending`: the kubelet may not have admitted it yet, so a node's NRT may or may
     /// not count it (the uncertain pods of [`Cluster::reconcile`]).
@@ -57,6 +60,10 @@ struct BoundPod {
     /// Charged by [`Cluster::assume_at`] and not yet seen bound by the pod watch: a failed
     /// binding undoes it.
     assumed_only: bool,
+    /// When the API server accepted the Binding of an `assumed_only` pod (caller's clock); `None`
+    /// while it is in flight. A relist that started later and does not show the pod means the
+    /// pod is gone; one that started earlier may simply predate the Binding.
+    bound_at_ms: Option<u64>,
     /// Device IDs its allocation record (or our assumption) names for its node, per
     /// resource: for cluster-shared resources they are kept off every other node.
     claims: Claims,
@@ -89,11 +96,13 @@ impl BoundPod {
         extended.dedup();
         BoundPod {
             node,
+            uid: spec.uid.clone(),
             request: spec.effective_request(),
             starting,
             guaranteed_exclusive,
             extended,
             assumed_only: false,
+            bound_at_ms: None,
             claims: Vec::new(),
         }
     }
@@ -110,6 +119,8 @@ impl BoundPod {
 pub struct Assumption {
     /// Node the pod was placed on.
     pub node: String,
+    /// UID of the pod placed (the key is its name, which a recreated pod shares).
+    pub uid: Option<String>,
     /// Caller's clock (milliseconds) when the placement was assumed.
     pub since_ms: u64,
     /// Amounts taken, per zone id.
@@ -278,15 +289,21 @@ impl Cluster {
             allocatable.set(id, self.res.amount(id, &parsed).map_err(|_| bad())?);
         }
         let spec = node.spec.clone().unwrap_or_default();
-        let existing = self.index.get(&name).and_then(|&i| self.slots[i].as_ref());
+        // A node new to the index starts with the pods already known bound to it: the pod
+        // watch may have listed them before the node watch listed the node, or the node was
+        // deleted and re-added under its name while they stayed bound.
+        let (requested, pod_count) = match self.index.get(&name).and_then(|&i| self.slots[i].as_ref()) {
+            Some(n) => (n.requested.clone(), n.pod_count),
+            None => self.usage_of(&name),
+        };
         let basics = NodeBasics {
             name: name.clone(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints: spec.taints.unwrap_or_default(),
             unschedulable: spec.unschedulable.unwrap_or(false),
             allocatable,
-            requested: existing.map(|n| n.requested.clone()).unwrap_or_default(),
-            pod_count: existing.map_or(0, |n| n.pod_count),
+            requested,
+            pod_count,
         };
         let slot = match self.index.get(&name) {
             Some(&slot) => slot,
@@ -295,6 +312,25 @@ impl Cluster {
         self.slots[slot] = Some(basics);
         self.touch(slot);
         Ok(())
+    }
+
+    /// What the pods known bound to `node` request together, and how many they are.
+    fn usage_of(&self, node: &str) -> (Dense, i64) {
+        let mut requested = Dense::default();
+        let mut count = 0i64;
+        for p in self
+            .node_pods
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.pods.get(k))
+        {
+            for (id, v) in p.request.iter() {
+                requested.set(id, requested.get_or_zero(id).saturating_add(v));
+            }
+            count = count.saturating_add(1);
+        }
+        (requested, count)
     }
 
     /// A slot for a new node, placed in `order` by name.
@@ -325,7 +361,8 @@ impl Cluster {
         }
     }
 
-    /// Removes a Node.
+    /// Removes a Node. Its pods stay known (they are the pod watch's): if a node of that name
+    /// comes back, they count against it again.
     pub fn delete_node(&mut self, name: &str) {
         let Some(slot) = self.index.remove(name) else {
             return;
@@ -610,7 +647,16 @@ impl Cluster {
 
     /// Undoes a placement whose binding failed: the assumption goes, and the node-level
     /// charge too unless the pod watch has since shown the pod bound (by someone else).
-    pub fn forget(&mut self, key: &str) {
+    ///
+    /// `uid` is the UID the Binding was pinned to. A placement under the same name for
+    /// another UID belongs to a pod recreated meanwhile, placed after this one: it stays.
+    pub fn forget(&mut self, key: &str, uid: Option<&str>) {
+        let other = |u: &Option<String>| uid.is_some() && u.is_some() && u.as_deref() != uid;
+        if self.assumed.get(key).is_some_and(|a| other(&a.uid))
+            || self.pods.get(key).is_some_and(|p| other(&p.uid))
+        {
+            return;
+        }
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
@@ -663,11 +709,13 @@ impl Cluster {
             .and_then(|s| s.phase.as_deref())
             .is_none_or(|p| p == "Pending");
         let node = spec.node_name.clone().filter(|_| !spec.terminal);
-        // An assumption ends when its pod finishes or is bound elsewhere.
+        // An assumption ends when its pod finishes or is bound elsewhere, or when the pod of
+        // that name is another one (recreated, and bound by someone else).
+        let other_pod = |a: &Assumption| a.uid.is_some() && spec.uid.is_some() && a.uid != spec.uid;
         if self
             .assumed
             .get(&key)
-            .is_some_and(|a| Some(&a.node) != node.as_ref())
+            .is_some_and(|a| Some(&a.node) != node.as_ref() || other_pod(a))
             && self.release(&key)
         {
             self.assumption_stats.gone += 1;
@@ -684,16 +732,23 @@ impl Cluster {
                 .or_default()
                 .insert(key.clone());
             self.pods.insert(key.clone(), bound);
-            if self.published.contains_key(&node) {
-                let before = self.assumed.len();
-                self.reconcile(&node);
-                if self.assumed.len() != before {
-                    self.recompute(&node);
-                }
-            }
+            self.settle(&node);
         }
         self.index_claims(&key, old, new);
         Ok(())
+    }
+
+    /// Confirms the assumptions of `node` its NRT shows, now that the pods known there
+    /// changed: whether a pod arrives before or after the NRT that names it, or another pod
+    /// leaves before or after it, the outcome is the same.
+    fn settle(&mut self, node: &str) {
+        if self.published.contains_key(node) {
+            let before = self.assumed.len();
+            self.reconcile(node);
+            if self.assumed.len() != before {
+                self.recompute(node);
+            }
+        }
     }
 
     /// The device IDs a bound pod's allocation record names for `node`. A record for another
@@ -730,8 +785,12 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.gone += 1;
         }
+        let node = self.pods.get(key).map(|p| p.node.clone());
         let old = self.unbind(key);
         self.index_claims(key, old, None);
+        if let Some(node) = node {
+            self.settle(&node);
+        }
     }
 
     /// Removes the node-level charge of a pod; returns its node and claims (for
@@ -748,11 +807,12 @@ impl Cluster {
         Some((old.node, old.claims)).filter(|(_, c)| !c.is_empty())
     }
 
-    /// Replaces the whole state (a watch restart's initial list).
+    /// Replaces the whole state (a watch restart's initial list). Placements whose Binding is
+    /// in flight or not yet shown by the pod watch are kept (see [`Self::reset_pods`]).
     pub fn reset(&mut self, nodes: &[Node], nrts: &[NodeResourceTopology], pods: &[Pod]) {
         self.reset_nodes(nodes);
         self.reset_nrts(nrts);
-        self.reset_pods(pods);
+        self.reset_pods(pods, 0);
     }
 
     /// Replaces every Node (the node watch relisted). Pod charges are kept: they belong to
@@ -792,9 +852,17 @@ impl Cluster {
         }
     }
 
-    /// Replaces every bound pod (the pod watch relisted); assumptions of pods no longer
-    /// listed end.
-    pub fn reset_pods(&mut self, pods: &[Pod]) {
+    /// Replaces every bound pod (the pod watch relisted, the list having started at
+    /// `listed_from_ms` on the caller's clock); pods no longer listed end, with their
+    /// assumptions.
+    ///
+    /// Except our own placements the pod watch has not shown bound yet: a list does not show
+    /// a pod whose Binding is still in flight, nor one whose Binding the API server accepted
+    /// after the list began. Dropping those would free their zones while the pods are being
+    /// bound there, and the next pod would get the same zone. Only a placement whose Binding
+    /// was accepted before the list began, and that the list does not show, is gone (the pod
+    /// was deleted since). `listed_from_ms = 0` keeps every such placement.
+    pub fn reset_pods(&mut self, pods: &[Pod], listed_from_ms: u64) {
         let keep: BTreeSet<String> = pods
             .iter()
             .map(|p| {
@@ -805,7 +873,14 @@ impl Cluster {
                 )
             })
             .collect();
-        let gone: Vec<String> = self.pods.keys().filter(|k| !keep.contains(*k)).cloned().collect();
+        let unreflected =
+            |p: &BoundPod| p.assumed_only && p.bound_at_ms.is_none_or(|at| at >= listed_from_ms);
+        let gone: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(k, p)| !keep.contains(*k) && !unreflected(p))
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in gone {
             self.delete_pod(&k);
         }
@@ -814,16 +889,46 @@ impl Cluster {
         }
     }
 
+    /// The API server accepted the Binding of `key` (pinned to `uid`) at `now_ms`: from now
+    /// on a relist that does not show the pod means it is gone ([`Self::reset_pods`]).
+    pub fn binding_succeeded(&mut self, key: &str, uid: Option<&str>, now_ms: u64) {
+        let same = |p: &BoundPod| uid.is_none() || p.uid.is_none() || p.uid.as_deref() == uid;
+        if let Some(p) = self.pods.get_mut(key).filter(|p| p.assumed_only && same(p)) {
+            p.bound_at_ms = Some(now_ms);
+        }
+    }
+
+    /// Adds (`sign` 1) or removes (`sign` -1) a pod's request on its node, if indexed.
+    ///
+    /// Requests come from pods any scheduler bound, so they may be anything the API server
+    /// accepts: sums saturate (a node whose sum saturated is full for any pod). Removing a pod
+    /// from a saturated sum cannot know what was lost, so the node's pods are summed again
+    /// (`unbind` has already taken the pod out of `node_pods`): the sum is exact once it fits.
     fn charge(&mut self, node: &str, request: &ResList, sign: i64) {
         let Some(&slot) = self.index.get(node) else { return };
+        let mut resum = false;
         let Some(n) = self.slots[slot].as_mut() else {
             return;
         };
         for (id, v) in request.iter() {
             let cur = n.requested.get_or_zero(id);
-            n.requested.set(id, cur + sign * v);
+            if sign < 0 && (cur == i64::MAX || cur == i64::MIN) {
+                resum = true;
+            }
+            let next = if sign < 0 {
+                cur.saturating_sub(v)
+            } else {
+                cur.saturating_add(v)
+            };
+            n.requested.set(id, next);
         }
-        n.pod_count += sign;
+        n.pod_count = n.pod_count.saturating_add(sign);
+        if resum {
+            let (requested, _) = self.usage_of(node);
+            if let Some(n) = self.slots[slot].as_mut() {
+                n.requested = requested;
+            }
+        }
         self.touch(slot);
     }
 
@@ -835,6 +940,12 @@ impl Cluster {
     /// Node names known to the index, sorted.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes().map(|n| n.name.as_str())
+    }
+
+    /// The node-level state of `node` (labels, allocatable, what its pods request), if the
+    /// node is indexed.
+    pub fn node_basics(&self, node: &str) -> Option<&NodeBasics> {
+        self.index.get(node).and_then(|&s| self.slots[s].as_ref())
     }
 
     /// The topology state of `node`.
@@ -1188,15 +1299,21 @@ impl Cluster {
     pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
         let key = pod.key();
-        self.delete_pod(&key);
-        let mut taken = None;
-        if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
-            let mut w = WorkingZones::with_device_ids(topo);
-            if admission::predict(&self.res, topo, &mut w, pod).is_ok() {
-                let a = assumption_from(topo, &w, &node, now_ms);
-                take(topo, &a);
-                taken = Some(a);
+        // Predicted on the zones the decision saw, before an earlier placement under this
+        // name (a recreated pod's predecessor) is dropped: the assumption is then the
+        // decision, and the allocation record, rather than a new choice on freed zones.
+        let taken = match self.topologies.get(&node) {
+            Some(TopologyState::Valid(topo)) => {
+                let mut w = WorkingZones::with_device_ids(topo);
+                admission::predict(&self.res, topo, &mut w, pod)
+                    .ok()
+                    .map(|_| assumption_from(topo, &w, &node, pod.uid.as_deref(), now_ms))
             }
+            _ => None,
+        };
+        self.delete_pod(&key);
+        if let (Some(a), Some(TopologyState::Valid(topo))) = (&taken, self.topologies.get_mut(&node)) {
+            take(topo, a);
         }
         let mut bound = BoundPod::new(&self.res, pod, node.clone(), true);
         bound.assumed_only = true;
@@ -1213,28 +1330,64 @@ impl Cluster {
         self.index_claims(&key, None, new);
     }
 
-    /// After a restart: re-assumes a bound pod that carries our allocation record and that its
-    /// node may not have admitted yet (phase `Pending`), unless the node's NRT already shows
-    /// it. Call once the pods, nodes and NRTs are synced.
-    pub fn restore_assumption(&mut self, pod: &PodSpec, now_ms: u64) {
+    /// Re-assumes the placement of a bound pod that carries our allocation record, unless the
+    /// node's NRT already shows the pod: after a restart or a leader change (the placements a
+    /// previous process made and the NRTs do not show yet), or when the pod watch shows a
+    /// pod bound by someone else with a record (another replica, or a Binding of ours that
+    /// landed although it was reported failed). Running pods too: the kubelet may have
+    /// admitted the pod long before the exporter publishes. Call once the pods, nodes and
+    /// NRTs are synced.
+    ///
+    /// The placement is predicted inside the NUMA nodes the record names, and takes the
+    /// device IDs it names: what the kubelet was told, not a new choice. Whether the NRT shows
+    /// the pod is decided by its fingerprint ([`Self::reconcile`]); without one, the
+    /// placement is held until it expires (counted twice meanwhile, never not at all).
+    pub fn restore_assumption(&mut self, pod: &PodSpec, record: Option<&Allocation>, now_ms: u64) {
         let Some(node) = pod.node_name.clone() else { return };
         let key = pod.key();
-        if pod.terminal || self.assumed.contains_key(&key) || !self.pods.get(&key).is_some_and(|p| p.starting)
-        {
+        let known_here = self
+            .pods
+            .get(&key)
+            .is_some_and(|p| p.node == node && (p.uid.is_none() || p.uid == pod.uid));
+        if pod.terminal || self.assumed.contains_key(&key) || !known_here {
             return;
         }
-        let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) else {
+        if record.is_some_and(|r| r.node != node) {
+            return;
+        }
+        let Some(TopologyState::Valid(topo)) = self.topologies.get(&node) else {
             return;
         };
-        let mut w = WorkingZones::with_device_ids(topo);
-        if admission::predict(&self.res, topo, &mut w, pod).is_err() {
+        let confined = record.and_then(recorded_zones).map(|zones| confine(topo, &zones));
+        let basis = confined.as_ref().unwrap_or(topo);
+        let mut w = WorkingZones::with_device_ids(basis);
+        if admission::predict(&self.res, basis, &mut w, pod).is_err() {
             return;
         }
-        let a = assumption_from(topo, &w, &node, now_ms);
-        take(topo, &a);
-        self.assumed.insert(key, a);
+        let mut a = assumption_from(basis, &w, &node, pod.uid.as_deref(), now_ms);
+        if let Some(r) = record {
+            use_recorded_devices(&mut self.res, topo, r, &mut a);
+        }
+        if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
+            take(topo, &a);
+        }
+        self.assumed.insert(key.clone(), a);
         self.reconcile(&node);
+        if !self.assumed.contains_key(&key) {
+            // The NRT shows the pod: there was nothing to restore, so nothing was confirmed.
+            self.assumption_stats.confirmed = self.assumption_stats.confirmed.saturating_sub(1);
+        }
         self.recompute(&node);
+    }
+
+    /// Whether the pod watch has shown the pod `key` bound (not only our placement of it).
+    pub fn seen_bound(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|p| !p.assumed_only)
+    }
+
+    /// The node the pod `key` is known bound (or being bound) to.
+    pub fn pod_node(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).map(|p| p.node.as_str())
     }
 
     /// The decision for `pod` on `node`, chosen by someone else (kube-scheduler, in extender
@@ -1344,7 +1497,13 @@ impl Cluster {
 }
 
 /// What a prediction consumed: the difference between the topology's zones and `w`.
-fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u64) -> Assumption {
+fn assumption_from(
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    node: &str,
+    uid: Option<&str>,
+    now_ms: u64,
+) -> Assumption {
     let mut taken = Vec::new();
     let mut devices = Vec::new();
     for (i, z) in topo.zones.iter().enumerate() {
@@ -1376,10 +1535,63 @@ fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u6
     }
     Assumption {
         node: node.to_owned(),
+        uid: uid.map(str::to_owned),
         since_ms: now_ms,
         taken,
         devices,
     }
+}
+
+/// The NUMA nodes a record places the pod on (all containers, and the pod scope's), if
+/// every container has an affinity; `None` when any may use every node.
+fn recorded_zones(record: &Allocation) -> Option<BTreeSet<u32>> {
+    let mut zones: BTreeSet<u32> = record.pod_numa_nodes.iter().flatten().copied().collect();
+    for c in &record.containers {
+        zones.extend(c.numa_nodes.as_ref()?.iter().copied());
+    }
+    (!zones.is_empty()).then_some(zones)
+}
+
+/// `topo` with every zone outside `keep` emptied, so a prediction on it can only use `keep`.
+fn confine(topo: &NumaTopology, keep: &BTreeSet<u32>) -> NumaTopology {
+    let mut t = topo.clone();
+    for z in t.zones.iter_mut().filter(|z| !keep.contains(&z.id)) {
+        let listed: Vec<ResId> = z.available.iter().map(|(id, _)| id).collect();
+        for id in listed {
+            z.available.set(id, 0);
+        }
+        z.free_devices.values_mut().for_each(Vec::clear);
+        if let Some(cores) = z.free_cores.as_mut() {
+            *cores = 0;
+        }
+    }
+    t
+}
+
+/// Replaces the device IDs an assumption takes by those `record` names, for each resource
+/// the record names IDs of: the kubelet's allocator was told those. IDs no zone of `topo`
+/// lists as free (the NRT shows them taken already) are not taken again.
+fn use_recorded_devices(res: &mut Resources, topo: &NumaTopology, record: &Allocation, a: &mut Assumption) {
+    let mut by_zone: BTreeMap<(u32, ResId), Vec<String>> = BTreeMap::new();
+    let mut named: BTreeSet<ResId> = BTreeSet::new();
+    for c in &record.containers {
+        for (name, ids) in &c.devices {
+            let rid = res.intern(name);
+            named.insert(rid);
+            for id in ids {
+                let zone = topo
+                    .zones
+                    .iter()
+                    .find(|z| z.free_devices.get(&rid).is_some_and(|f| f.contains(id)));
+                if let Some(z) = zone {
+                    by_zone.entry((z.id, rid)).or_default().push(id.clone());
+                }
+            }
+        }
+    }
+    a.devices.retain(|(_, rid, _)| !named.contains(rid));
+    a.devices
+        .extend(by_zone.into_iter().map(|((zone, rid), ids)| (zone, rid, ids)));
 }
 
 /// Takes an assumption's amounts and device IDs from a topology's zones (clamped at zero: a

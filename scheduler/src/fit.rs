@@ -129,7 +129,7 @@ fn run(
         return false;
     }
     let max_pods = node.allocatable.get(PODS).unwrap_or(i64::MAX);
-    if node.pod_count + 1 > max_pods
+    if node.pod_count.saturating_add(1) > max_pods
         && !failed(&|| {
             fail(
                 "Too many pods",
@@ -145,7 +145,9 @@ fn run(
         }
         let alloc = node.allocatable.get_or_zero(id);
         let used = node.requested.get_or_zero(id);
-        if want > alloc - used
+        // `used` sums requests of pods bound by anyone: saturated, never wrapped.
+        let free = alloc.saturating_sub(used);
+        if want > free
             && !failed(&|| {
                 fail(
                     format!("Insufficient {}", res.name(id)),
@@ -153,7 +155,7 @@ fn run(
                         "{} requested {} but only {} of {} is free",
                         res.name(id),
                         res.render(id, want),
-                        res.render(id, (alloc - used).max(0)),
+                        res.render(id, free.max(0)),
                         res.render(id, alloc)
                     ),
                 )

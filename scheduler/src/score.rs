@@ -93,7 +93,8 @@ impl Scorer {
     fn zone_score(&self, res: &Resources, req: &ResList, avail: impl Fn(ResId) -> i64) -> i64 {
         let units = |id: ResId, v: i64| {
             if res.kind(id) == ResKind::Cpu {
-                (v + 999).div_euclid(1000)
+                // Requests are input (any pod's): round up without overflowing.
+                v.saturating_add(999).div_euclid(1000)
             } else {
                 v
             }

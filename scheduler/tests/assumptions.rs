@@ -187,7 +187,7 @@ fn expiry_failed_binding_and_deletion_release_the_zones() {
     assert_eq!(c.expire_assumptions(31_000, 30_000), ["ns/a"]);
     assert_eq!(c.assumption_stats.expired, 1);
     assert_eq!(zones(&c)[0], (8, ids(&["g0", "g1"])));
-    c.forget("ns/b");
+    c.forget("ns/b", Some("uid-b"));
     assert_eq!(c.assumption_stats.forgotten, 1);
     assert_eq!(zones(&c)[1], (8, ids(&["g2", "g3"])));
     // Node-level accounting is undone too: a pod needing the whole node fits again.
@@ -225,7 +225,7 @@ fn restart_restores_unreflected_placements_only() {
         .unwrap();
     for v in [&a, &b] {
         let p = PodSpec::from_pod(&mut c.res, &bound(v, "x")).unwrap();
-        c.restore_assumption(&p, 0);
+        c.restore_assumption(&p, None, 0);
     }
     assert!(
         !c.is_assumed("ns/a"),
@@ -273,4 +273,115 @@ fn zone_amounts_that_overflow_when_summed_make_the_topology_invalid() {
     assert!(d.node.is_none());
     assert!(d.message.contains("topology unknown or invalid"), "{}", d.message);
     assert_eq!(c.decide(&Config::default(), &p).message, d.message);
+}
+
+/// A relist of the bound pods (410 Gone, watch restart) does not list a pod whose Binding is
+/// still in flight, nor one whose Binding was accepted after the list began: their assumptions
+/// must survive, or the next pod gets the same zone. A placement whose Binding was accepted
+/// before the list began and that the list does not show is gone (deleted since).
+#[test]
+fn a_relist_keeps_the_assumptions_of_bindings_in_flight() {
+    let (mut c, cfg) = setup();
+    let a = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &a, 0), ids(&["g0", "g1"]));
+    c.reset_pods(&[], 10);
+    assert!(c.is_assumed("ns/a"), "the Binding of a is in flight");
+    assert_eq!(zones(&c), [(0, vec![]), (8, ids(&["g2", "g3"]))]);
+    // Accepted after the list began: still not reflected, still held.
+    c.binding_succeeded("ns/a", Some("uid-a"), 20);
+    c.reset_pods(&[], 15);
+    assert!(c.is_assumed("ns/a"), "accepted after the list began");
+    let b = pod_json("b", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &b, 30), ids(&["g2", "g3"]), "not a's zone");
+    // Accepted before the list began and not listed: deleted since; b is still in flight.
+    c.reset_pods(&[], 25);
+    assert!(!c.is_assumed("ns/a"));
+    assert!(c.is_assumed("ns/b"));
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+}
+
+/// A pod deleted and recreated under its name while its first placement is still assumed:
+/// the new pod is decided against zones that still hold the old placement, and its own
+/// placement must be assumed where it was decided (where its record says), not re-predicted
+/// after the old one is dropped.
+#[test]
+fn a_recreated_pod_is_assumed_where_it_was_decided() {
+    let (mut c, cfg) = setup();
+    let old = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
+    let mut new = old.clone();
+    new["metadata"]["uid"] = json!("uid-a-2");
+    assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+}
+
+/// A pod deleted and recreated under its name while its Binding was in flight: the new pod
+/// is placed, then the stale Binding fails (UID precondition). That failure ends the old
+/// pod's placement only; the new pod's zones stay taken.
+#[test]
+fn a_late_failure_of_a_stale_binding_keeps_the_new_pods_placement() {
+    let (mut c, cfg) = setup();
+    let old = pod_json("a", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
+    let mut new = old.clone();
+    new["metadata"]["uid"] = json!("uid-a-2");
+    assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    c.forget("ns/a", Some("uid-a"));
+    assert!(c.is_assumed("ns/a"), "the new pod's placement stays");
+    assert_eq!(c.assumption_stats.forgotten, 0);
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
+    let b = pod_json("b", "8", "2");
+    assert_eq!(place(&mut c, &cfg, &b, 2), ids(&["g0", "g1"]));
+    let late = spec(&mut c, &pod_json("c", "8", "2"));
+    assert!(c.decide(&cfg, &late).node.is_none(), "both zones are taken");
+    // The new pod's own failure ends it.
+    c.forget("ns/a", Some("uid-a-2"));
+    assert!(!c.is_assumed("ns/a"));
+    assert_eq!(zones(&c)[1], (8, ids(&["g2", "g3"])));
+}
+
+/// After a restart, a Running pod the NRT does not show yet (the exporter lags) still holds
+/// its zone and devices: the placement is rebuilt from its record, in the zone and with the
+/// device IDs the record names, not wherever a new prediction would put it.
+#[test]
+fn restart_restores_running_pods_from_their_records() {
+    let (mut c, cfg) = setup();
+    let a = pod_json("a", "2", "1");
+    // Recorded on zone 1 with g3 (a prediction on free zones would choose zone 0 and g0).
+    let record = numaplane::allocation::Allocation {
+        version: "v1".into(),
+        node: NODE.into(),
+        policy: "single-numa-node".into(),
+        scope: "container".into(),
+        pod_numa_nodes: None,
+        containers: vec![numaplane::allocation::ContainerAllocation {
+            name: "c".into(),
+            kind: numaplane::allocation::ContainerKind::App,
+            numa_nodes: Some(vec![1]),
+            devices: [("example.com/gpu".to_owned(), ids(&["g3"]))].into(),
+            device_counts: Default::default(),
+        }],
+        nrt_fingerprint: None,
+    };
+    let mut v = a.clone();
+    v["metadata"]["annotations"] = json!({"numaplane.io/allocation": record.to_annotation().unwrap()});
+    c.apply_pod(&bound(&v, "Running")).unwrap();
+    let p = PodSpec::from_pod(&mut c.res, &bound(&v, "Running")).unwrap();
+    c.restore_assumption(&p, Some(&record), 0);
+    assert!(c.is_assumed("ns/a"), "Running, and the NRT does not show it");
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (6, ids(&["g2"]))]);
+    // Restoring twice changes nothing; new pods go around it.
+    c.restore_assumption(&p, Some(&record), 1);
+    assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (6, ids(&["g2"]))]);
+    assert_eq!(
+        place(&mut c, &cfg, &pod_json("b", "8", "2"), 2),
+        ids(&["g0", "g1"])
+    );
+    let late = spec(&mut c, &pod_json("c", "8", "1"));
+    assert!(c.decide(&cfg, &late).node.is_none(), "zone 1 holds a");
+    // Once the NRT shows a, the record is what the NRT says: confirmed, counted once.
+    c.apply_nrt(&nrt([8, 6], [&["g0", "g1"], &["g2"]], &["ns/a"]))
+        .unwrap();
+    assert!(!c.is_assumed("ns/a"));
+    assert_eq!(zones(&c)[1], (6, ids(&["g2"])));
 }

@@ -15,7 +15,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{events, watcher};
 use kube::{Client, ResourceExt};
 use numaplane::nrt::{self, AttributeInfo, NodeResourceTopology, Zone};
-use numaplane_e2e::fake_api::{FAKE_TOKEN, FakeApiServer, RecordedRequest};
+use numaplane_e2e::fake_api::{FAKE_TOKEN, FakeApiServer, RecordedRequest, StoreChange};
 use serde_json::{Value, json};
 
 /// Upper bound for anything that should be immediate; keeps a broken fake from hanging CI.
@@ -847,14 +847,26 @@ async fn fact_binding_is_201_copies_annotations_and_conflicts_on_bound_or_other_
             "metadata": {"name": "b", "uid": uid, "annotations": {"numaplane.io/allocation": "{\"v\":1}"}},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
     };
-    // A UID other than the pod's: 409, nothing written.
+    // A UID other than the pod's: 409, nothing written; the body of the real server.
     let err = api_status(
         post_binding(&client, "b", binding("not-the-uid", "nowhere"))
             .await
             .unwrap_err(),
     );
-    assert_eq!(err.code, 409);
-    assert!(err.message.contains("Precondition failed"), "{}", err.message);
+    assert_conflict(&err, "pods", "b");
+    assert!(
+        err.message
+            .starts_with("Operation cannot be fulfilled on pods \"b\": StorageError: invalid object, "),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.ends_with(&format!(
+            "Precondition failed: UID in precondition: not-the-uid, UID in object meta: {uid}"
+        )),
+        "{}",
+        err.message
+    );
     // The target node is not checked: binding to a node that does not exist succeeds.
     let status = post_binding(&client, "b", binding(&uid, "nowhere"))
         .await
@@ -875,14 +887,75 @@ async fn fact_binding_is_201_copies_annotations_and_conflicts_on_bound_or_other_
         .rfind(|r| r.path.ends_with("/binding"))
         .unwrap();
     assert_eq!(created.status, 201);
-    // Already bound: 409 with the real message.
+    // Already bound: 409 with the real body.
     let err = api_status(
         post_binding(&client, "b", binding(&uid, "other"))
             .await
             .unwrap_err(),
     );
+    assert_conflict(&err, "pods/binding", "b");
+    assert_eq!(
+        err.message,
+        "Operation cannot be fulfilled on pods/binding \"b\": pod b is already assigned to node \"nowhere\""
+    );
+    // A pod with scheduling gates cannot be bound: the same reason and kind as "already
+    // assigned", told apart by the message only.
+    let mut gated = pod("g", "", "Pending");
+    gated["spec"]["schedulingGates"] = json!([{"name": "example.com/wait"}]);
+    let gated_uid = server.put(gated)["metadata"]["uid"].as_str().unwrap().to_owned();
+    let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "g", "uid": gated_uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n"}});
+    let err = api_status(post_binding(&client, "g", body).await.unwrap_err());
+    assert_conflict(&err, "pods/binding", "g");
+    assert_eq!(
+        err.message,
+        "Operation cannot be fulfilled on pods/binding \"g\": pod g has non-empty .spec.schedulingGates"
+    );
+}
+
+/// The shape every 409 of `pods/binding` has on the real server (verified facts).
+fn assert_conflict(err: &kube::core::Status, kind: &str, name: &str) {
     assert_eq!(err.code, 409);
-    assert_eq!(err.message, "pod b is already assigned to node \"nowhere\"");
+    assert_eq!(err.reason, "Conflict");
+    assert_eq!(err.status, Some(kube::core::response::StatusSummary::Failure));
+    let details = err.details.as_ref().expect("details");
+    assert_eq!((details.kind.as_str(), details.name.as_str()), (kind, name));
+}
+
+/// A write made just before a request is answered: the request meets the race's real answer.
+#[tokio::test]
+async fn changes_before_the_next_request_race_it() {
+    let (server, client, _dir) = setup().await;
+    let uid = server.put(pod("r", "", "Pending"))["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Recreated under its name just before the Binding: a new UID, so a precondition 409.
+    server.change_before_next(
+        "POST",
+        "/api/v1/namespaces/default/pods/r/binding",
+        vec![
+            StoreChange::Delete {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: Some("default".into()),
+                name: "r".into(),
+            },
+            StoreChange::Put(pod("r", "", "Pending")),
+        ],
+    );
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "r", "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n"}});
+    let err = api_status(post_binding(&client, "r", binding.clone()).await.unwrap_err());
+    assert_conflict(&err, "pods", "r");
+    let new_uid = server.get("v1", "Pod", Some("default"), "r").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new_uid, uid);
+    // Used once: the next request is answered as usual (still the old UID: 409 again).
+    let err = api_status(post_binding(&client, "r", binding).await.unwrap_err());
+    assert_conflict(&err, "pods", "r");
 }
 
 #[tokio::test]

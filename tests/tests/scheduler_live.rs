@@ -25,7 +25,10 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 use numaplane::{fingerprint, nrt::NodeResourceTopology};
-use numaplane_e2e::harness::{Agent, ApiTarget, http_post, metric_value, unique_name};
+use numaplane_e2e::{
+    fake_api::{FakeApiServer, StoreChange},
+    harness::{Agent, ApiTarget, http_post, metric_value, unique_name},
+};
 use numaplane_scheduler::{
     allocation::{ANNOTATION, Allocation},
     cluster::{Cluster, Config},
@@ -556,14 +559,33 @@ async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_killed_mid_run_restarts_without_double_booking() {
     let env = Env::new(4).await;
-    env.create_pods("gpu", 20, 2, 1).await;
+    env.create_pods("gpu", 8, 2, 1).await;
     let mut first = env.start(&[]).await;
-    env.wait_bound(5, &first).await;
+    env.wait_bound(8, &first).await;
     first.kill();
-    // The NRTs never show the bound pods (no exporter here): only the records on the pods
-    // tell the new process what the zones hold.
+    // The kubelets started the bound pods, but the NRTs never show them (no exporter here):
+    // only the records on the pods tell the new process what the zones and GPUs hold,
+    // Running or not.
+    for p in env.bound().await {
+        env.target
+            .set_pod_phase(&env.ns, p.metadata.name.as_deref().unwrap(), "Running")
+            .await
+            .unwrap();
+    }
+    // More pods than the nodes have room for are waiting when the new process starts.
+    env.create_pods("more", 12, 2, 1).await;
     let second = env.start(&[]).await;
-    let bound = env.wait_bound(16, &second).await;
+    env.wait_bound(16, &second).await;
+    second
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 4.0,
+        )
+        .await
+        .unwrap();
+    let bound = env.bound().await;
     assert_eq!(bound.len(), 16);
     assert_not_oversubscribed(&bound);
     env.cleanup().await;
@@ -626,6 +648,342 @@ async fn two_replicas_one_leader_and_a_takeover() {
     );
     let bound = env.wait_bound(16, follower).await;
     assert_not_oversubscribed(&bound);
+    env.cleanup().await;
+}
+
+/// The Binding requests of pod `name` the fake answered, with the UID each was pinned to.
+fn bindings_of(fake: &FakeApiServer, ns: &str, name: &str) -> Vec<(u16, String)> {
+    let path = format!("/api/v1/namespaces/{ns}/pods/{name}/binding");
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == path)
+        .map(|r| {
+            let uid = r
+                .body_json()
+                .and_then(|b| b["metadata"]["uid"].as_str().map(str::to_owned));
+            (r.status, uid.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The two 409s a Binding meets when another client writes first, as the real API server
+/// answers them (the fake makes the write just before the Binding arrives): the pod bound by
+/// someone else ("already assigned": the pod is dropped, and the zones its record names are
+/// held) and the pod deleted and recreated under its name (UID precondition: the stale
+/// decision is dropped and the new pod is placed as a new pod). Nothing is lost, nothing is
+/// double-booked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
+    let env = Env::new(1).await;
+    let Some(fake) = env.target.fake() else {
+        return; // The races are made by the fake.
+    };
+    let node = env.nodes[0].clone();
+    // Room for more at node level than the zones hold: only the zones' accounting keeps the
+    // fifth pod off.
+    Api::<Node>::all(env.target.client())
+        .patch_status(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: "8"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    // Decided first (same creation second: by name).
+    env.create_pods("a-taken", 1, 2, 1).await;
+    env.create_pods("b-recreated", 1, 2, 1).await;
+    env.create_pods("c-gpu", 4, 2, 1).await;
+    let stored = |name: &str| fake.get("v1", "Pod", Some(&env.ns), name).unwrap();
+    // a-taken-0 gets bound first by someone else, with a record: zone 0 and g00, where we
+    // would put it too (as an earlier Binding of ours that timed out but landed would).
+    let mut taken = stored("a-taken-0");
+    let theirs = Allocation {
+        version: "v1".into(),
+        node: node.clone(),
+        policy: "single-numa-node".into(),
+        scope: "container".into(),
+        pod_numa_nodes: None,
+        containers: vec![numaplane::allocation::ContainerAllocation {
+            name: "app".into(),
+            kind: numaplane::allocation::ContainerKind::App,
+            numa_nodes: Some(vec![0]),
+            devices: [(GPU.to_owned(), vec!["g00".to_owned()])].into(),
+            device_counts: Default::default(),
+        }],
+        nrt_fingerprint: None,
+    };
+    taken["spec"]["nodeName"] = json!(node);
+    taken["metadata"]["annotations"] = json!({ANNOTATION: theirs.to_annotation().unwrap()});
+    let pods_path = format!("/api/v1/namespaces/{}/pods", env.ns);
+    // Its 409 comes after the pod watch has shown it bound (the order that used to free
+    // its zone).
+    fake.change_then_answer_after(
+        "POST",
+        &format!("{pods_path}/a-taken-0/binding"),
+        vec![StoreChange::Put(taken)],
+        Duration::from_millis(500),
+    );
+    // b-recreated-0 is deleted and created again under its name.
+    let old = stored("b-recreated-0");
+    let old_uid = old["metadata"]["uid"].as_str().unwrap().to_owned();
+    let mut again = old.clone();
+    again["metadata"].as_object_mut().unwrap().remove("uid");
+    fake.change_before_next(
+        "POST",
+        &format!("{pods_path}/b-recreated-0/binding"),
+        vec![
+            StoreChange::Delete {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: Some(env.ns.clone()),
+                name: "b-recreated-0".into(),
+            },
+            StoreChange::Put(again),
+        ],
+    );
+    let sched = env.start(&[]).await;
+    for reason in ["already_bound", "pod_replaced"] {
+        sched
+            .wait_metric(
+                "numaplane_scheduler_binding_errors_total",
+                &[("reason", reason)],
+                WAIT,
+                |v| v == 1.0,
+            )
+            .await
+            .unwrap();
+    }
+    // The zones hold four such pods: a-taken-0 (theirs) and three of the five others. The
+    // others are retried after their backoff (1 s, then 2 s): give them the time.
+    env.wait_bound(4, &sched).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let bound = env.bound().await;
+    assert_eq!(
+        bound.len(),
+        4,
+        "{:?}\n{}",
+        bound.iter().map(key).collect::<Vec<_>>(),
+        sched.stderr()
+    );
+    assert_not_oversubscribed(&bound);
+    let taken = bound
+        .iter()
+        .find(|p| key(p).ends_with("/a-taken-0"))
+        .expect("a-taken-0 bound");
+    assert_eq!(record(taken), theirs, "their Binding stands");
+    // a-taken-0: one Binding, refused; never tried again.
+    let tries = bindings_of(fake, &env.ns, "a-taken-0");
+    assert_eq!(tries.iter().map(|t| t.0).collect::<Vec<_>>(), [409], "{tries:?}");
+    // b-recreated-0: the stale decision was refused once and never sent again; the new pod is
+    // a pod like any other (bound, or waiting if it did not fit).
+    let tries = bindings_of(fake, &env.ns, "b-recreated-0");
+    assert_eq!(tries.first(), Some(&(409, old_uid.clone())), "{tries:?}");
+    assert!(
+        tries[1..].iter().all(|(_, uid)| *uid != old_uid),
+        "the stale decision was sent again: {tries:?}"
+    );
+    let now = stored("b-recreated-0");
+    assert_ne!(now["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
+    env.cleanup().await;
+}
+
+/// Pods with scheduling gates are not decided: no Binding is sent for them (the API server
+/// would answer 409) until the gates are removed; then they are placed as any pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_pods_wait_for_their_gates_to_be_removed() {
+    let env = Env::new(1).await;
+    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    let gated: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "gated", "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {
+            "schedulerName": "numaplane-scheduler",
+            "schedulingGates": [{"name": "example.com/wait"}],
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi", GPU: "1"},
+                "limits": {"cpu": "2", "memory": "1Gi", GPU: "1"}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &gated).await.unwrap();
+    env.create_pods("free", 1, 2, 1).await;
+    let sched = env.start(&[]).await;
+    env.wait_bound(1, &sched).await;
+    // Long enough for a few attempts and their backoff, were it tried.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.bound().await.len(), 1);
+    if let Some(fake) = env.target.fake() {
+        assert_eq!(bindings_of(fake, &env.ns, "gated"), [], "a gated pod was bound");
+    }
+    pods.patch(
+        "gated",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    let bound = env.wait_bound(2, &sched).await;
+    assert_not_oversubscribed(&bound);
+    env.cleanup().await;
+}
+
+/// A pod that fits nowhere waits out its backoff: its own `PodScheduled` condition (and the
+/// `FailedScheduling` event) coming back as a pod update is not a change that may let it fit,
+/// so it does not make the pod active again (as kube-scheduler's queueing hints skip it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
+    let env = Env::new(1).await;
+    // 5 CPUs: more than a zone holds under single-numa-node.
+    env.create_pods("big", 1, 5, 0).await;
+    let sched = env
+        .start(&["--pod-initial-backoff", "4s", "--pod-max-backoff", "60s"])
+        .await;
+    let attempts = || {
+        metric_value(
+            &sched.metrics().unwrap_or_default(),
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+        )
+        .unwrap_or(0.0)
+    };
+    sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    let first = Instant::now();
+    // The condition the scheduler wrote is on the pod (so its update has been watched).
+    loop {
+        let pods = env.pods().await;
+        let written = pods[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            });
+        if written {
+            break;
+        }
+        assert!(
+            first.elapsed() < WAIT,
+            "no PodScheduled condition\n{}",
+            sched.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Well inside the 4 s backoff, the pod was tried once.
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(first.elapsed())).await;
+    assert_eq!(attempts(), 1.0, "retried before its backoff\n{}", sched.stderr());
+    // After the backoff it is tried again.
+    sched
+        .wait_metric(
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", "unschedulable")],
+            WAIT,
+            |v| v >= 2.0,
+        )
+        .await
+        .unwrap();
+    assert!(
+        first.elapsed() >= Duration::from_millis(3500),
+        "{:?}",
+        first.elapsed()
+    );
+    env.cleanup().await;
+}
+
+/// A failed event and a failed status patch are counted each under its own name, not as a
+/// failed Binding (and not at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_event_and_status_writes_are_counted_as_what_they_are() {
+    let env = Env::new(1).await;
+    let Some(fake) = env.target.fake() else {
+        return; // Fault injection needs the fake.
+    };
+    env.create_pods("big", 1, 5, 0).await;
+    fake.fail_next(
+        "POST",
+        &format!("/apis/events.k8s.io/v1/namespaces/{}/events", env.ns),
+        500,
+        1,
+    );
+    fake.fail_next(
+        "PATCH",
+        &format!("/api/v1/namespaces/{}/pods/big-0/status", env.ns),
+        500,
+        1,
+    );
+    let sched = env.start(&[]).await;
+    for name in [
+        "numaplane_scheduler_event_write_errors_total",
+        "numaplane_scheduler_status_patch_errors_total",
+    ] {
+        sched.wait_metric(name, &[], WAIT, |v| v == 1.0).await.unwrap();
+    }
+    let text = sched.metrics().unwrap();
+    assert!(
+        !text.contains("numaplane_scheduler_binding_errors_total{"),
+        "no Binding failed:\n{text}"
+    );
+    env.cleanup().await;
+}
+
+/// `nodes{state="stale"}` counts the nodes whose NRT has not changed for half the assume
+/// timeout since a pod was bound there (or left): a pod bound by another scheduler, which
+/// numaplane holds no assumption for, makes its node stale until the NRT changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_nrt_lags_its_pods_is_stale_until_the_nrt_changes() {
+    let env = Env::new(2).await;
+    // Threshold: half of 4 s.
+    let sched = env.start(&["--assume-timeout", "4s"]).await;
+    let nodes = |state: &'static str| {
+        metric_value(
+            &sched.metrics().unwrap_or_default(),
+            "numaplane_scheduler_nodes",
+            &[("state", state)],
+        )
+    };
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
+            v == 2.0
+        })
+        .await
+        .unwrap();
+    let bound_at = Instant::now();
+    env.target
+        .create_pod(&env.ns, "elsewhere", &env.nodes[0], "Running")
+        .await
+        .unwrap();
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "stale")], WAIT, |v| {
+            v == 1.0
+        })
+        .await
+        .unwrap();
+    assert!(
+        bound_at.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        bound_at.elapsed()
+    );
+    assert_eq!(nodes("valid"), Some(1.0));
+    // The exporter publishes what the pod changed: fresh again.
+    env.publish_nrt(&env.nodes[0], &[ZONE_CPUS - 1, ZONE_CPUS], &[&[], &[]], &[])
+        .await;
+    sched
+        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
+            v == 2.0
+        })
+        .await
+        .unwrap();
+    assert_eq!(nodes("stale"), Some(0.0));
     env.cleanup().await;
 }
 

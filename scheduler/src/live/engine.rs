@@ -4,7 +4,7 @@
 //! tasks (at most `bind_concurrency`), and their results come back as inputs.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -24,7 +24,7 @@ use super::{
     metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{
-    allocation::ANNOTATION,
+    allocation::{ANNOTATION, Allocation},
     cluster::{AssumptionStats, Cluster, Config, TopologyState},
     pod::PodSpec,
     queue::{SchedulingQueue, State},
@@ -121,10 +121,20 @@ pub struct Engine {
     cluster: Cluster,
     queue: SchedulingQueue,
     pending: HashMap<String, Pending>,
-    /// Bound, non-terminal pods of ours that carry the record and are still `Pending`:
-    /// restored as assumptions when this replica starts leading.
-    recorded: HashMap<String, PodSpec>,
+    /// Bound, non-terminal pods that carry an allocation record for their node, Running or
+    /// not: restored as assumptions when this replica starts leading (in name order, so the
+    /// outcome does not depend on hashing).
+    recorded: BTreeMap<String, (PodSpec, Allocation)>,
     init: HashMap<Stream, InitBuffer>,
+    /// Pods whose Binding was refused as "already assigned" before the pod watch showed where
+    /// they went, with the UID our Binding was pinned to: our placement stands in for theirs
+    /// until the watch shows the pod.
+    superseded: HashMap<String, Option<String>>,
+    /// Per node, when a pod was first bound there or left it since the node's NRT last
+    /// changed: the NRT has not caught up with the node's pods since then (the `stale` state).
+    nrt_behind: HashMap<String, Instant>,
+    /// When each stream's current (re)list began, on [`Self::now_ms`]'s clock.
+    list_started: HashMap<Stream, u64>,
     /// Extender mode: pods of recent `filter` calls, by key, for the `bind` that follows.
     extender_pods: HashMap<String, extender::SeenPod>,
     synced: BTreeSet<Stream>,
@@ -157,6 +167,22 @@ fn key_of(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+/// Whether `new` differs from `old` in what scheduling reads: anything but what
+/// kube-scheduler's `isPodUpdated` strips (status, where our own `PodScheduled` condition
+/// lands, resourceVersion, generation, managedFields, finalizers).
+fn changed_for_scheduling(old: &Pod, new: &Pod) -> bool {
+    let strip = |p: &Pod| {
+        let mut p = p.clone();
+        p.status = None;
+        p.metadata.resource_version = None;
+        p.metadata.generation = None;
+        p.metadata.managed_fields = None;
+        p.metadata.finalizers = None;
+        p
+    };
+    strip(old) != strip(new)
 }
 
 fn epoch_ms(pod: &Pod) -> i64 {
@@ -199,8 +225,11 @@ impl Engine {
             model,
             cluster,
             pending: HashMap::new(),
-            recorded: HashMap::new(),
+            recorded: BTreeMap::new(),
             init: HashMap::new(),
+            superseded: HashMap::new(),
+            nrt_behind: HashMap::new(),
+            list_started: HashMap::new(),
             extender_pods: HashMap::new(),
             synced: BTreeSet::new(),
             streams,
@@ -377,20 +406,20 @@ impl Engine {
             }
         }
         if force {
-            let half = u64::try_from(self.cfg.assume_timeout.as_millis() / 2).unwrap_or(u64::MAX);
-            let now_ms = self.now_ms();
-            let stale: BTreeSet<&str> = self
-                .cluster
-                .assumptions()
-                .filter(|(_, a)| now_ms.saturating_sub(a.since_ms) > half)
-                .map(|(_, a)| a.node.as_str())
-                .collect();
+            // Stale: pods were bound to the node (or left it) more than half the assume
+            // timeout ago and its NRT has not changed since. By then an exporter that works
+            // has published; at the full timeout the placements it does not show expire.
+            let stale_after = self.cfg.assume_timeout / 2;
             let mut counts: HashMap<&'static str, i64> = HashMap::new();
             for n in self.cluster.node_names() {
+                let behind = self
+                    .nrt_behind
+                    .get(n)
+                    .is_some_and(|since| now.duration_since(*since) > stale_after);
                 let state = match self.cluster.topology(n) {
                     TopologyState::Missing => "missing",
                     TopologyState::Invalid { .. } => "invalid",
-                    TopologyState::Valid(_) if stale.contains(n) => "stale",
+                    TopologyState::Valid(_) if behind => "stale",
                     TopologyState::Valid(_) => "valid",
                 };
                 *counts.entry(state).or_default() += 1;
@@ -412,10 +441,10 @@ impl Engine {
         }
         let now = self.now_ms();
         let mut restored = 0;
-        for spec in self.recorded.values() {
-            if !self.cluster.is_assumed(&spec.key()) {
-                self.cluster.restore_assumption(spec, now);
-                restored += usize::from(self.cluster.is_assumed(&spec.key()));
+        for (key, (spec, record)) in &self.recorded {
+            if !self.cluster.is_assumed(key) {
+                self.cluster.restore_assumption(spec, Some(record), now);
+                restored += usize::from(self.cluster.is_assumed(key));
             }
         }
         tracing::info!(restored, "placements restored from allocation records");
@@ -451,6 +480,10 @@ impl Engine {
     {
         match ev {
             watcher::Event::Init => {
+                // The watcher yields `Init` before it sends the LIST, and a Binding's result
+                // comes through the same channel: a Binding acknowledged before this point in
+                // the channel was accepted before the list began.
+                self.list_started.insert(stream, self.now_ms());
                 self.init.insert(stream, K::empty_buffer());
             }
             watcher::Event::InitApply(obj) => {
@@ -530,7 +563,14 @@ impl Engine {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        if bound || finished || deleting {
+        // A pod with scheduling gates cannot be bound (409): as kube-scheduler, it is not
+        // decided until an update removes the gates, which brings it back here.
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if bound || finished || deleting || gated {
             self.drop_pending(&key);
             return;
         }
@@ -577,6 +617,14 @@ impl Engine {
         } else {
             self.pending.get_mut(&key).and_then(|p| p.last_event.take())
         };
+        // Our own PodScheduled condition comes back as an update, as does the kubelet's or
+        // anyone's status write: nothing that may let the pod fit, so its place in the queue
+        // (a backoff included) stays.
+        let unchanged = !replaced
+            && self
+                .pending
+                .get(&key)
+                .is_some_and(|p| !changed_for_scheduling(&p.pod, &pod));
         let queued = spec.is_some();
         self.pending.insert(
             key.clone(),
@@ -587,10 +635,10 @@ impl Engine {
                 last_event,
             },
         );
-        if queued {
-            self.queue.upsert(&key, priority, created, Instant::now());
-        } else {
+        if !queued {
             self.queue.remove(&key);
+        } else if !unchanged || !self.queue.contains(&key) {
+            self.queue.upsert(&key, priority, created, Instant::now());
         }
     }
 
@@ -621,8 +669,60 @@ impl Engine {
         }
     }
 
+    /// Ends our placement of `key` after its Binding (pinned to `uid`) failed with `e`.
+    ///
+    /// "Already assigned" means the pod is bound, though maybe elsewhere and with another
+    /// record: once the pod watch has shown it, the placement its record names replaces ours;
+    /// until then ours stands in for it (the node's pod count and the zones stay taken, never
+    /// free while the pod runs somewhere), and the watch's event swaps them
+    /// ([`Self::apply_bound`]). Any other failure ends the placement at once.
+    pub(super) fn binding_refused(&mut self, key: &str, uid: Option<&str>, e: &BindError) {
+        if !matches!(e, BindError::AlreadyBound { .. }) {
+            self.cluster.forget(key, uid);
+        } else if self.cluster.seen_bound(key) {
+            self.cluster.forget(key, uid);
+            self.restore_recorded(key);
+        } else {
+            // A Binding exists now: a relist that began later and does not show the pod means
+            // it is gone.
+            self.cluster.binding_succeeded(key, uid, self.now_ms());
+            self.superseded.insert(key.to_owned(), uid.map(str::to_owned));
+        }
+    }
+
+    /// Rebuilds the placement the record of the bound pod `key` names, if the pod watch has
+    /// shown it bound with one (see [`Cluster::restore_assumption`]).
+    fn restore_recorded(&mut self, key: &str) {
+        if let Some((spec, record)) = self.recorded.get(key) {
+            self.cluster.restore_assumption(spec, Some(record), self.now_ms());
+        }
+    }
+
+    /// Whether the index knows `pod` bound to the node it names.
+    fn known_bound(&self, pod: &Pod) -> bool {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        node.is_some() && self.cluster.pod_node(&key_of(pod)) == node
+    }
+
     fn apply_bound(&mut self, pod: &Pod) {
+        if let Some(uid) = self.superseded.remove(&key_of(pod)) {
+            // Where the pod refused as "already assigned" really went: our stand-in goes, and
+            // the pod is new to the index (its record is restored below).
+            self.cluster.forget(&key_of(pod), uid.as_deref());
+        }
+        let known_here = self.known_bound(pod);
+        self.apply_bound_known(pod, known_here);
+    }
+
+    /// [`Self::apply_bound`], told whether the index knew the pod bound there before.
+    fn apply_bound_known(&mut self, pod: &Pod, known_here: bool) {
         let key = key_of(pod);
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(n) = node
+            && !(self.cluster.seen_bound(&key) && known_here)
+        {
+            self.pod_changed_on(n);
+        }
         if let Err(e) = self.cluster.apply_pod(pod) {
             tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
         }
@@ -630,40 +730,55 @@ impl Engine {
         if self.pending.contains_key(&key) {
             self.drop_pending(&key);
         }
-        let ours = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.as_deref())
-            .is_some_and(|n| self.cfg.scheduler_names.iter().any(|s| s == n));
-        let recorded = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ANNOTATION));
-        let starting = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p == "Pending");
-        if ours && recorded && starting {
-            if let Ok(spec) = PodSpec::from_pod(&mut self.cluster.res, pod) {
-                self.recorded.insert(key, spec);
-            }
-        } else {
-            self.recorded.remove(&key);
-        }
         let finished = pod
             .status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        // Whoever bound it, a record for its node says which zones and devices it holds.
+        let record = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .and_then(|v| Allocation::parse(v).ok())
+            .filter(|r| Some(r.node.as_str()) == node && !finished);
+        match record.map(|r| (PodSpec::from_pod(&mut self.cluster.res, pod), r)) {
+            Some((Ok(spec), record)) => {
+                // Bound by someone else while we lead (another replica, or a Binding of ours
+                // reported failed that landed): its zones are taken from now on, unless the
+                // NRT shows it already. Those known before are restored when leading starts.
+                if !known_here && self.ready_to_schedule() {
+                    self.cluster
+                        .restore_assumption(&spec, Some(&record), self.now_ms());
+                }
+                self.recorded.insert(key, (spec, record));
+            }
+            _ => {
+                self.recorded.remove(&key);
+            }
+        }
         if finished {
+            if let Some(n) = node {
+                self.pod_changed_on(n);
+            }
             self.queue.cluster_changed(Instant::now());
+        }
+    }
+
+    /// A pod was bound to `node` or left it: its NRT is behind from now until it changes.
+    fn pod_changed_on(&mut self, node: &str) {
+        if !self.nrt_behind.contains_key(node) {
+            self.nrt_behind.insert(node.to_owned(), Instant::now());
         }
     }
 
     fn delete_bound(&mut self, pod: &Pod) {
         let key = key_of(pod);
+        self.superseded.remove(&key);
+        if let Some(node) = self.cluster.pod_node(&key).map(str::to_owned) {
+            self.pod_changed_on(&node);
+        }
         self.cluster.delete_pod(&key);
         self.recorded.remove(&key);
         self.queue.cluster_changed(Instant::now());
@@ -796,10 +911,15 @@ impl Engine {
         self.in_flight = self.in_flight.saturating_sub(1);
         match result {
             Ok(()) => {
+                self.cluster
+                    .binding_succeeded(&key, uid.as_deref(), self.now_ms());
                 self.metrics.attempt("scheduled", &profile);
                 self.metrics.e2e_latency.observe(enqueued.elapsed().as_secs_f64());
-                self.queue.done(&key);
-                self.pending.remove(&key);
+                // A pod recreated under this name meanwhile is another pod, still to place.
+                if self.pending.get(&key).is_none_or(|p| p.pod.metadata.uid == uid) {
+                    self.queue.done(&key);
+                    self.pending.remove(&key);
+                }
                 self.writer.event(
                     &profile,
                     &pod,
@@ -813,24 +933,26 @@ impl Engine {
                 Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", &profile);
                 tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
-                self.cluster.forget(&key);
+                self.binding_refused(&key, uid.as_deref(), &e);
                 let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
                 match e {
-                    // Bound by someone else: the pod watch shows where. A 404 is left to the
-                    // pending watch (it delivers the deletion), so no pod is lost on a
-                    // misrouted answer.
-                    BindError::AlreadyBound { .. } if same_pod => {
-                        self.drop_pending(&key);
-                    }
-                    _ if self.pending.contains_key(&key) => {
-                        if same_pod {
-                            self.queue.error(&key, Instant::now());
-                        }
-                        // A replacement pod is queued as new already.
-                    }
+                    // Only the pod the Binding was for: a replacement is queued as new already.
+                    _ if !same_pod => {}
+                    // Bound already, by someone else or by an earlier attempt of ours that was
+                    // reported failed: not ours to place any more.
+                    BindError::AlreadyBound { .. } => self.drop_pending(&key),
+                    // The pod of this name is another one (deleted and recreated): the decision
+                    // was for a pod that is gone, so the stale entry is not tried again. The new
+                    // pod is placed as a new pod when the pending watch delivers it.
+                    BindError::Replaced { .. } => self.drop_pending(&key),
+                    // Anything else (a 404 included: the pending watch delivers a deletion, so
+                    // no pod is lost on a misrouted answer): retry after the backoff.
                     _ => {
-                        self.queue.remove(&key);
+                        self.queue.error(&key, Instant::now());
                     }
+                }
+                if !self.pending.contains_key(&key) {
+                    self.queue.remove(&key);
                 }
             }
         }
@@ -898,6 +1020,7 @@ impl Apply for Node {
     }
     fn delete(self, e: &mut Engine, _: Stream) {
         if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
             e.cluster.delete_node(n);
         }
     }
@@ -923,6 +1046,9 @@ impl Apply for NodeResourceTopology {
         }
     }
     fn apply(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
+        }
         if let Err(err) = e.cluster.apply_nrt(&self) {
             tracing::warn!(
                 nrt = self.metadata.name.as_deref().unwrap_or_default(),
@@ -934,6 +1060,7 @@ impl Apply for NodeResourceTopology {
     }
     fn delete(self, e: &mut Engine, _: Stream) {
         if let Some(n) = self.metadata.name.as_deref() {
+            e.nrt_behind.remove(n);
             e.cluster.delete_nrt(n);
         }
         e.queue.cluster_changed(Instant::now());
@@ -979,11 +1106,49 @@ impl Apply for Pod {
         match stream {
             Stream::Pending(i) => e.reset_pending(i, all),
             _ => {
-                e.cluster.reset_pods(&all);
+                let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
                 for p in &all {
-                    e.apply_bound(p);
+                    if let Some(uid) = e.superseded.remove(&key_of(p)) {
+                        e.cluster.forget(&key_of(p), uid.as_deref());
+                    }
+                }
+                let known: Vec<bool> = all.iter().map(|p| e.known_bound(p)).collect();
+                e.cluster.reset_pods(&all, listed_from);
+                for (p, known_here) in all.iter().zip(known) {
+                    e.apply_bound_known(p, known_here);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("a pod")
+    }
+
+    #[test]
+    fn status_and_bookkeeping_updates_are_not_changes_for_scheduling() {
+        let base = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+            "spec": {"schedulerName": "numaplane-scheduler", "containers": [{"name": "c"}]},
+            "status": {"phase": "Pending"}
+        });
+        let old = pod(base.clone());
+        let mut own = base.clone();
+        own["metadata"]["resourceVersion"] = serde_json::json!("2");
+        own["metadata"]["managedFields"] = serde_json::json!([{"manager": "numaplane-scheduler"}]);
+        own["status"]["conditions"] = serde_json::json!([{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/1 nodes are available"}]);
+        assert!(!changed_for_scheduling(&old, &pod(own)));
+        let mut relabelled = base.clone();
+        relabelled["metadata"]["labels"] = serde_json::json!({"a": "b"});
+        assert!(changed_for_scheduling(&old, &pod(relabelled)));
+        let mut respecced = base;
+        respecced["spec"]["nodeSelector"] = serde_json::json!({"zone": "a"});
+        assert!(changed_for_scheduling(&old, &pod(respecced)));
     }
 }

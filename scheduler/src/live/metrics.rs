@@ -86,6 +86,10 @@ pub struct Metrics {
     pub assumptions_ended: Family<ReasonLabels, Counter>,
     /// Failed bindings by reason.
     pub binding_errors: Family<ReasonLabels, Counter>,
+    /// Events (`Scheduled`, `FailedScheduling`) the API server did not take.
+    pub event_write_errors: Counter,
+    /// `PodScheduled` condition patches the API server did not take.
+    pub status_patch_errors: Counter,
     /// Nodes by topology state.
     pub nodes: Family<TopologyLabels, Gauge>,
     /// Malformed objects seen, by kind (NRT error labels, pod, node).
@@ -124,6 +128,8 @@ impl Metrics {
             assumed: Gauge::default(),
             assumptions_ended: Family::default(),
             binding_errors: Family::default(),
+            event_write_errors: Counter::default(),
+            status_patch_errors: Counter::default(),
             nodes: Family::default(),
             invalid_objects: Family::default(),
             api_writes: Family::default(),
@@ -175,8 +181,18 @@ impl Metrics {
             m.binding_errors.clone(),
         );
         registry.register(
+            "event_write_errors",
+            "Events (Scheduled, FailedScheduling) that could not be written",
+            m.event_write_errors.clone(),
+        );
+        registry.register(
+            "status_patch_errors",
+            "PodScheduled condition patches that could not be written",
+            m.status_patch_errors.clone(),
+        );
+        registry.register(
             "nodes",
-            "Nodes by topology data state (valid, stale: an assumption older than half the timeout, missing, invalid)",
+            "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)",
             m.nodes.clone(),
         );
         registry.register(

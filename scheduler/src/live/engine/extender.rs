@@ -67,6 +67,8 @@ pub enum BindReply {
 #[derive(Debug)]
 pub struct ExtenderBindDone {
     key: String,
+    /// The UID the Binding was pinned to: a late failure ends this pod's placement only.
+    uid: Option<String>,
     node: String,
     result: Result<(), BindError>,
     reply: oneshot::Sender<BindReply>,
@@ -252,6 +254,7 @@ impl Engine {
             // The loop is gone only at shutdown; nothing to report to then.
             let _ = tx.send(Input::ExtenderBound(Box::new(ExtenderBindDone {
                 key,
+                uid: Some(args.pod_uid),
                 node: args.node,
                 result,
                 reply,
@@ -262,12 +265,15 @@ impl Engine {
     pub(super) fn on_extender_bound(&mut self, done: ExtenderBindDone) {
         let ExtenderBindDone {
             key,
+            uid,
             node,
             result,
             reply,
         } = done;
         let outcome = match result {
             Ok(()) => {
+                self.cluster
+                    .binding_succeeded(&key, uid.as_deref(), self.now_ms());
                 self.metrics.attempt("scheduled", PROFILE);
                 tracing::debug!(pod = %key, node = %node, "bound for kube-scheduler");
                 Ok(())
@@ -276,7 +282,7 @@ impl Engine {
                 super::super::metrics::Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", PROFILE);
                 tracing::warn!(pod = %key, node = %node, error = %numaplane::error_chain(&e), "extender binding failed; placement dropped");
-                self.cluster.forget(&key);
+                self.binding_refused(&key, uid.as_deref(), &e);
                 Err(numaplane::error_chain(&e))
             }
         };
