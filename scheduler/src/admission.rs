@@ -384,8 +384,21 @@ fn hints_from_sums(
     hints
 }
 
+/// Zone positions (subset bits) hosting devices of `id`: the NUMA nodes the v1.36 device
+/// manager builds the resource's hints over (verified-facts.md, "Device hints are built only
+/// over the NUMA nodes that host devices of that resource"). A zone hosts the resource when its
+/// allocatable count is positive; a zone that lists none (or 0) is in no hint mask of it.
+fn hosting(topo: &NumaTopology, id: ResId) -> usize {
+    topo.zones
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| z.allocatable.get_or_zero(id) > 0)
+        .fold(0, |bits, (i, _)| bits | 1 << i)
+}
+
 /// Device hints (§3.3): zone allocatable counts give `minAffinitySize`; free counts (or the
-/// union of free IDs, for devices attached to several NUMA nodes) decide feasibility.
+/// union of free IDs, for devices attached to several NUMA nodes) decide feasibility. Only
+/// masks inside the zones hosting the resource are hints ([`hosting`]).
 fn device_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
@@ -421,13 +434,14 @@ fn device_hints(
     if scratch.b.last().copied().unwrap_or(0).saturating_add(reusable) < need {
         return Some(Vec::new());
     }
+    let hosts = hosting(topo, id);
     Some(hints_from_sums(
         topo,
         &scratch.a,
         &scratch.b,
         need,
         reusable,
-        |bits| reuse.allows(id, bits),
+        |bits| bits & !hosts == 0 && reuse.allows(id, bits),
     ))
 }
 
@@ -668,7 +682,9 @@ fn fast_merge(
         if !agree(min_size(n, registered, need)) {
             return Ok(Some(reject));
         }
-        rows.push(SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id)));
+        let mut row = SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id));
+        row.hosting = hosting(topo, id);
+        rows.push(row);
     }
     if let Some(cpus) = exclusive_cpus(u, topo) {
         let registered = |i: usize| topo.zones[i].capacity.get_or_zero(CPU) / 1000;
@@ -689,6 +705,7 @@ fn fast_merge(
                         .map(|i| topo.zones[i].allocatable.get_or_zero(id))
                         .collect(),
                 ),
+                hosting: usize::MAX,
             })
             .collect();
         let qualifies = |bits: usize| {
@@ -765,6 +782,8 @@ struct SizedRow {
     need: i64,
     free: Vec<i64>,
     allocatable: Option<Vec<i64>>,
+    /// Zone positions the resource's hints may use (devices: [`hosting`]; others: all).
+    hosting: usize,
 }
 
 impl SizedRow {
@@ -773,12 +792,15 @@ impl SizedRow {
             need,
             free: (0..n).map(free).collect(),
             allocatable: None,
+            hosting: usize::MAX,
         }
     }
 
-    /// The mask (subset bits over zone positions) can hold the need.
+    /// The mask (subset bits over zone positions) is one of the resource's hints and can hold
+    /// the need.
     fn fits(&self, bits: usize) -> bool {
-        mask_sum(&self.free, bits) >= self.need
+        bits & !self.hosting == 0
+            && mask_sum(&self.free, bits) >= self.need
             && self
                 .allocatable
                 .as_ref()

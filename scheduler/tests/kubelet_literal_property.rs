@@ -1,7 +1,8 @@
 //! Property: for random pods (init containers, sidecars, devices) on random 2-, 4- and 8-zone
 //! nodes, the model's predicted admission and NUMA affinity equal those of a second, literal
 //! implementation of the kubelet's per-container sequence written here from
-//! kubelet-topology-manager.md (§2.3–§2.7, §3.1, §3.3): explicit CPU and device IDs, the CPU
+//! kubelet-topology-manager.md (§2.3–§2.7, §3.1, §3.3) and the v1.36 rules of verified-facts.md
+//! (device hints only over the NUMA nodes hosting the resource): explicit CPU and device IDs, the CPU
 //! manager's `cpusToReuse` and the device manager's `devicesToReuse` carried from container to
 //! container, hints generated mask by mask, the Topology Manager's permutation merge and its
 //! pairwise `compareHints` fold. Nothing here calls the model's hint or merge code.
@@ -184,9 +185,11 @@ impl Kubelet<'_> {
             return Some(Vec::new());
         }
         let node_of = |d: &String| all.iter().find(|(id, _)| id == d).map(|(_, n)| *n).unwrap();
+        // v1.36: the masks are built over the NUMA nodes hosting devices of the resource only.
+        let hosting: Mask = all.iter().fold(0, |m, (_, n)| m | 1 << n);
         let mut min_affinity = self.m.zones;
         let mut hints = Vec::new();
-        for mask in masks(self.m.zones) {
+        for mask in masks(self.m.zones).into_iter().filter(|m| m & !hosting == 0) {
             let in_mask = all.iter().filter(|(_, n)| mask & (1 << n) != 0).count();
             if in_mask >= request as usize && count(mask) < min_affinity {
                 min_affinity = count(mask);

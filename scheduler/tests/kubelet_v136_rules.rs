@@ -1,0 +1,168 @@
+//! Admission rules observed on the real kubelet v1.36.2 (verified-facts.md, "Kubelet v1.36.2
+//! admission rules seen on the real kubelet"), one scenario each, with the kubelet's verdict
+//! and placement. The filter's fast path (`admits`) must agree with the full prediction.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use k8s_openapi::api::core::v1::Pod;
+use numaplane::nrt::NodeResourceTopology;
+use numaplane_scheduler::{
+    admission::{self, Placement, Rejection, WorkingZones},
+    node::NumaTopology,
+    pod::PodSpec,
+    resources::Resources,
+};
+use serde_json::{Value, json};
+
+/// One zone of a test node: free CPUs of `cpus` (capacity = allocatable = `cpus`), and per
+/// device resource (allocatable, free IDs).
+struct Z {
+    cpus: u32,
+    free_cpus: u32,
+    devices: Vec<(&'static str, u32, Vec<&'static str>)>,
+}
+
+fn zone(cpus: u32, free_cpus: u32) -> Z {
+    Z {
+        cpus,
+        free_cpus,
+        devices: Vec::new(),
+    }
+}
+
+impl Z {
+    fn with(mut self, resource: &'static str, allocatable: u32, free: &[&'static str]) -> Self {
+        self.devices.push((resource, allocatable, free.to_vec()));
+        self
+    }
+}
+
+/// An NRT over `zones` (zone i is NUMA node i) with the policy, `prefer-closest-numa-nodes`
+/// when `distances` are given (row i = costs from node i), and extra node attributes.
+fn nrt(
+    policy: &str,
+    zones: &[Z],
+    distances: Option<&[&[i64]]>,
+    extra: &[(&str, &str)],
+) -> NodeResourceTopology {
+    let zones: Vec<Value> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, z)| {
+            let mut resources = vec![json!({"name": "cpu", "capacity": z.cpus.to_string(),
+                "allocatable": z.cpus.to_string(), "available": z.free_cpus.to_string()})];
+            let mut attributes = Vec::new();
+            for (r, alloc, free) in &z.devices {
+                resources.push(json!({"name": r, "capacity": alloc.to_string(),
+                    "allocatable": alloc.to_string(), "available": free.len().to_string()}));
+                attributes
+                    .push(json!({"name": format!("numaplane.io/free-devices.{r}"), "value": free.join(",")}));
+            }
+            let mut obj = json!({"name": format!("node-{i}"), "type": "Node",
+                "resources": resources, "attributes": attributes});
+            if let Some(d) = distances {
+                obj["costs"] = d[i]
+                    .iter()
+                    .enumerate()
+                    .map(|(j, v)| json!({"name": format!("node-{j}"), "value": v}))
+                    .collect();
+            }
+            obj
+        })
+        .collect();
+    let mut attributes = vec![
+        json!({"name": "topologyManagerPolicy", "value": policy}),
+        json!({"name": "topologyManagerScope", "value": "container"}),
+    ];
+    if distances.is_some() {
+        attributes.push(json!({"name": "topologyManagerOptionPreferClosestNumaNodes", "value": "true"}));
+    }
+    for (k, v) in extra {
+        attributes.push(json!({"name": k, "value": v}));
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"}, "attributes": attributes, "zones": zones
+    }))
+    .unwrap()
+}
+
+/// A Guaranteed one-container pod (1Gi of memory is added: Guaranteed needs it).
+fn pod(res: &mut Resources, mut requests: Value) -> PodSpec {
+    requests["memory"] = json!("1Gi");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]}
+    }))
+    .unwrap();
+    PodSpec::from_pod(res, &pod).unwrap()
+}
+
+/// The full prediction, checked against the filter's fast path.
+fn predict(obj: &NodeResourceTopology, requests: Value) -> Result<Placement, Rejection> {
+    let mut res = Resources::default();
+    let p = pod(&mut res, requests);
+    let topo = NumaTopology::from_nrt(&mut res, obj).unwrap();
+    let out = admission::predict(&res, &topo, &mut WorkingZones::with_device_ids(&topo), &p);
+    let fast = admission::admits(&res, &topo, &mut WorkingZones::from_topology(&topo), &p);
+    assert_eq!(fast, out.is_ok(), "admits vs predict: {out:?}");
+    out
+}
+
+fn numa(p: &Placement) -> Option<Vec<u32>> {
+    p.containers[0].numa_nodes.clone()
+}
+
+/// Distances where {1,2} and {0,3} are the closest pairs, at the same distance.
+const TIED: [&[i64]; 4] = [
+    &[10, 21, 21, 11],
+    &[21, 10, 11, 21],
+    &[21, 11, 10, 21],
+    &[11, 21, 21, 10],
+];
+
+/// Ties between merged masks of equal width and equal average distance go to the lower mask
+/// as an integer: {1,2} = 6 before {0,3} = 9. Three CPUs with two per node need two nodes.
+#[test]
+fn equal_masks_tie_to_the_lower_integer_1_2_before_0_3() {
+    let zones = || (0..4).map(|_| zone(2, 2)).collect::<Vec<_>>();
+    for policy in ["restricted", "best-effort"] {
+        let p = predict(&nrt(policy, &zones(), Some(&TIED), &[]), json!({"cpu": "3"})).unwrap();
+        assert_eq!(numa(&p), Some(vec![1, 2]), "{policy}");
+    }
+    // Without prefer-closest-numa-nodes the lowest two-node mask wins: {0,1} = 3.
+    let p = predict(&nrt("restricted", &zones(), None, &[]), json!({"cpu": "3"})).unwrap();
+    assert_eq!(numa(&p), Some(vec![0, 1]));
+}
+
+/// v1.36 builds a device resource's hints only over the NUMA nodes hosting its devices. GPUs on
+/// NUMA 0 and 2 give the hints {0}, {2} and {0,2}: a two-node merge can only be {0,2}, however
+/// close {0,3} is. 1 GPU + 3 CPUs (two per node) under best-effort: every merge is
+/// non-preferred, the best one has two nodes. v1.26 also listed {0,3} for the GPU and merged
+/// there (this test failed with {0,3} before the rule).
+#[test]
+fn device_hints_cover_only_the_nodes_hosting_the_devices() {
+    let closest_0_3: [&[i64]; 4] = [
+        &[10, 21, 21, 11],
+        &[21, 10, 21, 21],
+        &[21, 21, 10, 21],
+        &[11, 21, 21, 10],
+    ];
+    let zones = vec![
+        zone(2, 2).with("example.com/gpu", 1, &["gpu-0"]),
+        zone(2, 2),
+        zone(2, 2).with("example.com/gpu", 1, &["gpu-2"]),
+        zone(2, 2),
+    ];
+    let obj = nrt("best-effort", &zones, Some(&closest_0_3), &[]);
+    let p = predict(&obj, json!({"cpu": "3", "example.com/gpu": "1"})).unwrap();
+    assert_eq!(numa(&p), Some(vec![0, 2]));
+    assert_eq!(p.containers[0].devices["example.com/gpu"], ["gpu-0"]);
+    // restricted: the GPU's preferred hints are single nodes and the CPUs' are pairs, so no
+    // merge is preferred (TopologyAffinityError), as before.
+    let obj = nrt("restricted", &zones, Some(&closest_0_3), &[]);
+    let r = predict(&obj, json!({"cpu": "3", "example.com/gpu": "1"})).unwrap_err();
+    assert_eq!(r.kubelet_reason, "TopologyAffinityError");
+    // Two GPUs need both hosting nodes: {0,2} is then preferred for them and for the CPUs.
+    let p = predict(&obj, json!({"cpu": "3", "example.com/gpu": "2"})).unwrap();
+    assert_eq!(numa(&p), Some(vec![0, 2]));
+}
