@@ -8,7 +8,7 @@
 use std::{cell::Cell, collections::BTreeMap};
 
 use crate::{
-    node::NumaTopology,
+    node::{NumaTopology, Unaligned},
     pod::{PodSpec, Qos},
     prepared::{PreparedPod, Unit},
     resources::{CPU, ResId, ResKind, ResList, Resources},
@@ -28,6 +28,8 @@ pub struct WorkingZones {
     /// Free device IDs per zone and resource; `None` while only counts are needed (filtering),
     /// so evaluating a node does not copy ID strings.
     pub free_devices: Option<Vec<BTreeMap<ResId, Vec<String>>>>,
+    /// Free devices without a NUMA node, per resource (in no zone).
+    pub unaligned: BTreeMap<ResId, Unaligned>,
 }
 
 impl WorkingZones {
@@ -40,6 +42,7 @@ impl WorkingZones {
             ids: topo.zones.iter().map(|z| z.id).collect(),
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
             free_devices: None,
+            unaligned: topo.unaligned_devices.clone(),
         }
     }
 
@@ -60,6 +63,7 @@ impl WorkingZones {
             }
         }
         self.free_devices = None;
+        self.unaligned.clone_from(&topo.unaligned_devices);
     }
 
     /// Copies the zones including free device IDs, to choose concrete devices.
@@ -68,6 +72,7 @@ impl WorkingZones {
             ids: topo.zones.iter().map(|z| z.id).collect(),
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
             free_devices: None,
+            unaligned: topo.unaligned_devices.clone(),
         };
         w.free_devices = Some(topo.zones.iter().map(|z| z.free_devices.clone()).collect());
         w
@@ -131,7 +136,9 @@ struct Reuse {
 /// ID on the zones that list it.
 #[derive(Clone, Debug)]
 struct Held {
-    /// Zone positions (subset bits) the item is attached to.
+    /// Zone positions (subset bits) the item is attached to; 0 for a device without a NUMA
+    /// node, which constrains no hint and counts towards none (§3.3 step 4: the kubelet skips
+    /// reusable devices without topology).
     bits: usize,
     /// Amount (millicores for cpu, 1 per device ID).
     amount: i64,
@@ -151,12 +158,39 @@ impl Reuse {
         })
     }
 
+    /// Reusable amount of `id` on some NUMA node: what counts towards a hint's need.
+    fn total_aligned(&self, id: ResId) -> i64 {
+        self.items.get(&id).map_or(0, |v| {
+            v.iter()
+                .filter(|h| h.bits != 0)
+                .fold(0i64, |a, h| a.saturating_add(h.amount.max(0)))
+        })
+    }
+
     /// The kubelet's rule: a mask that leaves out a reusable CPU or device (one with topology)
     /// is skipped (§3.1 step 3, §3.3 step 4).
     fn allows(&self, id: ResId, bits: usize) -> bool {
-        self.items
-            .get(&id)
-            .is_none_or(|v| v.iter().all(|h| h.amount <= 0 || h.bits & bits != 0))
+        self.items.get(&id).is_none_or(|v| {
+            v.iter()
+                .all(|h| h.amount <= 0 || h.bits == 0 || h.bits & bits != 0)
+        })
+    }
+
+    /// Takes up to `want` reusable devices of `id` without a NUMA node and without published
+    /// IDs; returns the amount taken. `keep` as in [`Self::take_amount`].
+    fn take_unaligned(&mut self, id: ResId, want: i64, keep: bool) -> i64 {
+        let Some(v) = self.items.get_mut(&id) else {
+            return 0;
+        };
+        let mut taken = 0;
+        for h in v.iter_mut().filter(|h| h.id.is_none() && h.bits == 0) {
+            let t = h.amount.min(want.saturating_sub(taken)).max(0);
+            if !keep {
+                h.amount -= t;
+            }
+            taken += t;
+        }
+        taken
     }
 
     /// Zone positions holding reusable items of any resource in `req` (for explanations).
@@ -429,9 +463,19 @@ fn device_hints(
         }
         _ => subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b),
     }
-    // Available and reusable together fewer than requested: "cannot satisfy".
-    let reusable = reuse.total(id);
-    if scratch.b.last().copied().unwrap_or(0).saturating_add(reusable) < need {
+    // Available and reusable together fewer than requested: "cannot satisfy". Devices without
+    // a NUMA node count here (they are available), and in no mask below: with only those left
+    // the list is empty, which single-numa-node and restricted reject although they are free.
+    let unaligned = w.unaligned.get(&id).map_or(0, |u| u.free);
+    if scratch
+        .b
+        .last()
+        .copied()
+        .unwrap_or(0)
+        .saturating_add(reuse.total(id))
+        .saturating_add(unaligned)
+        < need
+    {
         return Some(Vec::new());
     }
     let hosts = hosting(topo, id);
@@ -440,7 +484,7 @@ fn device_hints(
         &scratch.a,
         &scratch.b,
         need,
-        reusable,
+        reuse.total_aligned(id),
         |bits| bits & !hosts == 0 && reuse.allows(id, bits),
     ))
 }
@@ -1148,6 +1192,14 @@ fn allocate(
         .filter(|(id, _)| res.kind(*id) == ResKind::Extended)
     {
         if !topo.lists(id) {
+            // A resource whose devices have no NUMA node at all: the device manager gave no
+            // preference, so the Topology Manager admitted it under every policy, and its
+            // Allocate fails (UnexpectedAdmissionError) when too few are free. A resource the
+            // node does not publish at all is left to node fit.
+            if w.unaligned.contains_key(&id) {
+                allocate_unaligned_only(res, w, reuse, id, need, init, placement, &mut notes)
+                    .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            }
             continue;
         }
         let has_ids = w
@@ -1178,12 +1230,16 @@ fn allocate(
                 .take(usize::try_from(need).unwrap_or(usize::MAX))
                 .collect();
             let reused = chosen.len();
+            // Reusable devices without a NUMA node and without published IDs come next: the
+            // device manager hands out every reusable device before any free one.
+            let reused_counted = reuse.take_unaligned(id, need - reused as i64, init);
+            let want = need - reused_counted;
             for &i in &order {
                 let Some(free) = free_devices[i].get(&id) else {
                     continue;
                 };
                 for dev in free {
-                    if chosen.len() as i64 >= need {
+                    if chosen.len() as i64 >= want {
                         break;
                     }
                     if !chosen.contains(dev) {
@@ -1191,9 +1247,10 @@ fn allocate(
                     }
                 }
             }
-            if (chosen.len() as i64) < need {
-                return Err(exhausted(res.name(id).to_owned()));
-            }
+            // Then the free devices without a NUMA node (the kubelet's "no topology" set, last).
+            let (extra, counted) = take_unaligned(&mut w.unaligned, id, want - chosen.len() as i64, true)
+                .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            chosen.extend(extra);
             let fresh = &chosen[reused..];
             // A device on several NUMA nodes is listed (and counted) in each of them.
             let mut bits_of: Vec<usize> = vec![0; fresh.len()];
@@ -1222,6 +1279,14 @@ fn allocate(
                         },
                     );
                 }
+                reuse.add(
+                    id,
+                    Held {
+                        bits: 0,
+                        amount: counted,
+                        id: None,
+                    },
+                );
             } else if let Some(items) = reuse.items.get_mut(&id) {
                 items.retain(|h| h.id.as_ref().is_none_or(|d| !chosen[..reused].contains(d)));
             }
@@ -1238,19 +1303,150 @@ fn allocate(
                     format!("reuses {} {ids} of the init containers", res.name(id))
                 });
             }
+            if counted + reused_counted > 0 {
+                placement
+                    .device_counts
+                    .insert(res.name(id).to_owned(), counted + reused_counted);
+            }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            let reused = take_reusing(w, reuse, &in_mask, &rest, id, need, init)
+            // Every reusable device first (those without a NUMA node too), then the zones,
+            // then the free devices without a NUMA node.
+            let reused_unaligned = reuse.take_unaligned(id, need, init);
+            let left = need - reused_unaligned;
+            let in_zones = w
+                .available
+                .iter()
+                .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)))
+                .saturating_add(reuse.total_aligned(id));
+            let from_zones = left.min(in_zones);
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init)
                 .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            let (ids, counted) =
+                take_unaligned(&mut w.unaligned, id, left - from_zones, w.free_devices.is_some())
+                    .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            if init {
+                hold_unaligned(reuse, id, &ids, counted);
+            }
+            let reused = reused + reused_unaligned;
             if reused > 0 && !init {
                 notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
             }
             if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
-                placement.device_counts.insert(res.name(id).to_owned(), need);
+                placement.device_counts.insert(
+                    res.name(id).to_owned(),
+                    need - i64::try_from(ids.len()).unwrap_or(0),
+                );
+            }
+            if !ids.is_empty() {
+                placement.devices.insert(res.name(id).to_owned(), ids);
             }
         }
     }
     Ok(notes)
+}
+
+/// Takes `want` free devices of `id` without a NUMA node: the listed IDs first, lowest first,
+/// when `with_ids` (choosing concrete devices), the rest by count. Returns the IDs chosen and
+/// the number taken by count; fails without effect when fewer are free.
+fn take_unaligned(
+    unaligned: &mut BTreeMap<ResId, Unaligned>,
+    id: ResId,
+    want: i64,
+    with_ids: bool,
+) -> Result<(Vec<String>, i64), ()> {
+    if want <= 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let Some(u) = unaligned.get_mut(&id) else {
+        return Err(());
+    };
+    if u.free < want {
+        return Err(());
+    }
+    let by_id = if with_ids {
+        usize::try_from(want).unwrap_or(usize::MAX).min(u.ids.len())
+    } else {
+        0
+    };
+    let ids: Vec<String> = u.ids.drain(..by_id).collect();
+    u.free -= want;
+    // Counted devices are not known by name: the list keeps at most what is free.
+    u.ids.truncate(usize::try_from(u.free).unwrap_or(0));
+    let counted = want - i64::try_from(ids.len()).unwrap_or(0);
+    Ok((ids, counted))
+}
+
+/// What an init container took without a NUMA node stays reusable by the pod's later
+/// containers, constraining none of their hints.
+fn hold_unaligned(reuse: &mut Reuse, id: ResId, ids: &[String], counted: i64) {
+    for d in ids {
+        reuse.add(
+            id,
+            Held {
+                bits: 0,
+                amount: 1,
+                id: Some(d.clone()),
+            },
+        );
+    }
+    reuse.add(
+        id,
+        Held {
+            bits: 0,
+            amount: counted,
+            id: None,
+        },
+    );
+}
+
+/// Allocate for a resource whose devices have no NUMA node at all: the pod's reusable devices
+/// first (listed IDs lowest first, then counted ones), then free ones (IDs when choosing
+/// concrete devices, else by count). Fails when too few are left.
+#[allow(clippy::too_many_arguments)]
+fn allocate_unaligned_only(
+    res: &Resources,
+    w: &mut WorkingZones,
+    reuse: &mut Reuse,
+    id: ResId,
+    need: i64,
+    init: bool,
+    placement: &mut ContainerPlacement,
+    notes: &mut Vec<String>,
+) -> Result<(), ()> {
+    let mut reusable: Vec<String> = reuse
+        .items
+        .get(&id)
+        .into_iter()
+        .flatten()
+        .filter(|h| h.amount > 0)
+        .filter_map(|h| h.id.clone())
+        .collect();
+    reusable.sort_unstable();
+    reusable.truncate(usize::try_from(need).unwrap_or(usize::MAX));
+    let reused_ids = i64::try_from(reusable.len()).unwrap_or(0);
+    let reused_counted = reuse.take_unaligned(id, need - reused_ids, init);
+    let with_ids = w.free_devices.is_some();
+    let (fresh, counted) =
+        take_unaligned(&mut w.unaligned, id, need - reused_ids - reused_counted, with_ids)?;
+    if init {
+        hold_unaligned(reuse, id, &fresh, counted);
+    } else if let Some(items) = reuse.items.get_mut(&id) {
+        items.retain(|h| h.id.as_ref().is_none_or(|d| !reusable.contains(d)));
+    }
+    let reused = reused_ids + reused_counted;
+    if reused > 0 && !init {
+        notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
+    }
+    let by_count = counted + reused_counted;
+    if by_count > 0 {
+        placement.device_counts.insert(res.name(id).to_owned(), by_count);
+    }
+    let chosen: Vec<String> = reusable.into_iter().chain(fresh).collect();
+    if !chosen.is_empty() {
+        placement.devices.insert(res.name(id).to_owned(), chosen);
+    }
+    Ok(())
 }
 
 /// Takes `need` of `id` (amounts per zone): reusable then available in the mask's zones, then
@@ -1684,10 +1880,27 @@ mod tests {
             })
             .collect();
         let closest = if rng.below(2) == 0 { "true" } else { "false" };
+        let mut attributes = vec![
+            serde_json::json!({"name": "topologyManagerPolicy", "value": policy}),
+            serde_json::json!({"name": "topologyManagerOptionPreferClosestNumaNodes", "value": closest}),
+        ];
+        // Sometimes GPUs without a NUMA node next to the aligned ones, and FPGAs that have
+        // none at all; listed by ID or only counted.
+        for resource in ["vendor.com/gpu", "vendor.com/fpga"] {
+            if rng.below(3) == 0 {
+                let free = rng.below(3);
+                let ids: Vec<String> = (0..free).map(|k| format!("x-{k}")).collect();
+                let value = if rng.below(2) == 0 {
+                    numaplane::nrt::join_devices_without_numa(free as u64, &ids)
+                } else {
+                    free.to_string()
+                };
+                attributes.push(serde_json::json!({
+                    "name": format!("numaplane.io/devices-without-numa.{resource}"), "value": value}));
+            }
+        }
         let nrt: numaplane::nrt::NodeResourceTopology = serde_json::from_value(serde_json::json!({
-            "zones": zone_list,
-            "attributes": [{"name": "topologyManagerPolicy", "value": policy},
-                           {"name": "topologyManagerOptionPreferClosestNumaNodes", "value": closest}]}))
+            "zones": zone_list, "attributes": attributes}))
         .expect("nrt");
         NumaTopology::from_nrt(res, &nrt).expect("valid")
     }
@@ -1701,6 +1914,7 @@ mod tests {
             for (k, v) in [
                 ("vendor.com/gpu", "1"),
                 ("vendor.com/nic", "2"),
+                ("vendor.com/fpga", "1"),
                 ("hugepages-1Gi", "1Gi"),
             ] {
                 if rng.below(3) == 0 {

@@ -116,6 +116,8 @@ pub struct Assumption {
     taken: Vec<(u32, ResList)>,
     /// Device IDs taken, per zone id and resource.
     devices: Vec<(u32, ResId, Vec<String>)>,
+    /// Devices without a NUMA node taken, per resource: how many, and which of the listed IDs.
+    unaligned: Vec<(ResId, i64, Vec<String>)>,
 }
 
 /// How assumptions ended, counted for metrics.
@@ -1374,11 +1376,27 @@ fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u6
             }
         }
     }
+    let unaligned = topo
+        .unaligned_devices
+        .iter()
+        .filter_map(|(id, before)| {
+            let after = w.unaligned.get(id)?;
+            let gone: Vec<String> = before
+                .ids
+                .iter()
+                .filter(|d| !after.ids.contains(d))
+                .cloned()
+                .collect();
+            let used = before.free.saturating_sub(after.free);
+            (used > 0).then_some((*id, used, gone))
+        })
+        .collect();
     Assumption {
         node: node.to_owned(),
         since_ms: now_ms,
         taken,
         devices,
+        unaligned,
     }
 }
 
@@ -1407,6 +1425,13 @@ fn take(topo: &mut NumaTopology, a: &Assumption) {
             .and_then(|z| z.free_devices.get_mut(id))
         {
             free.retain(|d| !ids.contains(d));
+        }
+    }
+    for (id, used, ids) in &a.unaligned {
+        if let Some(u) = topo.unaligned_devices.get_mut(id) {
+            u.free = u.free.saturating_sub(*used).max(0);
+            u.ids.retain(|d| !ids.contains(d));
+            u.ids.truncate(usize::try_from(u.free).unwrap_or(0));
         }
     }
 }

@@ -61,14 +61,32 @@ struct Machine {
     /// NUMA node of each CPU id.
     cpu_node: Vec<u32>,
     free_cpus: BTreeSet<usize>,
-    /// Per resource: every device (ID, NUMA node).
+    /// Per resource: every device with a NUMA node (ID, NUMA node).
     devices: BTreeMap<&'static str, Vec<(String, u32)>>,
+    /// Per resource: the devices the plugin gives no NUMA node (no topology).
+    unaligned: BTreeMap<&'static str, Vec<String>>,
+    /// Per resource: the free devices, with or without a NUMA node.
     free_devices: BTreeMap<&'static str, BTreeSet<String>>,
     policy: Policy,
     pod_scope: bool,
     publish_ids: bool,
     /// Memory (GiB) per NUMA node under the Static memory manager, all free; empty: manager off.
     memory: Vec<u32>,
+}
+
+impl Machine {
+    /// Some device plugin registered devices of `resource` (with a NUMA node or not).
+    fn registered(&self, resource: &str) -> bool {
+        !self.devices[resource].is_empty() || !self.unaligned[resource].is_empty()
+    }
+
+    /// The NUMA node of a device; `None` for a device without topology.
+    fn node_of(&self, resource: &str, d: &str) -> Option<u32> {
+        self.devices[resource]
+            .iter()
+            .find(|(id, _)| id == d)
+            .map(|(_, n)| *n)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -180,11 +198,12 @@ impl Kubelet<'_> {
             // No registered device has topology: no preference.
             return None;
         }
+        // Devices without topology are available too, but in no mask.
         let available = &self.m.free_devices[resource];
         if available.union(reusable).count() < request as usize {
             return Some(Vec::new());
         }
-        let node_of = |d: &String| all.iter().find(|(id, _)| id == d).map(|(_, n)| *n).unwrap();
+        let node_of = |d: &String| self.m.node_of(resource, d);
         // v1.36: the masks are built over the NUMA nodes hosting devices of the resource only.
         let hosting: Mask = all.iter().fold(0, |m, (_, n)| m | 1 << n);
         let mut min_affinity = self.m.zones;
@@ -194,11 +213,15 @@ impl Kubelet<'_> {
             if in_mask >= request as usize && count(mask) < min_affinity {
                 min_affinity = count(mask);
             }
-            if reusable.iter().any(|d| mask & (1 << node_of(d)) == 0) {
+            // Reusable devices without topology are skipped: they neither exclude nor count.
+            if reusable.iter().filter_map(node_of).any(|n| mask & (1 << n) == 0) {
                 continue;
             }
-            let matching =
-                reusable.len() + available.iter().filter(|d| mask & (1 << node_of(d)) != 0).count();
+            let matching = reusable.iter().filter_map(node_of).count()
+                + available
+                    .iter()
+                    .filter(|d| node_of(d).is_some_and(|n| mask & (1 << n) != 0))
+                    .count();
             if matching >= request as usize {
                 hints.push(Hint {
                     mask: Some(mask),
@@ -354,15 +377,19 @@ impl Kubelet<'_> {
     /// (tie rule: lowest node, then lowest ID); `devicesToReuse` updated.
     fn allocate_devices(&mut self, c: &Ctr, mask: Option<Mask>, init: bool) -> Result<(), &'static str> {
         for (&r, &n) in &c.devices {
-            if n == 0 || self.m.devices[r].is_empty() {
+            if n == 0 || !self.m.registered(r) {
                 continue;
             }
-            let all = self.m.devices[r].clone();
-            let node_of = |d: &String| all.iter().find(|(id, _)| id == d).map(|(_, z)| *z).unwrap();
-            let rank_in_mask = |z: u32| mask.is_some_and(|m| m & (1 << z) != 0);
+            // Aligned (a node in the mask), then unaligned, then without topology.
+            let m = self.m.clone();
+            let key = |d: &&String| match m.node_of(r, d) {
+                Some(z) if mask.is_some_and(|m| m & (1 << z) != 0) => (0, z, (*d).clone()),
+                Some(z) => (1, z, (*d).clone()),
+                None => (2, 0, (*d).clone()),
+            };
             let reusable = self.devices_to_reuse.entry(r).or_default().clone();
             let mut by_rank: Vec<&String> = reusable.iter().collect();
-            by_rank.sort_by_key(|d| (!rank_in_mask(node_of(d)), node_of(d), (*d).clone()));
+            by_rank.sort_by_key(key);
             let mut chosen: Vec<String> = by_rank.into_iter().take(n as usize).cloned().collect();
             let needed = n as usize - chosen.len();
             if needed > 0 {
@@ -371,7 +398,7 @@ impl Kubelet<'_> {
                     return Err("UnexpectedAdmissionError");
                 }
                 let mut order: Vec<&String> = available.iter().collect();
-                order.sort_by_key(|d| (!rank_in_mask(node_of(d)), node_of(d), (*d).clone()));
+                order.sort_by_key(key);
                 chosen.extend(order.into_iter().take(needed).cloned());
             }
             let free = self.m.free_devices.get_mut(r).unwrap();
@@ -516,7 +543,7 @@ impl Kubelet<'_> {
         let devices: ProviderHints = c
             .devices
             .iter()
-            .filter(|(r, n)| **n > 0 && !self.m.devices[**r].is_empty())
+            .filter(|(r, n)| **n > 0 && self.m.registered(r))
             .map(|(&r, &n)| {
                 let reusable = self.devices_to_reuse.get(r).cloned().unwrap_or_default();
                 (r.to_owned(), self.device_hints(r, n, &reusable))
@@ -556,7 +583,7 @@ impl Kubelet<'_> {
             let mut devices: ProviderHints = Vec::new();
             for r in RESOURCES {
                 let n = level(&|c: &Ctr| c.devices.get(r).copied().unwrap_or(0));
-                if n > 0 && !self.m.devices[r].is_empty() {
+                if n > 0 && self.m.registered(r) {
                     devices.push((r.to_owned(), self.device_hints(r, n, &BTreeSet::new())));
                 }
             }
@@ -659,9 +686,22 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
             }
         }
     }
+    // Sometimes devices without a NUMA node: next to aligned ones, or (where a resource got
+    // none on any node) as all the resource has.
+    let mut unaligned: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for r in RESOURCES {
         devices.entry(r).or_default();
         free_devices.entry(r).or_default();
+        let list = unaligned.entry(r).or_default();
+        if rng.chance(2) {
+            for d in 0..1 + rng.below(2) {
+                let id = format!("{}-x-{d}", &r[12..]);
+                if !rng.chance(3) {
+                    free_devices.entry(r).or_default().insert(id.clone());
+                }
+                list.push(id);
+            }
+        }
     }
     let policy = [
         Policy::None,
@@ -674,6 +714,7 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
         cpu_node,
         free_cpus,
         devices,
+        unaligned,
         free_devices,
         policy,
         pod_scope: rng.chance(3),
@@ -757,13 +798,25 @@ fn nrt_of(m: &Machine) -> NodeResourceTopology {
             json!({"name": format!("node-{z}"), "type": "Node", "resources": resources, "attributes": attributes})
         })
         .collect();
+    let mut attributes = vec![
+        json!({"name": "topologyManagerPolicy", "value": policy}),
+        json!({"name": "topologyManagerScope", "value": if m.pod_scope { "pod" } else { "container" }}),
+    ];
+    for r in RESOURCES.iter().filter(|r| !m.unaligned[**r].is_empty()) {
+        let free: Vec<&String> = m.unaligned[*r]
+            .iter()
+            .filter(|d| m.free_devices[*r].contains(*d))
+            .collect();
+        let ids = if m.publish_ids { free.clone() } else { Vec::new() };
+        attributes.push(json!({
+            "name": format!("numaplane.io/devices-without-numa.{r}"),
+            "value": numaplane::nrt::join_devices_without_numa(free.len() as u64, ids),
+        }));
+    }
     serde_json::from_value(json!({
         "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
         "metadata": {"name": "n"},
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": policy},
-            {"name": "topologyManagerScope", "value": if m.pod_scope { "pod" } else { "container" }}
-        ],
+        "attributes": attributes,
         "zones": zones
     }))
     .unwrap()
@@ -804,7 +857,7 @@ fn pod_of(res: &mut Resources, p: &PodDef) -> PodSpec {
 #[test]
 fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_and_devices() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (mut admitted, mut rejected, mut reuse_decided) = (0, 0, 0);
+    let (mut admitted, mut rejected, mut reuse_decided, mut unaligned_used) = (0, 0, 0, 0);
     for round in 0..900 {
         let zones = [2, 4, 8][round % 3];
         let mut machine = random_machine(&mut rng, zones);
@@ -829,6 +882,13 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
             mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
         }
         .admit(&def);
+        // Did the admitted pod get a device without a NUMA node?
+        let gone_unaligned = RESOURCES.iter().any(|r| {
+            machine.unaligned[*r]
+                .iter()
+                .any(|d| machine.free_devices[*r].contains(d) && !m.free_devices[*r].contains(d))
+        });
+        unaligned_used += usize::from(literal.is_ok() && gone_unaligned);
         // The same pod without its non-restartable init containers: does reuse decide anything?
         let without_init = PodDef {
             init: def.init.iter().filter(|c| c.sidecar).cloned().collect(),
@@ -874,7 +934,8 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
         }
     }
     assert!(
-        admitted > 300 && rejected > 200 && reuse_decided > 50,
-        "admitted {admitted}, rejected {rejected}, decided by reuse {reuse_decided}"
+        admitted > 300 && rejected > 200 && reuse_decided > 50 && unaligned_used > 10,
+        "admitted {admitted}, rejected {rejected}, decided by reuse {reuse_decided}, \
+         given a device without NUMA node {unaligned_used}"
     );
 }

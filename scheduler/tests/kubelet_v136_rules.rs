@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use numaplane::nrt::NodeResourceTopology;
 use numaplane_scheduler::{
     admission::{self, Placement, Rejection, WorkingZones},
+    cluster::{Cluster, Config, TopologyState},
     node::NumaTopology,
     pod::PodSpec,
     resources::Resources,
@@ -165,4 +166,135 @@ fn device_hints_cover_only_the_nodes_hosting_the_devices() {
     // Two GPUs need both hosting nodes: {0,2} is then preferred for them and for the CPUs.
     let p = predict(&obj, json!({"cpu": "3", "example.com/gpu": "2"})).unwrap();
     assert_eq!(numa(&p), Some(vec![0, 2]));
+}
+
+const GPU_WITHOUT_NUMA: &str = "numaplane.io/devices-without-numa.example.com/gpu";
+const FPGA_WITHOUT_NUMA: &str = "numaplane.io/devices-without-numa.example.com/fpga";
+
+/// In a resource where some devices have a NUMA node, a device without one is in no hint mask.
+/// The GPU on NUMA 0 is held; gpu-x (no NUMA node) is free. `single-numa-node` and `restricted`
+/// reject with TopologyAffinityError although it is free; `best-effort` and `none` admit the
+/// pod and hand it out. (Before the model knew such devices, best-effort predicted
+/// UnexpectedAdmissionError: no zone had a free GPU.)
+#[test]
+fn a_device_without_numa_node_in_a_mixed_resource_is_in_no_hint_mask() {
+    let zones = vec![zone(2, 2).with("example.com/gpu", 1, &[]), zone(2, 2)];
+    let obj = |policy: &str| nrt(policy, &zones, None, &[(GPU_WITHOUT_NUMA, "1:gpu-x")]);
+    let one = || json!({"cpu": "1", "example.com/gpu": "1"});
+    for policy in ["single-numa-node", "restricted"] {
+        let r = predict(&obj(policy), one()).unwrap_err();
+        assert_eq!(r.kubelet_reason, "TopologyAffinityError", "{policy}: {r:?}");
+    }
+    for policy in ["best-effort", "none"] {
+        let p = predict(&obj(policy), one()).unwrap();
+        assert_eq!(p.containers[0].devices["example.com/gpu"], ["gpu-x"], "{policy}");
+    }
+    // With the NUMA-0 GPU free as well, the aligned one goes first; two GPUs need gpu-x too,
+    // which no mask holds: single-numa-node rejects, best-effort hands out both.
+    let zones = vec![zone(2, 2).with("example.com/gpu", 1, &["gpu-0"]), zone(2, 2)];
+    let obj = |policy: &str| nrt(policy, &zones, None, &[(GPU_WITHOUT_NUMA, "1:gpu-x")]);
+    let p = predict(&obj("single-numa-node"), one()).unwrap();
+    assert_eq!(p.containers[0].devices["example.com/gpu"], ["gpu-0"]);
+    assert_eq!(numa(&p), Some(vec![0]));
+    let two = || json!({"cpu": "1", "example.com/gpu": "2"});
+    let r = predict(&obj("single-numa-node"), two()).unwrap_err();
+    assert_eq!(r.kubelet_reason, "TopologyAffinityError", "{r:?}");
+    let p = predict(&obj("best-effort"), two()).unwrap();
+    assert_eq!(p.containers[0].devices["example.com/gpu"], ["gpu-0", "gpu-x"]);
+    // Three are more than exist: "cannot satisfy", and best-effort fails in Allocate.
+    let r = predict(&obj("best-effort"), json!({"cpu": "1", "example.com/gpu": "3"})).unwrap_err();
+    assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{r:?}");
+}
+
+/// A resource whose devices have no NUMA node at all gets no-preference hints: the Topology
+/// Manager admits the pod under every policy, single-numa-node included, and Allocate fails
+/// with UnexpectedAdmissionError once the devices are used up. (Before, the model admitted
+/// whatever was left.)
+#[test]
+fn a_resource_without_any_numa_node_fails_in_allocate_once_used_up() {
+    let zones = || vec![zone(2, 2), zone(2, 2)];
+    for policy in ["none", "best-effort", "restricted", "single-numa-node"] {
+        let obj = nrt(policy, &zones(), None, &[(FPGA_WITHOUT_NUMA, "1:fpga-0")]);
+        let p = predict(&obj, json!({"cpu": "1", "example.com/fpga": "1"})).unwrap();
+        assert_eq!(
+            p.containers[0].devices["example.com/fpga"],
+            ["fpga-0"],
+            "{policy}"
+        );
+        let r = predict(&obj, json!({"cpu": "1", "example.com/fpga": "2"})).unwrap_err();
+        assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{policy}: {r:?}");
+        let used_up = nrt(policy, &zones(), None, &[(FPGA_WITHOUT_NUMA, "0")]);
+        let r = predict(&used_up, json!({"cpu": "1", "example.com/fpga": "1"})).unwrap_err();
+        assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{policy}: {r:?}");
+        // Free but not listable: counted.
+        let unnamed = nrt(policy, &zones(), None, &[(FPGA_WITHOUT_NUMA, "2")]);
+        let p = predict(&unnamed, json!({"cpu": "1", "example.com/fpga": "2"})).unwrap();
+        assert_eq!(p.containers[0].device_counts["example.com/fpga"], 2, "{policy}");
+    }
+}
+
+/// A cluster of one node `n1` with the given NRT; its Node object allocates plenty of
+/// everything, so only the NRT decides.
+fn cluster(obj: &NodeResourceTopology) -> Cluster {
+    let mut c = Cluster::new();
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110",
+            "example.com/gpu": "8", "example.com/fpga": "8"}}
+    }))
+    .unwrap();
+    c.apply_node(&node).unwrap();
+    c.apply_nrt(obj).unwrap();
+    c
+}
+
+fn named_pod(c: &mut Cluster, name: &str, requests: Value) -> PodSpec {
+    let mut requests = requests;
+    requests["memory"] = json!("1Gi");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]}
+    }))
+    .unwrap();
+    PodSpec::from_pod(&mut c.res, &pod).unwrap()
+}
+
+/// An assumed placement takes the devices without a NUMA node it got, so the next decision
+/// sees them gone before the NRT does, and gives them back when it is forgotten.
+#[test]
+fn an_assumption_takes_devices_without_numa_node_until_it_ends() {
+    let zones = vec![zone(2, 2), zone(2, 2)];
+    let mut c = cluster(&nrt(
+        "single-numa-node",
+        &zones,
+        None,
+        &[(FPGA_WITHOUT_NUMA, "2:fpga-0,fpga-1")],
+    ));
+    let cfg = Config::default();
+    let free = |c: &Cluster| {
+        let TopologyState::Valid(t) = c.topology("n1") else {
+            panic!("no topology")
+        };
+        let u = t.unaligned_devices.values().next().unwrap();
+        (u.free, u.ids.clone())
+    };
+    let mut keys = Vec::new();
+    for (name, want) in [("a", "fpga-0"), ("b", "fpga-1")] {
+        let p = named_pod(&mut c, name, json!({"cpu": "1", "example.com/fpga": "1"}));
+        let d = c.schedule(&cfg, &p, false);
+        assert_eq!(d.node.as_deref(), Some("n1"), "{name}: {}", d.message);
+        let placement = d.placement.clone().unwrap();
+        assert_eq!(placement.containers[0].devices["example.com/fpga"], [want]);
+        c.assume(&p, &d);
+        keys.push(p.key());
+    }
+    assert_eq!(free(&c), (0, vec![]));
+    let p = named_pod(&mut c, "c", json!({"cpu": "1", "example.com/fpga": "1"}));
+    let d = c.schedule(&cfg, &p, true);
+    assert_eq!(d.node, None, "{d:?}");
+    assert!(d.message.contains("example.com/fpga"), "{}", d.message);
+    c.forget(&keys[0]);
+    assert_eq!(free(&c), (1, vec!["fpga-0".to_owned()]));
+    let d = c.schedule(&cfg, &p, false);
+    assert_eq!(d.node.as_deref(), Some("n1"), "{}", d.message);
 }
