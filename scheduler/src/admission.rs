@@ -8,7 +8,7 @@
 use std::{cell::Cell, collections::BTreeMap};
 
 use crate::{
-    node::{NumaTopology, Unaligned},
+    node::{MAX_ZONES, NumaTopology, Unaligned},
     pod::{PodSpec, Qos},
     prepared::{PreparedPod, Unit},
     resources::{CPU, ResId, ResKind, ResList, Resources},
@@ -95,6 +95,13 @@ pub struct ContainerPlacement {
     pub device_counts: BTreeMap<String, i64>,
     /// Why these devices, in one line.
     pub explanation: String,
+    /// The NUMA nodes the Static memory manager takes this container's memory from (the
+    /// Topology Manager's mask, or its extension); `None` without memory-manager requests or
+    /// for an init container (whose memory is not modelled as held). A multi-node mask forms
+    /// a memory group, which the scheduler's assumption must carry (not serialised: the
+    /// record and the simulate output stay as they were).
+    #[serde(skip)]
+    pub memory_mask: Option<NumaMask>,
 }
 
 pub use numaplane::allocation::ContainerKind;
@@ -109,6 +116,23 @@ pub struct Placement {
     pub containers: Vec<ContainerPlacement>,
     /// Number of NUMA nodes the widest container spans (for explanations).
     pub max_span: usize,
+}
+
+impl Placement {
+    /// The NUMA node sets the Static memory manager allocates this placement's memory from, by
+    /// NUMA id (each ascending, no duplicates): a multi-node one is a group, a single node a
+    /// single-NUMA allocation. Until the node's NRT shows them, the next decision must know
+    /// them from the placement itself.
+    pub fn memory_groups(&self) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = Vec::new();
+        for m in self.containers.iter().filter_map(|c| c.memory_mask) {
+            let ids: Vec<u32> = m.iter().collect();
+            if !ids.is_empty() && !out.contains(&ids) {
+                out.push(ids);
+            }
+        }
+        out
+    }
 }
 
 /// Why the kubelet would reject the pod.
@@ -247,7 +271,10 @@ impl Reuse {
 ///
 /// A group the NRT cannot reveal either way (formed under `best-effort` by a mask wider than
 /// the memory needed, so no zone is used up) is not predicted. The pod's own containers are
-/// tracked exactly: a multi-NUMA allocation forms a group, a single-NUMA one marks its node.
+/// tracked exactly, as the kubelet's `Cells`: an allocation on a mask makes the mask every one
+/// of its nodes' group (a single-NUMA one: the node alone), replacing what the node had — the
+/// memory manager takes a Topology Manager mask that fits as it is, over nodes of other
+/// allocations too, and then only the latest mask counts for them.
 ///
 /// When the exporter publishes the groups it read from the kubelet's checkpoint
 /// (`numaplane.io/memory-groups`), the zones they cover are known exactly, like the pod's own;
@@ -261,10 +288,10 @@ struct Groups {
     exhausted: bool,
     /// Predict the world where every zone in use may belong to a group.
     suspect: bool,
-    /// Zones known to hold single-NUMA allocations (this pod's, or read from the checkpoint).
-    single: usize,
-    /// Multi-NUMA groups known (formed by this pod, or read from the checkpoint).
-    groups: Vec<usize>,
+    /// Per zone position, the mask (subset bits) of its known allocations, the kubelet's
+    /// `Cells` of a node with assignments: the zone alone for single-NUMA allocations, the
+    /// group otherwise; 0 when none is known (this pod's, the checkpoint's, or assumed).
+    cells: [usize; MAX_ZONES],
 }
 
 impl Groups {
@@ -305,26 +332,38 @@ impl Groups {
         self
     }
 
-    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
-    fn trivial(&self) -> bool {
-        self.unknown == 0 && self.single == 0 && self.groups.is_empty()
+    /// Some zone's allocations are known.
+    fn any_known(&self) -> bool {
+        self.cells.iter().any(|c| *c != 0)
     }
 
-    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3.
+    /// The known cells of the zone at position bit `b`.
+    fn cells_of(&self, b: usize) -> usize {
+        self.cells.get(b.trailing_zeros() as usize).copied().unwrap_or(0)
+    }
+
+    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
+    fn trivial(&self) -> bool {
+        self.unknown == 0 && !self.any_known()
+    }
+
+    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3: a single
+    /// zone unless it is in a multi-node group; several zones unless one of them holds
+    /// allocations of another mask (a single-NUMA one, or another group).
     fn allows(&self, bits: usize) -> bool {
-        let in_group = |b: usize| self.groups.iter().any(|g| g & b != 0);
         if bits.count_ones() == 1 {
             let maybe_in_unknown_group = self.suspect && self.unknown & bits != 0;
-            return !(in_group(bits) || maybe_in_unknown_group);
+            return !(self.cells_of(bits).count_ones() > 1 || maybe_in_unknown_group);
         }
         let mut rest = bits;
         while rest != 0 {
             let b = rest & rest.wrapping_neg();
             rest &= rest - 1;
-            if self.unknown & b != 0 || self.single & b != 0 {
+            if self.unknown & b != 0 {
                 return false;
             }
-            if self.groups.iter().any(|g| g & b != 0 && *g != bits) {
+            let cells = self.cells_of(b);
+            if cells != 0 && cells != bits {
                 return false;
             }
         }
@@ -336,7 +375,7 @@ impl Groups {
     /// single zones (outside `unknown` when suspecting) and the sets of zones not in use, of
     /// which the largest is the one to try; otherwise every mask is tried.
     fn some_hint(&self, n: usize, usable: impl Fn(usize) -> bool) -> bool {
-        if self.single != 0 || !self.groups.is_empty() {
+        if self.any_known() {
             return (1..(1usize << n)).any(|bits| self.allows(bits) && usable(bits));
         }
         let singles = (0..n).map(|i| 1usize << i).any(|b| self.allows(b) && usable(b));
@@ -344,12 +383,12 @@ impl Groups {
         singles || (unused.count_ones() > 1 && usable(unused))
     }
 
-    /// Records an allocation of the pod on `bits`.
+    /// Records an allocation on `bits`: the mask becomes each of its zones' cells.
     fn record(&mut self, bits: usize) {
-        if bits.count_ones() == 1 {
-            self.single |= bits;
-        } else if bits != 0 && !self.groups.contains(&bits) {
-            self.groups.push(bits);
+        for (i, cells) in self.cells.iter_mut().enumerate() {
+            if bits & (1 << i) != 0 {
+                *cells = bits;
+            }
         }
     }
 }
@@ -1185,6 +1224,7 @@ fn allocate(
                 take_fill(w, &zones, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
             }
             groups.record(bits);
+            placement.memory_mask = Some(topo.masks[bits]);
         }
     }
     for (id, need) in req
@@ -1803,6 +1843,7 @@ fn run_world(
             devices: BTreeMap::new(),
             device_counts: BTreeMap::new(),
             explanation: String::new(),
+            memory_mask: None,
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.

@@ -118,6 +118,13 @@ pub struct Assumption {
     devices: Vec<(u32, ResId, Vec<String>)>,
     /// Devices without a NUMA node taken, per resource: how many, and which of the listed IDs.
     unaligned: Vec<(ResId, i64, Vec<String>)>,
+    /// The Static memory manager's groups the placement forms, by NUMA id, in allocation
+    /// order (a later one replaces an earlier one's nodes, as the kubelet's `Cells`): known to
+    /// the next decision before the exporter publishes them (`numaplane.io/memory-groups`).
+    /// Multi-node groups always; a single node only if its allocations were known or no memory
+    /// was in use there (else an unknown earlier allocation there, maybe of a group whose first
+    /// node it used up, would pass for known and the model would stop suspecting it).
+    memory_groups: Vec<Vec<u32>>,
 }
 
 /// How assumptions ended, counted for metrics.
@@ -1194,8 +1201,8 @@ impl Cluster {
         let mut taken = None;
         if let Some(TopologyState::Valid(topo)) = self.topologies.get_mut(&node) {
             let mut w = WorkingZones::with_device_ids(topo);
-            if admission::predict(&self.res, topo, &mut w, pod).is_ok() {
-                let a = assumption_from(topo, &w, &node, now_ms);
+            if let Ok(p) = admission::predict(&self.res, topo, &mut w, pod) {
+                let a = assumption_from(&self.res, topo, &w, &p, &node, now_ms);
                 take(topo, &a);
                 taken = Some(a);
             }
@@ -1229,10 +1236,10 @@ impl Cluster {
             return;
         };
         let mut w = WorkingZones::with_device_ids(topo);
-        if admission::predict(&self.res, topo, &mut w, pod).is_err() {
+        let Ok(p) = admission::predict(&self.res, topo, &mut w, pod) else {
             return;
-        }
-        let a = assumption_from(topo, &w, &node, now_ms);
+        };
+        let a = assumption_from(&self.res, topo, &w, &p, &node, now_ms);
         take(topo, &a);
         self.assumed.insert(key, a);
         self.reconcile(&node);
@@ -1345,8 +1352,16 @@ impl Cluster {
     }
 }
 
-/// What a prediction consumed: the difference between the topology's zones and `w`.
-fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u64) -> Assumption {
+/// What a prediction consumed: the difference between the topology's zones and `w`, and the
+/// memory groups its placement `p` forms.
+fn assumption_from(
+    res: &Resources,
+    topo: &NumaTopology,
+    w: &WorkingZones,
+    p: &Placement,
+    node: &str,
+    now_ms: u64,
+) -> Assumption {
     let mut taken = Vec::new();
     let mut devices = Vec::new();
     for (i, z) in topo.zones.iter().enumerate() {
@@ -1397,6 +1412,22 @@ fn assumption_from(topo: &NumaTopology, w: &WorkingZones, node: &str, now_ms: u6
         taken,
         devices,
         unaligned,
+        memory_groups: p
+            .memory_groups()
+            .into_iter()
+            .filter(|g| match g.as_slice() {
+                [id] => {
+                    let known = topo.memory_groups.iter().flatten().flatten().any(|k| k == id);
+                    let unused = topo.zones.iter().find(|z| z.id == *id).is_some_and(|z| {
+                        z.allocatable
+                            .iter()
+                            .all(|(r, a)| !res.kind(r).is_memory_like() || z.available.get_or_zero(r) >= a)
+                    });
+                    known || unused
+                }
+                _ => true,
+            })
+            .collect(),
     }
 }
 
@@ -1433,6 +1464,16 @@ fn take(topo: &mut NumaTopology, a: &Assumption) {
             u.ids.retain(|d| !ids.contains(d));
             u.ids.truncate(usize::try_from(u.free).unwrap_or(0));
         }
+    }
+    // The groups become known ones: the model then applies the group rules to their zones
+    // exactly (§3.2 steps 2–3). Zones in use outside the known groups stay guessed, whether
+    // the exporter publishes groups or not, so adding to an unpublished list is as safe. Later
+    // entries replace earlier ones on their nodes (the kubelet's `Cells`), so one already
+    // known moves to the end.
+    for g in &a.memory_groups {
+        let known = topo.memory_groups.get_or_insert_with(Vec::new);
+        known.retain(|k| k != g);
+        known.push(g.clone());
     }
 }
 

@@ -939,3 +939,90 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
          given a device without NUMA node {unaligned_used}"
     );
 }
+
+/// The next pod after an assumed one: on random 2- and 4-zone machines under the Static memory
+/// manager, a first pod is scheduled through the cluster index and its placement assumed (no
+/// NRT shows it yet); the second pod's prediction on the node as the index then sees it must
+/// equal the literal kubelet admitting both in a row. The memory manager's groups the first
+/// pod forms (and its single-node allocations on nodes that held no memory) are known to the
+/// second decision only through the assumption (issue 20 item 6).
+#[test]
+fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
+    use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
+    let mut rng = Rng(0x9e6c_63d0_676a_9a99);
+    let (mut compared, mut grouped) = (0, 0);
+    for round in 0..1500 {
+        let zones = [2, 4][round % 2];
+        let mut machine = random_machine(&mut rng, zones);
+        if machine.memory.is_empty() {
+            machine.memory = (0..zones).map(|_| 2 + rng.below(7) as u32).collect();
+        }
+        let no_init = |mut d: PodDef| {
+            d.init.retain(|c| c.sidecar);
+            d
+        };
+        let first = no_init(random_pod(&mut rng, zones));
+        let second = no_init(random_pod(&mut rng, zones));
+        let mut c = Cluster::new();
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
+                "example.com/gpu": "1000", "example.com/nic": "1000"}}
+        }))
+        .unwrap();
+        c.apply_node(&node).unwrap();
+        c.apply_nrt(&nrt_of(&machine)).unwrap();
+        let cfg = Config::default();
+        let p1 = pod_of(&mut c.res, &first);
+        let d1 = c.schedule(&cfg, &p1, false);
+        let mut m = machine.clone();
+        let mut kubelet = Kubelet {
+            m: &mut m,
+            cpus_to_reuse: BTreeSet::new(),
+            devices_to_reuse: BTreeMap::new(),
+            mem_free: machine.memory.clone(),
+            mem_assignments: vec![0; machine.memory.len()],
+            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
+        };
+        let literal1 = kubelet.admit(&first);
+        assert_eq!(d1.node.is_some(), literal1.is_ok(), "round {round}: first pod");
+        if literal1.is_err() {
+            continue;
+        }
+        c.assume(&p1, &d1);
+        grouped += usize::from(kubelet.mem_cells.iter().any(|cells| cells.count_ones() > 1));
+        kubelet.cpus_to_reuse.clear();
+        kubelet.devices_to_reuse.clear();
+        let literal2 = kubelet.admit(&second);
+        let p2 = pod_of(&mut c.res, &second);
+        let TopologyState::Valid(topo) = c.topology("n") else {
+            panic!("round {round}: no topology")
+        };
+        let model = admission::predict(&c.res, topo, &mut WorkingZones::with_device_ids(topo), &p2);
+        let ctx = || {
+            format!(
+                "round {round}: {machine:?}\nfirst {first:?} -> {literal1:?}\nsecond {second:?}\n\
+                 model {model:?}\nliteral {literal2:?}\ngroups {:?}",
+                topo.memory_groups
+            )
+        };
+        match (&model, &literal2) {
+            (Ok(p), Ok((pod_mask, masks))) => {
+                if machine.pod_scope && machine.policy != Policy::None {
+                    assert_eq!(&p.pod_numa_nodes, pod_mask, "{}", ctx());
+                } else {
+                    let got: Vec<Option<Vec<u32>>> =
+                        p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
+                    assert_eq!(&got, masks, "{}", ctx());
+                }
+            }
+            (Err(r), Err(reason)) => assert_eq!(r.kubelet_reason, *reason, "{}", ctx()),
+            _ => panic!("verdicts differ: {}", ctx()),
+        }
+        compared += 1;
+    }
+    assert!(
+        compared > 400 && grouped > 50,
+        "compared {compared}, first pod formed a group {grouped}"
+    );
+}
