@@ -1164,16 +1164,21 @@ fn rejection_for(
     }
 }
 
-/// Consumes `req` from the working zones under `mask`, as the kubelet's managers allocate:
-/// exclusive CPUs and memory from the mask's nodes first (ascending), then from the rest;
-/// devices aligned first, lowest zone and lowest ID first. Returns notes for the explanation.
+/// Consumes `req` from the working zones under `mask`, each manager by its own rules, as the
+/// kubelet allocates after the merge (whether the merged hint is preferred or not): exclusive
+/// CPUs from the mask's nodes first, then from the rest, each part NUMA-packed
+/// ([`cpu_packing`]); memory on the mask, or the narrowest allowed hint containing it
+/// ([`memory_mask`]), filled in ascending node order; devices aligned first, then the other
+/// zones, then those without a NUMA node, lowest zone and lowest ID first. Returns notes for
+/// the explanation.
 ///
 /// Reusable items of the pod's init containers come first. The device manager takes them
 /// before anything else (§3.3 allocation step 1); the CPU manager picks from available ∪
-/// reusable, aligned first, with a topology packing the NRT does not let us reproduce: the
-/// model takes the reusable CPUs first, which is what that packing picks when the pool and the
-/// mask are those the init container was given. What an init container takes becomes reusable
-/// and stays held by the pod; an app or sidecar container removes what it reused.
+/// reusable, aligned first, packing them with the rest by a topology the NRT only partly
+/// shows: the model takes the reusable CPUs first, which is what that packing picks when the
+/// pool and the mask are those the init container was given. What an init container takes
+/// becomes reusable and stays held by the pod; an app or sidecar container removes what it
+/// reused.
 fn allocate(
     res: &Resources,
     topo: &NumaTopology,
@@ -1204,8 +1209,17 @@ fn allocate(
     };
     if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, *pool_cpus_taken, &placement.name)?;
-        let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
-            .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        let reused = take_reusing(
+            w,
+            reuse,
+            &in_mask,
+            &rest,
+            CPU,
+            n.saturating_mul(1000),
+            init,
+            Some(topo),
+        )
+        .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
         *pool_cpus_taken = pool_cpus_taken.saturating_add(n.saturating_sub(reused / 1000));
         if reused > 0 && !init {
             notes.push(format!(
@@ -1360,7 +1374,7 @@ fn allocate(
                 .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)))
                 .saturating_add(reuse.total_aligned(id));
             let from_zones = left.min(in_zones);
-            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init)
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init, None)
                 .map_err(|_| exhausted(res.name(id).to_owned()))?;
             let (ids, counted) =
                 take_unaligned(&mut w.unaligned, id, left - from_zones, w.free_devices.is_some())
@@ -1493,6 +1507,11 @@ fn allocate_unaligned_only(
 /// the same outside; fails without effect if short. What an init container takes from the
 /// available amounts becomes reusable; reusable items an init container takes stay reusable,
 /// those another container takes do not. Returns the amount reused.
+///
+/// Exclusive CPUs (`packing`: the node's topology) are taken from each group's available CPUs
+/// as the static CPU manager's `takeByTopology` (NUMA-packed) takes them: [`cpu_packing`].
+/// Devices are taken zone by zone in the group's order.
+#[allow(clippy::too_many_arguments)]
 fn take_reusing(
     w: &mut WorkingZones,
     reuse: &mut Reuse,
@@ -1501,6 +1520,7 @@ fn take_reusing(
     id: ResId,
     need: i64,
     init: bool,
+    packing: Option<&NumaTopology>,
 ) -> Result<i64, ()> {
     let available = w
         .available
@@ -1516,8 +1536,21 @@ fn take_reusing(
             left -= t;
             reused += t;
         }
-        for &i in group {
-            let t = w.available[i].get_or_zero(id).min(left).max(0);
+        let takes = match packing {
+            Some(topo) => cpu_packing(topo, w, group, left),
+            None => {
+                let mut want = left;
+                group
+                    .iter()
+                    .map(|&i| {
+                        let t = w.available[i].get_or_zero(id).min(want).max(0);
+                        want -= t;
+                        (i, t)
+                    })
+                    .collect()
+            }
+        };
+        for (i, t) in takes {
             if t > 0 {
                 w.available[i].sub_clamped(id, t);
                 left -= t;
@@ -1535,6 +1568,53 @@ fn take_reusing(
         }
     }
     Ok(reused)
+}
+
+/// How much of `need` exclusive CPUs (millicores) the static CPU manager takes from each zone of
+/// `zones` (positions, ascending), as its default `takeByTopology` (NUMA-packed) does on a
+/// machine with a socket per NUMA node: first whole NUMA nodes, every CPU of which is free
+/// (capacity = available, so none reserved), while the need covers one, the smallest first;
+/// then CPU by CPU from the zones with the fewest free CPUs first, lowest id on ties (the
+/// kubelet packs: `sortAvailableNUMANodes` orders by free CPUs ascending). This is where a
+/// container's CPUs land inside a multi-node mask and, when the mask runs short, outside it
+/// (verified-facts.md: best hint {0}, CPUs on NUMA 3). Deviation: free CPUs count as whole
+/// cores; on SMT machines the kubelet takes whole free cores before single threads, which
+/// differs only when a zone's free CPUs include partial cores.
+fn cpu_packing(topo: &NumaTopology, w: &WorkingZones, zones: &[usize], need: i64) -> Vec<(usize, i64)> {
+    let mut free: Vec<(usize, i64)> = zones
+        .iter()
+        .map(|&i| (i, w.available.get(i).map_or(0, |a| a.get_or_zero(CPU)).max(0)))
+        .collect();
+    let mut takes: Vec<(usize, i64)> = Vec::with_capacity(free.len());
+    let mut left = need;
+    let capacity = |i: usize| topo.zones.get(i).map_or(0, |z| z.capacity.get_or_zero(CPU));
+    let mut whole: Vec<(i64, usize)> = free
+        .iter()
+        .filter(|&&(i, f)| f > 0 && f == capacity(i))
+        .map(|&(i, f)| (f, i))
+        .collect();
+    whole.sort_unstable();
+    for (size, i) in whole {
+        if left >= size {
+            takes.push((i, size));
+            left -= size;
+            if let Some(slot) = free.iter_mut().find(|(j, _)| *j == i) {
+                slot.1 = 0;
+            }
+        }
+    }
+    free.sort_by_key(|&(i, f)| (f, i));
+    for (i, f) in free {
+        if left <= 0 {
+            break;
+        }
+        let t = f.min(left);
+        if t > 0 {
+            takes.push((i, t));
+            left -= t;
+        }
+    }
+    takes
 }
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an

@@ -7,10 +7,11 @@
 //! container, hints generated mask by mask, the Topology Manager's permutation merge and its
 //! pairwise `compareHints` fold. Nothing here calls the model's hint or merge code.
 //!
-//! Where the kubelet's choice is random (Go map order) or the plugin's (devices), or its CPU
-//! packing cannot be known from an NRT, both sides use the model's documented tie rule:
-//! reusable items first, then the lowest NUMA node and the lowest ID, aligned nodes before the
-//! others. The Static memory manager (group rules, default hint, extension, greedy fill) is on
+//! Where the kubelet's choice is random (Go map order) or the plugin's (devices), both sides
+//! use the model's documented tie rule: reusable items first, then the lowest NUMA node and the
+//! lowest ID, aligned nodes before the others. CPUs are taken by the CPU manager's
+//! `takeByTopology` (NUMA-packed) on a machine with a socket per NUMA node and one thread per
+//! core, after the reusable ones (the model's rule for those). The Static memory manager (group rules, default hint, extension, greedy fill) is on
 //! for half the 2- and 4-zone nodes, starting empty, for pods without init containers; no
 //! device spans two nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -334,32 +335,77 @@ impl Kubelet<'_> {
         (best, admit)
     }
 
-    /// CPU manager Allocate: aligned CPUs of available ∪ reusable first, then the rest
-    /// (tie rule: reusable, then lowest node, then lowest id); `cpusToReuse` updated.
+    /// `takeByTopology`, NUMA-packed, on this machine (a socket per NUMA node, one thread per
+    /// core), taking `n` CPUs of `set`: whole NUMA nodes all of whose CPUs are in `set` while
+    /// `n` covers one (`takeFullNUMANodes`: fewest free CPUs first, then the lowest node); then
+    /// cores, i.e. CPUs, node by node with the fewest free CPUs in `set` first (`takeFullCores`
+    /// over `sortAvailableCores`), lowest node and CPU id on ties.
+    fn take_by_topology(&self, set: &BTreeSet<usize>, n: usize) -> Vec<usize> {
+        let cpu_node = &self.m.cpu_node;
+        let in_node = |z: u32| (0..cpu_node.len()).filter(move |c| cpu_node[*c] == z);
+        let mut details = set.clone();
+        let mut result = Vec::new();
+        let free_in =
+            |details: &BTreeSet<usize>, z: u32| details.iter().filter(|c| cpu_node[**c] == z).count();
+        let mut nodes: Vec<u32> = (0..self.m.zones)
+            .filter(|&z| in_node(z).count() > 0 && in_node(z).all(|c| details.contains(&c)))
+            .collect();
+        nodes.sort_by_key(|&z| (free_in(&details, z), z));
+        for z in nodes {
+            let size = in_node(z).count();
+            if n - result.len() >= size {
+                for c in in_node(z) {
+                    details.remove(&c);
+                    result.push(c);
+                }
+            }
+        }
+        let mut order: Vec<u32> = (0..self.m.zones).filter(|&z| free_in(&details, z) > 0).collect();
+        order.sort_by_key(|&z| (free_in(&details, z), z));
+        for z in order {
+            for c in in_node(z).filter(|c| details.contains(c)) {
+                if result.len() < n {
+                    result.push(c);
+                }
+            }
+        }
+        result
+    }
+
+    /// CPU manager Allocate (§3.1): aligned CPUs of available ∪ reusable first, then the rest,
+    /// each by `takeByTopology` (tie rule shared with the model: reusable ones first, lowest
+    /// node then id); `cpusToReuse` updated.
     fn allocate_cpus(&mut self, n: u32, mask: Option<Mask>, init: bool) -> Result<(), &'static str> {
         if n == 0 {
             return Ok(());
         }
-        let allocatable: BTreeSet<usize> = self.m.free_cpus.union(&self.cpus_to_reuse).copied().collect();
-        let key = |c: &usize| (!self.cpus_to_reuse.contains(c), self.m.cpu_node[*c], *c);
-        let mut aligned: Vec<usize> = allocatable
-            .iter()
-            .copied()
-            .filter(|c| mask.is_some_and(|m| m & (1 << self.m.cpu_node[*c]) != 0))
-            .collect();
-        aligned.sort_by_key(key);
-        let mut result: Vec<usize> = aligned.into_iter().take(n as usize).collect();
-        let mut rest: Vec<usize> = allocatable
-            .iter()
-            .copied()
-            .filter(|c| !result.contains(c))
-            .collect();
-        rest.sort_by_key(key);
-        let missing = n as usize - result.len();
-        if rest.len() < missing {
+        let n = n as usize;
+        let in_mask = |c: &usize| mask.is_some_and(|m| m & (1 << self.m.cpu_node[*c]) != 0);
+        let key = |c: &usize| (self.m.cpu_node[*c], *c);
+        let mut result: Vec<usize> = Vec::new();
+        for aligned in [true, false] {
+            let mut reusable: Vec<usize> = self
+                .cpus_to_reuse
+                .iter()
+                .copied()
+                .filter(|c| in_mask(c) == aligned && !result.contains(c))
+                .collect();
+            reusable.sort_by_key(key);
+            let take = reusable.len().min(n - result.len());
+            result.extend(reusable.into_iter().take(take));
+            let available: BTreeSet<usize> = self
+                .m
+                .free_cpus
+                .iter()
+                .copied()
+                .filter(|c| in_mask(c) == aligned)
+                .collect();
+            let want = (n - result.len()).min(available.len());
+            result.extend(self.take_by_topology(&available, want));
+        }
+        if result.len() < n {
             return Err("UnexpectedAdmissionError");
         }
-        result.extend(rest.into_iter().take(missing));
         for c in &result {
             self.m.free_cpus.remove(c);
         }

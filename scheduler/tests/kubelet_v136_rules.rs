@@ -298,3 +298,66 @@ fn an_assumption_takes_devices_without_numa_node_until_it_ends() {
     let d = c.schedule(&cfg, &p, false);
     assert_eq!(d.node.as_deref(), Some("n1"), "{}", d.message);
 }
+
+/// Free exclusive CPUs per zone in `w` (whole CPUs).
+fn free_cpus(w: &WorkingZones) -> Vec<i64> {
+    w.available
+        .iter()
+        .map(|a| a.get_or_zero(numaplane_scheduler::resources::CPU) / 1000)
+        .collect()
+}
+
+/// best-effort with a non-preferred merged hint: each provider allocates by its own rules. The
+/// GPU is only on NUMA 0, where no CPU is free; the best merged hint is {0} (not preferred),
+/// the device manager gives gpu-0 there, and the CPU manager, finding no CPU in the mask,
+/// packs the two CPUs onto the node with the fewest free CPUs: NUMA 3, not the lowest (as the
+/// real kubelet did: "best hint {0}, CPUs on NUMA 3"). Before, the model took them from NUMA 1.
+#[test]
+fn best_effort_cpus_outside_the_mask_go_where_the_cpu_manager_packs_them() {
+    let zones = vec![
+        zone(4, 0).with("example.com/gpu", 1, &["gpu-0"]),
+        zone(4, 4),
+        zone(4, 4),
+        zone(4, 2),
+    ];
+    let obj = nrt("best-effort", &zones, None, &[]);
+    let mut res = Resources::default();
+    let p = pod(&mut res, json!({"cpu": "2", "example.com/gpu": "1"}));
+    let topo = NumaTopology::from_nrt(&mut res, &obj).unwrap();
+    let mut w = WorkingZones::with_device_ids(&topo);
+    let placed = admission::predict(&res, &topo, &mut w, &p).unwrap();
+    assert_eq!(numa(&placed), Some(vec![0]));
+    assert_eq!(placed.containers[0].devices["example.com/gpu"], ["gpu-0"]);
+    assert_eq!(free_cpus(&w), [0, 4, 4, 0]);
+    // Whole free NUMA nodes go first when the request covers one: 5 CPUs take NUMA 1 whole
+    // (the lowest of the two free nodes), then one from NUMA 3 (fewest free).
+    let mut w = WorkingZones::with_device_ids(&topo);
+    let p5 = pod(&mut res, json!({"cpu": "5", "example.com/gpu": "1"}));
+    admission::predict(&res, &topo, &mut w, &p5).unwrap();
+    assert_eq!(free_cpus(&w), [0, 0, 4, 1]);
+}
+
+/// Inside a multi-node mask the CPU manager packs too, and the next pod's verdict depends on
+/// it. restricted, NUMA 0 and 1 with 5 CPUs each, 4 and 3 free; the GPU is on NUMA 0. Six
+/// CPUs need {0,1}: the kubelet takes NUMA 1's three first (fewest free), then three of NUMA
+/// 0, leaving one free there; the next pod (1 CPU + the GPU) is then admitted on {0}. Before,
+/// the model filled NUMA 0 first and refused the second pod (TopologyAffinityError).
+#[test]
+fn cpus_in_a_multi_node_mask_are_packed_and_decide_the_next_pod() {
+    let zones = vec![zone(5, 4).with("example.com/gpu", 1, &["gpu-0"]), zone(5, 3)];
+    let mut c = cluster(&nrt("restricted", &zones, None, &[]));
+    let cfg = Config::default();
+    let a = named_pod(&mut c, "a", json!({"cpu": "6"}));
+    let d = c.schedule(&cfg, &a, false);
+    assert_eq!(
+        numa(d.placement.as_ref().unwrap()),
+        Some(vec![0, 1]),
+        "{}",
+        d.message
+    );
+    c.assume(&a, &d);
+    let b = named_pod(&mut c, "b", json!({"cpu": "1", "example.com/gpu": "1"}));
+    let d = c.schedule(&cfg, &b, true);
+    assert_eq!(d.node.as_deref(), Some("n1"), "{}", d.message);
+    assert_eq!(numa(d.placement.as_ref().unwrap()), Some(vec![0]));
+}

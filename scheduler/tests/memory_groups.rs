@@ -343,3 +343,49 @@ fn an_assumption_knows_its_single_node_allocation_only_on_a_node_unused_before()
     c.assume(&a, &d);
     assert_eq!(groups(&c), None);
 }
+
+/// best-effort: the Static memory manager extends a non-preferred single-node hint to the
+/// narrowest group containing it, and that group then constrains later pods (verified on the
+/// real kubelet v1.36.2). NUMA 0 has the only free CPUs but 1Gi of memory allocatable; NUMA 1
+/// and 2 have 8Gi and no free CPU. A 1-CPU, 2Gi pod merges to {0} (not preferred: memory
+/// prefers {1} or {2}); 1Gi does not fit there, so the memory manager extends {0} to its
+/// narrowest hint containing it, {0,1}, which becomes a group. The next such pod is again
+/// merged to {0}, and its memory may only go to exactly {0,1} (step 3); it fits there.
+#[test]
+fn best_effort_extends_a_single_node_hint_to_the_narrowest_group_which_binds_the_next_pod() {
+    use numaplane_scheduler::cluster::{Cluster, Config};
+    let zone = |i: usize, cpus: &str, memory: &str| {
+        json!({"name": format!("node-{i}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "4", "allocatable": "4", "available": cpus},
+            {"name": "memory", "capacity": "8Gi", "allocatable": memory, "available": memory}
+        ]})
+    };
+    let obj: NodeResourceTopology = serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"},
+        "attributes": [{"name": "topologyManagerPolicy", "value": "best-effort"},
+                       {"name": "topologyManagerScope", "value": "container"}],
+        "zones": [zone(0, "4", "1Gi"), zone(1, "0", "8Gi"), zone(2, "0", "8Gi")]
+    }))
+    .unwrap();
+    let mut c = Cluster::new();
+    c.apply_node(&node_n1()).unwrap();
+    c.apply_nrt(&obj).unwrap();
+    let cfg = Config::default();
+    let memory_nodes = |d: &numaplane_scheduler::cluster::Decision| {
+        let p = d.placement.as_ref().unwrap();
+        (
+            p.containers[0].numa_nodes.clone(),
+            p.containers[0]
+                .memory_mask
+                .map(|m| m.iter().collect::<Vec<u32>>()),
+        )
+    };
+    for name in ["a", "b"] {
+        let p = PodSpec::from_pod(&mut c.res, &guaranteed(name, "1", "2Gi")).unwrap();
+        let d = c.schedule(&cfg, &p, false);
+        assert_eq!(d.node.as_deref(), Some("n1"), "{name}: {}", d.message);
+        assert_eq!(memory_nodes(&d), (Some(vec![0]), Some(vec![0, 1])), "{name}");
+        c.assume(&p, &d);
+    }
+}
