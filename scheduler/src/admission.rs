@@ -1536,21 +1536,23 @@ fn take_reusing(
             left -= t;
             reused += t;
         }
+        // Amounts per zone position, on the stack: this runs for every node the filter evaluates.
         let takes = match packing {
             Some(topo) => cpu_packing(topo, w, group, left),
             None => {
-                let mut want = left;
-                group
-                    .iter()
-                    .map(|&i| {
-                        let t = w.available[i].get_or_zero(id).min(want).max(0);
-                        want -= t;
-                        (i, t)
-                    })
-                    .collect()
+                let (mut takes, mut want) = ([0i64; MAX_ZONES], left);
+                for &i in group {
+                    let t = w.available[i].get_or_zero(id).min(want).max(0);
+                    if let Some(slot) = takes.get_mut(i) {
+                        *slot = t;
+                    }
+                    want -= t;
+                }
+                takes
             }
         };
-        for (i, t) in takes {
+        for &i in group {
+            let t = takes.get(i).copied().unwrap_or(0);
             if t > 0 {
                 w.available[i].sub_clamped(id, t);
                 left -= t;
@@ -1580,39 +1582,45 @@ fn take_reusing(
 /// (verified-facts.md: best hint {0}, CPUs on NUMA 3). Deviation: free CPUs count as whole
 /// cores; on SMT machines the kubelet takes whole free cores before single threads, which
 /// differs only when a zone's free CPUs include partial cores.
-fn cpu_packing(topo: &NumaTopology, w: &WorkingZones, zones: &[usize], need: i64) -> Vec<(usize, i64)> {
-    let mut free: Vec<(usize, i64)> = zones
-        .iter()
-        .map(|&i| (i, w.available.get(i).map_or(0, |a| a.get_or_zero(CPU)).max(0)))
-        .collect();
-    let mut takes: Vec<(usize, i64)> = Vec::with_capacity(free.len());
-    let mut left = need;
-    let capacity = |i: usize| topo.zones.get(i).map_or(0, |z| z.capacity.get_or_zero(CPU));
-    let mut whole: Vec<(i64, usize)> = free
-        .iter()
-        .filter(|&&(i, f)| f > 0 && f == capacity(i))
-        .map(|&(i, f)| (f, i))
-        .collect();
-    whole.sort_unstable();
-    for (size, i) in whole {
-        if left >= size {
-            takes.push((i, size));
-            left -= size;
-            if let Some(slot) = free.iter_mut().find(|(j, _)| *j == i) {
-                slot.1 = 0;
-            }
+/// Returns the amount per zone position.
+fn cpu_packing(topo: &NumaTopology, w: &WorkingZones, zones: &[usize], need: i64) -> [i64; MAX_ZONES] {
+    let mut free = [0i64; MAX_ZONES];
+    let mut order = [0usize; MAX_ZONES];
+    let mut n = 0;
+    for (&i, slot) in zones.iter().zip(order.iter_mut()) {
+        if let Some(f) = free.get_mut(i) {
+            *f = w.available.get(i).map_or(0, |a| a.get_or_zero(CPU)).max(0);
+            *slot = i;
+            n += 1;
         }
     }
-    free.sort_by_key(|&(i, f)| (f, i));
-    for (i, f) in free {
+    let order = order.get_mut(..n).unwrap_or_default();
+    let free_of = |free: &[i64; MAX_ZONES], i: usize| free.get(i).copied().unwrap_or(0);
+    let capacity = |i: usize| topo.zones.get(i).map_or(0, |z| z.capacity.get_or_zero(CPU));
+    let mut takes = [0i64; MAX_ZONES];
+    let mut left = need;
+    // Whole free nodes have free = capacity: sorting by free orders them by size, then id.
+    order.sort_unstable_by_key(|&i| (free_of(&free, i), i));
+    for &i in order.iter() {
+        let f = free_of(&free, i);
+        if f > 0 && f == capacity(i) && left >= f {
+            if let (Some(t), Some(fr)) = (takes.get_mut(i), free.get_mut(i)) {
+                *t = f;
+                *fr = 0;
+            }
+            left -= f;
+        }
+    }
+    order.sort_unstable_by_key(|&i| (free_of(&free, i), i));
+    for &i in order.iter() {
         if left <= 0 {
             break;
         }
-        let t = f.min(left);
-        if t > 0 {
-            takes.push((i, t));
-            left -= t;
+        let t = free_of(&free, i).min(left);
+        if let Some(slot) = takes.get_mut(i) {
+            *slot += t;
         }
+        left -= t;
     }
     takes
 }
