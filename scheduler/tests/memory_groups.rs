@@ -264,6 +264,41 @@ fn simulate_sees_the_memory_group_its_own_placement_forms() {
     assert_eq!(numa(1), Some(vec![2]));
 }
 
+/// The same under restricted, with no CPU free on NUMA 2: `a` (6 CPUs, 12Gi) takes {0,1},
+/// preferred for both; `b`'s CPU hint {1} and memory hint {0,1} (the group; {2} has no CPU)
+/// differ, so the kubelet rejects it (TopologyAffinityError). Known from the assumption now;
+/// before, the model rejected it only in its guessed world where the used-up NUMA 0 may be a
+/// group's (and said so).
+#[test]
+fn simulate_rejects_under_restricted_for_the_memory_group_its_own_placement_forms() {
+    use numaplane_scheduler::simulate::{ConfigFile, Explain, Inputs, simulate};
+    let mut obj = three_zones("restricted", None);
+    obj.zones[2].resources.as_mut().unwrap()[0].available =
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("0".to_owned());
+    let inputs = Inputs {
+        nodes: vec![node_n1()],
+        nrts: vec![obj],
+        ..Inputs::default()
+    };
+    let pods = vec![guaranteed("a", "6", "12Gi"), guaranteed("b", "1", "1Gi")];
+    let report = simulate(inputs, pods, &ConfigFile::default(), Explain::Failed);
+    let a = &report.results[0].decision;
+    assert_eq!(
+        a.placement.as_ref().unwrap().containers[0].numa_nodes,
+        Some(vec![0, 1]),
+        "{}",
+        a.message
+    );
+    let b = &report.results[1].decision;
+    assert_eq!(b.node, None, "{b:?}");
+    let reasons = b.nodes[0].reasons.join("; ");
+    assert!(reasons.contains("cannot align"), "{reasons}");
+    assert!(
+        !reasons.contains("memory group the NRT"),
+        "known, not guessed: {reasons}"
+    );
+}
+
 /// The cluster index: an assumed placement adds the multi-node memory group it forms to the
 /// node's known groups (the next decision applies the group rules to it), a newer NRT that
 /// publishes the same group does not count it twice, and the group goes with the assumption.
