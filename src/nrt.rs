@@ -78,6 +78,12 @@ pub mod attr {
     /// presence marks the resource cluster-shared: an ID held on one node is not free on any
     /// other.
     pub const CLUSTER_HELD_PREFIX: &str = "numaplane.io/cluster-held.";
+    /// Node attribute prefix (numaplane extension) for the devices of one resource that have no
+    /// NUMA node (the device plugin gives them no topology), which no zone can carry:
+    /// `numaplane.io/devices-without-numa.<resource name>` → how many are free, then the free
+    /// IDs that can be listed; see [`super::join_devices_without_numa`]. Published for every
+    /// resource with at least one such allocatable device, also when none is free (`0`).
+    pub const DEVICES_WITHOUT_NUMA_PREFIX: &str = "numaplane.io/devices-without-numa.";
 }
 
 /// The value of a device-ID list attribute ([`attr::FREE_DEVICES_PREFIX`],
@@ -157,6 +163,56 @@ pub fn split_memory_groups(value: &str) -> Result<Vec<Vec<u32>>, MemoryGroupsErr
     }
     groups.sort();
     Ok(groups)
+}
+
+/// The free devices of one resource without a NUMA node ([`attr::DEVICES_WITHOUT_NUMA_PREFIX`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevicesWithoutNuma {
+    /// How many are free.
+    pub free: u64,
+    /// The free IDs that a device-ID list can carry ([`is_listable_device_id`]), sorted; at most
+    /// `free` of them (fewer when some IDs cannot be listed).
+    pub ids: Vec<String>,
+}
+
+/// Encodes [`attr::DEVICES_WITHOUT_NUMA_PREFIX`]: the free count, then `:` and the listable free
+/// IDs joined as [`join_device_ids`] does when there are any (`2:dev-a,dev-b`, `0`). The count
+/// comes first and has no `:`, so IDs containing `:` (PCI addresses) survive. IDs that cannot
+/// be listed are counted and left out of the list.
+pub fn join_devices_without_numa<'a>(free: u64, ids: impl IntoIterator<Item = &'a String>) -> String {
+    let listed = join_device_ids(ids.into_iter().filter(|id| is_listable_device_id(id)));
+    if listed.is_empty() {
+        free.to_string()
+    } else {
+        format!("{free}:{listed}")
+    }
+}
+
+/// A [`attr::DEVICES_WITHOUT_NUMA_PREFIX`] value that is not `<count>[:<ids>]` with at most
+/// `<count>` IDs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("devices without NUMA node {value:?} are not a free count followed by at most that many IDs")]
+pub struct DevicesWithoutNumaError {
+    /// The value as published.
+    pub value: String,
+}
+
+/// Decodes [`join_devices_without_numa`].
+pub fn split_devices_without_numa(value: &str) -> Result<DevicesWithoutNuma, DevicesWithoutNumaError> {
+    let err = || DevicesWithoutNumaError {
+        value: value.to_owned(),
+    };
+    let (count, ids) = value.split_once(':').unwrap_or((value, ""));
+    let count = count.trim();
+    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(err());
+    }
+    let free: u64 = count.parse().map_err(|_| err())?;
+    let ids = split_device_ids(ids);
+    if u64::try_from(ids.len()).unwrap_or(u64::MAX) > free {
+        return Err(err());
+    }
+    Ok(DevicesWithoutNuma { free, ids })
 }
 
 /// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
@@ -326,6 +382,23 @@ impl NodeResourceTopology {
         }
         out
     }
+
+    /// The devices without a NUMA node this node publishes, per resource (first attribute per
+    /// resource), each decoded or the decoding error.
+    pub fn devices_without_numa(
+        &self,
+    ) -> std::collections::BTreeMap<String, Result<DevicesWithoutNuma, DevicesWithoutNumaError>> {
+        let mut out = std::collections::BTreeMap::new();
+        for a in self.attributes.iter().flatten() {
+            if let Some(resource) = a.name.strip_prefix(attr::DEVICES_WITHOUT_NUMA_PREFIX)
+                && !resource.is_empty()
+            {
+                out.entry(resource.to_owned())
+                    .or_insert_with(|| split_devices_without_numa(&a.value));
+            }
+        }
+        out
+    }
 }
 
 impl Zone {
@@ -455,6 +528,50 @@ mod tests {
         for bad in ["", "a,b", " a", "b "] {
             assert!(!is_listable_device_id(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn devices_without_numa_round_trip_through_the_attribute() {
+        let ids = ["0000:3b:00.0".to_owned(), "dev-a".to_owned(), "a,b".to_owned()];
+        // Three free, one of which cannot be listed: counted, not listed.
+        let value = join_devices_without_numa(3, &ids);
+        assert_eq!(value, "3:0000:3b:00.0,dev-a");
+        assert_eq!(
+            split_devices_without_numa(&value),
+            Ok(DevicesWithoutNuma {
+                free: 3,
+                ids: vec!["0000:3b:00.0".to_owned(), "dev-a".to_owned()],
+            })
+        );
+        assert_eq!(join_devices_without_numa(0, []), "0");
+        assert_eq!(split_devices_without_numa("0"), Ok(DevicesWithoutNuma::default()));
+        for bad in ["", "x", "-1", "1:a,b", " :a", "18446744073709551616"] {
+            assert!(split_devices_without_numa(bad).is_err(), "{bad:?}");
+        }
+        let mut nrt = NodeResourceTopology::new("n1");
+        nrt.attributes = Some(vec![
+            AttributeInfo {
+                name: format!("{}example.com/fpga", attr::DEVICES_WITHOUT_NUMA_PREFIX),
+                value: "1:fpga-9".into(),
+            },
+            AttributeInfo {
+                name: format!("{}example.com/fpga", attr::DEVICES_WITHOUT_NUMA_PREFIX),
+                value: "bad".into(),
+            },
+            AttributeInfo {
+                name: attr::DEVICES_WITHOUT_NUMA_PREFIX.to_owned(),
+                value: "1".into(),
+            },
+        ]);
+        let got = nrt.devices_without_numa();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            got["example.com/fpga"],
+            Ok(DevicesWithoutNuma {
+                free: 1,
+                ids: vec!["fpga-9".to_owned()]
+            })
+        );
     }
 
     #[test]

@@ -573,6 +573,9 @@ struct Accumulator<'a, 'm> {
     device_resources: BTreeSet<String>,
     /// Resource → device ids held by some accounted pod, whatever the node.
     used_device_ids: BTreeMap<String, BTreeSet<String>>,
+    /// Resource → allocatable device ids without any NUMA node: in no zone, published as the
+    /// node attribute [`attr::DEVICES_WITHOUT_NUMA_PREFIX`] so the scheduler can count them.
+    unaligned_devices: BTreeMap<String, BTreeSet<String>>,
     /// (resource, device id) → the NUMA nodes GetAllocatableResources gives it: where a used
     /// device is charged, before the List entry's own topology.
     alloc_nodes: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
@@ -627,6 +630,7 @@ impl<'a, 'm> Accumulator<'a, 'm> {
             zones,
             device_resources: BTreeSet::new(),
             used_device_ids: BTreeMap::new(),
+            unaligned_devices: BTreeMap::new(),
             alloc_nodes: BTreeMap::new(),
             anomalies: Vec::new(),
         }
@@ -804,6 +808,13 @@ impl<'a, 'm> Accumulator<'a, 'm> {
             let Some(nodes) = self.device_placement(dev, "allocatable") else {
                 continue;
             };
+            // No NUMA node at all (no topology, or only the kubelet's negative "none"), as
+            // opposed to a node this machine lacks (an anomaly, left out).
+            let unaligned = nodes.is_empty()
+                && !dev
+                    .topology
+                    .as_ref()
+                    .is_some_and(|t| t.nodes.iter().any(|n| n.id >= 0));
             for id in &dev.device_ids {
                 if id.is_empty() {
                     self.note(
@@ -820,6 +831,12 @@ impl<'a, 'm> Accumulator<'a, 'm> {
                             dev.resource_name
                         ),
                     );
+                }
+                if unaligned {
+                    self.unaligned_devices
+                        .entry(dev.resource_name.clone())
+                        .or_default()
+                        .insert(id.clone());
                 }
                 if !nodes.is_empty() {
                     self.alloc_nodes
@@ -1533,6 +1550,20 @@ pub fn account(
         attributes.push(AttributeInfo {
             name: format!("{}{resource}", attr::CLUSTER_HELD_PREFIX),
             value: nrt::join_device_ids(held),
+        });
+    }
+
+    // Devices without a NUMA node are in no zone; the kubelet still hands them out (and its
+    // Topology Manager decides differently for them), so the scheduler needs what is free.
+    for (resource, ids) in &acc.unaligned_devices {
+        let used = acc.used_device_ids.get(resource);
+        let free: Vec<&String> = ids
+            .iter()
+            .filter(|id| !used.is_some_and(|u| u.contains(*id)))
+            .collect();
+        attributes.push(AttributeInfo {
+            name: format!("{}{resource}", attr::DEVICES_WITHOUT_NUMA_PREFIX),
+            value: nrt::join_devices_without_numa(u64::try_from(free.len()).unwrap_or(u64::MAX), free),
         });
     }
 

@@ -8,7 +8,7 @@
 use std::{cell::Cell, collections::BTreeMap};
 
 use crate::{
-    node::NumaTopology,
+    node::{MAX_ZONES, NumaTopology, Unaligned},
     pod::{PodSpec, Qos},
     prepared::{PreparedPod, Unit},
     resources::{CPU, ResId, ResKind, ResList, Resources},
@@ -28,6 +28,8 @@ pub struct WorkingZones {
     /// Free device IDs per zone and resource; `None` while only counts are needed (filtering),
     /// so evaluating a node does not copy ID strings.
     pub free_devices: Option<Vec<BTreeMap<ResId, Vec<String>>>>,
+    /// Free devices without a NUMA node, per resource (in no zone).
+    pub unaligned: BTreeMap<ResId, Unaligned>,
 }
 
 impl WorkingZones {
@@ -40,6 +42,7 @@ impl WorkingZones {
             ids: topo.zones.iter().map(|z| z.id).collect(),
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
             free_devices: None,
+            unaligned: topo.unaligned_devices.clone(),
         }
     }
 
@@ -60,6 +63,7 @@ impl WorkingZones {
             }
         }
         self.free_devices = None;
+        self.unaligned.clone_from(&topo.unaligned_devices);
     }
 
     /// Copies the zones including free device IDs, to choose concrete devices.
@@ -68,6 +72,7 @@ impl WorkingZones {
             ids: topo.zones.iter().map(|z| z.id).collect(),
             available: topo.zones.iter().map(|z| z.available.clone()).collect(),
             free_devices: None,
+            unaligned: topo.unaligned_devices.clone(),
         };
         w.free_devices = Some(topo.zones.iter().map(|z| z.free_devices.clone()).collect());
         w
@@ -90,6 +95,13 @@ pub struct ContainerPlacement {
     pub device_counts: BTreeMap<String, i64>,
     /// Why these devices, in one line.
     pub explanation: String,
+    /// The NUMA nodes the Static memory manager takes this container's memory from (the
+    /// Topology Manager's mask, or its extension); `None` without memory-manager requests or
+    /// for an init container (whose memory is not modelled as held). A multi-node mask forms
+    /// a memory group, which the scheduler's assumption must carry (not serialised: the
+    /// record and the simulate output stay as they were).
+    #[serde(skip)]
+    pub memory_mask: Option<NumaMask>,
 }
 
 pub use numaplane::allocation::ContainerKind;
@@ -104,6 +116,23 @@ pub struct Placement {
     pub containers: Vec<ContainerPlacement>,
     /// Number of NUMA nodes the widest container spans (for explanations).
     pub max_span: usize,
+}
+
+impl Placement {
+    /// The NUMA node sets the Static memory manager allocates this placement's memory from, by
+    /// NUMA id (each ascending, no duplicates): a multi-node one is a group, a single node a
+    /// single-NUMA allocation. Until the node's NRT shows them, the next decision must know
+    /// them from the placement itself.
+    pub fn memory_groups(&self) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = Vec::new();
+        for m in self.containers.iter().filter_map(|c| c.memory_mask) {
+            let ids: Vec<u32> = m.iter().collect();
+            if !ids.is_empty() && !out.contains(&ids) {
+                out.push(ids);
+            }
+        }
+        out
+    }
 }
 
 /// Why the kubelet would reject the pod.
@@ -131,7 +160,9 @@ struct Reuse {
 /// ID on the zones that list it.
 #[derive(Clone, Debug)]
 struct Held {
-    /// Zone positions (subset bits) the item is attached to.
+    /// Zone positions (subset bits) the item is attached to; 0 for a device without a NUMA
+    /// node, which constrains no hint and counts towards none (§3.3 step 4: the kubelet skips
+    /// reusable devices without topology).
     bits: usize,
     /// Amount (millicores for cpu, 1 per device ID).
     amount: i64,
@@ -151,12 +182,39 @@ impl Reuse {
         })
     }
 
+    /// Reusable amount of `id` on some NUMA node: what counts towards a hint's need.
+    fn total_aligned(&self, id: ResId) -> i64 {
+        self.items.get(&id).map_or(0, |v| {
+            v.iter()
+                .filter(|h| h.bits != 0)
+                .fold(0i64, |a, h| a.saturating_add(h.amount.max(0)))
+        })
+    }
+
     /// The kubelet's rule: a mask that leaves out a reusable CPU or device (one with topology)
     /// is skipped (§3.1 step 3, §3.3 step 4).
     fn allows(&self, id: ResId, bits: usize) -> bool {
-        self.items
-            .get(&id)
-            .is_none_or(|v| v.iter().all(|h| h.amount <= 0 || h.bits & bits != 0))
+        self.items.get(&id).is_none_or(|v| {
+            v.iter()
+                .all(|h| h.amount <= 0 || h.bits == 0 || h.bits & bits != 0)
+        })
+    }
+
+    /// Takes up to `want` reusable devices of `id` without a NUMA node and without published
+    /// IDs; returns the amount taken. `keep` as in [`Self::take_amount`].
+    fn take_unaligned(&mut self, id: ResId, want: i64, keep: bool) -> i64 {
+        let Some(v) = self.items.get_mut(&id) else {
+            return 0;
+        };
+        let mut taken = 0;
+        for h in v.iter_mut().filter(|h| h.id.is_none() && h.bits == 0) {
+            let t = h.amount.min(want.saturating_sub(taken)).max(0);
+            if !keep {
+                h.amount -= t;
+            }
+            taken += t;
+        }
+        taken
     }
 
     /// Zone positions holding reusable items of any resource in `req` (for explanations).
@@ -213,7 +271,10 @@ impl Reuse {
 ///
 /// A group the NRT cannot reveal either way (formed under `best-effort` by a mask wider than
 /// the memory needed, so no zone is used up) is not predicted. The pod's own containers are
-/// tracked exactly: a multi-NUMA allocation forms a group, a single-NUMA one marks its node.
+/// tracked exactly, as the kubelet's `Cells`: an allocation on a mask makes the mask every one
+/// of its nodes' group (a single-NUMA one: the node alone), replacing what the node had — the
+/// memory manager takes a Topology Manager mask that fits as it is, over nodes of other
+/// allocations too, and then only the latest mask counts for them.
 ///
 /// When the exporter publishes the groups it read from the kubelet's checkpoint
 /// (`numaplane.io/memory-groups`), the zones they cover are known exactly, like the pod's own;
@@ -227,10 +288,10 @@ struct Groups {
     exhausted: bool,
     /// Predict the world where every zone in use may belong to a group.
     suspect: bool,
-    /// Zones known to hold single-NUMA allocations (this pod's, or read from the checkpoint).
-    single: usize,
-    /// Multi-NUMA groups known (formed by this pod, or read from the checkpoint).
-    groups: Vec<usize>,
+    /// Per zone position, the mask (subset bits) of its known allocations, the kubelet's
+    /// `Cells` of a node with assignments: the zone alone for single-NUMA allocations, the
+    /// group otherwise; 0 when none is known (this pod's, the checkpoint's, or assumed).
+    cells: [usize; MAX_ZONES],
 }
 
 impl Groups {
@@ -271,26 +332,38 @@ impl Groups {
         self
     }
 
-    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
-    fn trivial(&self) -> bool {
-        self.unknown == 0 && self.single == 0 && self.groups.is_empty()
+    /// Some zone's allocations are known.
+    fn any_known(&self) -> bool {
+        self.cells.iter().any(|c| *c != 0)
     }
 
-    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3.
+    /// The known cells of the zone at position bit `b`.
+    fn cells_of(&self, b: usize) -> usize {
+        self.cells.get(b.trailing_zeros() as usize).copied().unwrap_or(0)
+    }
+
+    /// Nothing constrains the masks: the direct computations of [`fast_merge`] apply.
+    fn trivial(&self) -> bool {
+        self.unknown == 0 && !self.any_known()
+    }
+
+    /// Whether the memory manager may use the mask (subset bits), §3.2 steps 2–3: a single
+    /// zone unless it is in a multi-node group; several zones unless one of them holds
+    /// allocations of another mask (a single-NUMA one, or another group).
     fn allows(&self, bits: usize) -> bool {
-        let in_group = |b: usize| self.groups.iter().any(|g| g & b != 0);
         if bits.count_ones() == 1 {
             let maybe_in_unknown_group = self.suspect && self.unknown & bits != 0;
-            return !(in_group(bits) || maybe_in_unknown_group);
+            return !(self.cells_of(bits).count_ones() > 1 || maybe_in_unknown_group);
         }
         let mut rest = bits;
         while rest != 0 {
             let b = rest & rest.wrapping_neg();
             rest &= rest - 1;
-            if self.unknown & b != 0 || self.single & b != 0 {
+            if self.unknown & b != 0 {
                 return false;
             }
-            if self.groups.iter().any(|g| g & b != 0 && *g != bits) {
+            let cells = self.cells_of(b);
+            if cells != 0 && cells != bits {
                 return false;
             }
         }
@@ -302,7 +375,7 @@ impl Groups {
     /// single zones (outside `unknown` when suspecting) and the sets of zones not in use, of
     /// which the largest is the one to try; otherwise every mask is tried.
     fn some_hint(&self, n: usize, usable: impl Fn(usize) -> bool) -> bool {
-        if self.single != 0 || !self.groups.is_empty() {
+        if self.any_known() {
             return (1..(1usize << n)).any(|bits| self.allows(bits) && usable(bits));
         }
         let singles = (0..n).map(|i| 1usize << i).any(|b| self.allows(b) && usable(b));
@@ -310,12 +383,12 @@ impl Groups {
         singles || (unused.count_ones() > 1 && usable(unused))
     }
 
-    /// Records an allocation of the pod on `bits`.
+    /// Records an allocation on `bits`: the mask becomes each of its zones' cells.
     fn record(&mut self, bits: usize) {
-        if bits.count_ones() == 1 {
-            self.single |= bits;
-        } else if bits != 0 && !self.groups.contains(&bits) {
-            self.groups.push(bits);
+        for (i, cells) in self.cells.iter_mut().enumerate() {
+            if bits & (1 << i) != 0 {
+                *cells = bits;
+            }
         }
     }
 }
@@ -384,8 +457,21 @@ fn hints_from_sums(
     hints
 }
 
+/// Zone positions (subset bits) hosting devices of `id`: the NUMA nodes the v1.36 device
+/// manager builds the resource's hints over (verified-facts.md, "Device hints are built only
+/// over the NUMA nodes that host devices of that resource"). A zone hosts the resource when its
+/// allocatable count is positive; a zone that lists none (or 0) is in no hint mask of it.
+fn hosting(topo: &NumaTopology, id: ResId) -> usize {
+    topo.zones
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| z.allocatable.get_or_zero(id) > 0)
+        .fold(0, |bits, (i, _)| bits | 1 << i)
+}
+
 /// Device hints (§3.3): zone allocatable counts give `minAffinitySize`; free counts (or the
-/// union of free IDs, for devices attached to several NUMA nodes) decide feasibility.
+/// union of free IDs, for devices attached to several NUMA nodes) decide feasibility. Only
+/// masks inside the zones hosting the resource are hints ([`hosting`]).
 fn device_hints(
     topo: &NumaTopology,
     w: &WorkingZones,
@@ -416,18 +502,29 @@ fn device_hints(
         }
         _ => subset_sums(n, |i| w.available[i].get_or_zero(id), &mut scratch.b),
     }
-    // Available and reusable together fewer than requested: "cannot satisfy".
-    let reusable = reuse.total(id);
-    if scratch.b.last().copied().unwrap_or(0).saturating_add(reusable) < need {
+    // Available and reusable together fewer than requested: "cannot satisfy". Devices without
+    // a NUMA node count here (they are available), and in no mask below: with only those left
+    // the list is empty, which single-numa-node and restricted reject although they are free.
+    let unaligned = w.unaligned.get(&id).map_or(0, |u| u.free);
+    if scratch
+        .b
+        .last()
+        .copied()
+        .unwrap_or(0)
+        .saturating_add(reuse.total(id))
+        .saturating_add(unaligned)
+        < need
+    {
         return Some(Vec::new());
     }
+    let hosts = hosting(topo, id);
     Some(hints_from_sums(
         topo,
         &scratch.a,
         &scratch.b,
         need,
-        reusable,
-        |bits| reuse.allows(id, bits),
+        reuse.total_aligned(id),
+        |bits| bits & !hosts == 0 && reuse.allows(id, bits),
     ))
 }
 
@@ -668,7 +765,9 @@ fn fast_merge(
         if !agree(min_size(n, registered, need)) {
             return Ok(Some(reject));
         }
-        rows.push(SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id)));
+        let mut row = SizedRow::sum(n, need, |i| w.available[i].get_or_zero(id));
+        row.hosting = hosting(topo, id);
+        rows.push(row);
     }
     if let Some(cpus) = exclusive_cpus(u, topo) {
         let registered = |i: usize| topo.zones[i].capacity.get_or_zero(CPU) / 1000;
@@ -689,6 +788,7 @@ fn fast_merge(
                         .map(|i| topo.zones[i].allocatable.get_or_zero(id))
                         .collect(),
                 ),
+                hosting: usize::MAX,
             })
             .collect();
         let qualifies = |bits: usize| {
@@ -765,6 +865,8 @@ struct SizedRow {
     need: i64,
     free: Vec<i64>,
     allocatable: Option<Vec<i64>>,
+    /// Zone positions the resource's hints may use (devices: [`hosting`]; others: all).
+    hosting: usize,
 }
 
 impl SizedRow {
@@ -773,12 +875,15 @@ impl SizedRow {
             need,
             free: (0..n).map(free).collect(),
             allocatable: None,
+            hosting: usize::MAX,
         }
     }
 
-    /// The mask (subset bits over zone positions) can hold the need.
+    /// The mask (subset bits over zone positions) is one of the resource's hints and can hold
+    /// the need.
     fn fits(&self, bits: usize) -> bool {
-        mask_sum(&self.free, bits) >= self.need
+        bits & !self.hosting == 0
+            && mask_sum(&self.free, bits) >= self.need
             && self
                 .allocatable
                 .as_ref()
@@ -1059,16 +1164,21 @@ fn rejection_for(
     }
 }
 
-/// Consumes `req` from the working zones under `mask`, as the kubelet's managers allocate:
-/// exclusive CPUs and memory from the mask's nodes first (ascending), then from the rest;
-/// devices aligned first, lowest zone and lowest ID first. Returns notes for the explanation.
+/// Consumes `req` from the working zones under `mask`, each manager by its own rules, as the
+/// kubelet allocates after the merge (whether the merged hint is preferred or not): exclusive
+/// CPUs from the mask's nodes first, then from the rest, each part NUMA-packed
+/// ([`cpu_packing`]); memory on the mask, or the narrowest allowed hint containing it
+/// ([`memory_mask`]), filled in ascending node order; devices aligned first, then the other
+/// zones, then those without a NUMA node, lowest zone and lowest ID first. Returns notes for
+/// the explanation.
 ///
 /// Reusable items of the pod's init containers come first. The device manager takes them
 /// before anything else (§3.3 allocation step 1); the CPU manager picks from available ∪
-/// reusable, aligned first, with a topology packing the NRT does not let us reproduce: the
-/// model takes the reusable CPUs first, which is what that packing picks when the pool and the
-/// mask are those the init container was given. What an init container takes becomes reusable
-/// and stays held by the pod; an app or sidecar container removes what it reused.
+/// reusable, aligned first, packing them with the rest by a topology the NRT only partly
+/// shows: the model takes the reusable CPUs first, which is what that packing picks when the
+/// pool and the mask are those the init container was given. What an init container takes
+/// becomes reusable and stays held by the pod; an app or sidecar container removes what it
+/// reused.
 fn allocate(
     res: &Resources,
     topo: &NumaTopology,
@@ -1099,8 +1209,17 @@ fn allocate(
     };
     if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, *pool_cpus_taken, &placement.name)?;
-        let reused = take_reusing(w, reuse, &in_mask, &rest, CPU, n.saturating_mul(1000), init)
-            .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        let reused = take_reusing(
+            w,
+            reuse,
+            &in_mask,
+            &rest,
+            CPU,
+            n.saturating_mul(1000),
+            init,
+            Some(topo),
+        )
+        .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
         *pool_cpus_taken = pool_cpus_taken.saturating_add(n.saturating_sub(reused / 1000));
         if reused > 0 && !init {
             notes.push(format!(
@@ -1119,6 +1238,7 @@ fn allocate(
                 take_fill(w, &zones, id, need).map_err(|_| exhausted(res.name(id).to_owned()))?;
             }
             groups.record(bits);
+            placement.memory_mask = Some(topo.masks[bits]);
         }
     }
     for (id, need) in req
@@ -1126,6 +1246,14 @@ fn allocate(
         .filter(|(id, _)| res.kind(*id) == ResKind::Extended)
     {
         if !topo.lists(id) {
+            // A resource whose devices have no NUMA node at all: the device manager gave no
+            // preference, so the Topology Manager admitted it under every policy, and its
+            // Allocate fails (UnexpectedAdmissionError) when too few are free. A resource the
+            // node does not publish at all is left to node fit.
+            if w.unaligned.contains_key(&id) {
+                allocate_unaligned_only(res, w, reuse, id, need, init, placement, &mut notes)
+                    .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            }
             continue;
         }
         let has_ids = w
@@ -1156,12 +1284,16 @@ fn allocate(
                 .take(usize::try_from(need).unwrap_or(usize::MAX))
                 .collect();
             let reused = chosen.len();
+            // Reusable devices without a NUMA node and without published IDs come next: the
+            // device manager hands out every reusable device before any free one.
+            let reused_counted = reuse.take_unaligned(id, need - reused as i64, init);
+            let want = need - reused_counted;
             for &i in &order {
                 let Some(free) = free_devices[i].get(&id) else {
                     continue;
                 };
                 for dev in free {
-                    if chosen.len() as i64 >= need {
+                    if chosen.len() as i64 >= want {
                         break;
                     }
                     if !chosen.contains(dev) {
@@ -1169,9 +1301,10 @@ fn allocate(
                     }
                 }
             }
-            if (chosen.len() as i64) < need {
-                return Err(exhausted(res.name(id).to_owned()));
-            }
+            // Then the free devices without a NUMA node (the kubelet's "no topology" set, last).
+            let (extra, counted) = take_unaligned(&mut w.unaligned, id, want - chosen.len() as i64, true)
+                .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            chosen.extend(extra);
             let fresh = &chosen[reused..];
             // A device on several NUMA nodes is listed (and counted) in each of them.
             let mut bits_of: Vec<usize> = vec![0; fresh.len()];
@@ -1200,6 +1333,14 @@ fn allocate(
                         },
                     );
                 }
+                reuse.add(
+                    id,
+                    Held {
+                        bits: 0,
+                        amount: counted,
+                        id: None,
+                    },
+                );
             } else if let Some(items) = reuse.items.get_mut(&id) {
                 items.retain(|h| h.id.as_ref().is_none_or(|d| !chosen[..reused].contains(d)));
             }
@@ -1216,25 +1357,161 @@ fn allocate(
                     format!("reuses {} {ids} of the init containers", res.name(id))
                 });
             }
+            if counted + reused_counted > 0 {
+                placement
+                    .device_counts
+                    .insert(res.name(id).to_owned(), counted + reused_counted);
+            }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            let reused = take_reusing(w, reuse, &in_mask, &rest, id, need, init)
+            // Every reusable device first (those without a NUMA node too), then the zones,
+            // then the free devices without a NUMA node.
+            let reused_unaligned = reuse.take_unaligned(id, need, init);
+            let left = need - reused_unaligned;
+            let in_zones = w
+                .available
+                .iter()
+                .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)))
+                .saturating_add(reuse.total_aligned(id));
+            let from_zones = left.min(in_zones);
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init, None)
                 .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            let (ids, counted) =
+                take_unaligned(&mut w.unaligned, id, left - from_zones, w.free_devices.is_some())
+                    .map_err(|_| exhausted(res.name(id).to_owned()))?;
+            if init {
+                hold_unaligned(reuse, id, &ids, counted);
+            }
+            let reused = reused + reused_unaligned;
             if reused > 0 && !init {
                 notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
             }
             if !topo.zones.iter().any(|z| z.free_devices.contains_key(&id)) {
-                placement.device_counts.insert(res.name(id).to_owned(), need);
+                placement.device_counts.insert(
+                    res.name(id).to_owned(),
+                    need - i64::try_from(ids.len()).unwrap_or(0),
+                );
+            }
+            if !ids.is_empty() {
+                placement.devices.insert(res.name(id).to_owned(), ids);
             }
         }
     }
     Ok(notes)
 }
 
+/// Takes `want` free devices of `id` without a NUMA node: the listed IDs first, lowest first,
+/// when `with_ids` (choosing concrete devices), the rest by count. Returns the IDs chosen and
+/// the number taken by count; fails without effect when fewer are free.
+fn take_unaligned(
+    unaligned: &mut BTreeMap<ResId, Unaligned>,
+    id: ResId,
+    want: i64,
+    with_ids: bool,
+) -> Result<(Vec<String>, i64), ()> {
+    if want <= 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let Some(u) = unaligned.get_mut(&id) else {
+        return Err(());
+    };
+    if u.free < want {
+        return Err(());
+    }
+    let by_id = if with_ids {
+        usize::try_from(want).unwrap_or(usize::MAX).min(u.ids.len())
+    } else {
+        0
+    };
+    let ids: Vec<String> = u.ids.drain(..by_id).collect();
+    u.free -= want;
+    // Counted devices are not known by name: the list keeps at most what is free.
+    u.ids.truncate(usize::try_from(u.free).unwrap_or(0));
+    let counted = want - i64::try_from(ids.len()).unwrap_or(0);
+    Ok((ids, counted))
+}
+
+/// What an init container took without a NUMA node stays reusable by the pod's later
+/// containers, constraining none of their hints.
+fn hold_unaligned(reuse: &mut Reuse, id: ResId, ids: &[String], counted: i64) {
+    for d in ids {
+        reuse.add(
+            id,
+            Held {
+                bits: 0,
+                amount: 1,
+                id: Some(d.clone()),
+            },
+        );
+    }
+    reuse.add(
+        id,
+        Held {
+            bits: 0,
+            amount: counted,
+            id: None,
+        },
+    );
+}
+
+/// Allocate for a resource whose devices have no NUMA node at all: the pod's reusable devices
+/// first (listed IDs lowest first, then counted ones), then free ones (IDs when choosing
+/// concrete devices, else by count). Fails when too few are left.
+#[allow(clippy::too_many_arguments)]
+fn allocate_unaligned_only(
+    res: &Resources,
+    w: &mut WorkingZones,
+    reuse: &mut Reuse,
+    id: ResId,
+    need: i64,
+    init: bool,
+    placement: &mut ContainerPlacement,
+    notes: &mut Vec<String>,
+) -> Result<(), ()> {
+    let mut reusable: Vec<String> = reuse
+        .items
+        .get(&id)
+        .into_iter()
+        .flatten()
+        .filter(|h| h.amount > 0)
+        .filter_map(|h| h.id.clone())
+        .collect();
+    reusable.sort_unstable();
+    reusable.truncate(usize::try_from(need).unwrap_or(usize::MAX));
+    let reused_ids = i64::try_from(reusable.len()).unwrap_or(0);
+    let reused_counted = reuse.take_unaligned(id, need - reused_ids, init);
+    let with_ids = w.free_devices.is_some();
+    let (fresh, counted) =
+        take_unaligned(&mut w.unaligned, id, need - reused_ids - reused_counted, with_ids)?;
+    if init {
+        hold_unaligned(reuse, id, &fresh, counted);
+    } else if let Some(items) = reuse.items.get_mut(&id) {
+        items.retain(|h| h.id.as_ref().is_none_or(|d| !reusable.contains(d)));
+    }
+    let reused = reused_ids + reused_counted;
+    if reused > 0 && !init {
+        notes.push(format!("reuses {reused} {} of the init containers", res.name(id)));
+    }
+    let by_count = counted + reused_counted;
+    if by_count > 0 {
+        placement.device_counts.insert(res.name(id).to_owned(), by_count);
+    }
+    let chosen: Vec<String> = reusable.into_iter().chain(fresh).collect();
+    if !chosen.is_empty() {
+        placement.devices.insert(res.name(id).to_owned(), chosen);
+    }
+    Ok(())
+}
+
 /// Takes `need` of `id` (amounts per zone): reusable then available in the mask's zones, then
 /// the same outside; fails without effect if short. What an init container takes from the
 /// available amounts becomes reusable; reusable items an init container takes stay reusable,
 /// those another container takes do not. Returns the amount reused.
+///
+/// Exclusive CPUs (`packing`: the node's topology) are taken from each group's available CPUs
+/// as the static CPU manager's `takeByTopology` (NUMA-packed) takes them: [`cpu_packing`].
+/// Devices are taken zone by zone in the group's order.
+#[allow(clippy::too_many_arguments)]
 fn take_reusing(
     w: &mut WorkingZones,
     reuse: &mut Reuse,
@@ -1243,6 +1520,7 @@ fn take_reusing(
     id: ResId,
     need: i64,
     init: bool,
+    packing: Option<&NumaTopology>,
 ) -> Result<i64, ()> {
     let available = w
         .available
@@ -1258,8 +1536,23 @@ fn take_reusing(
             left -= t;
             reused += t;
         }
+        // Amounts per zone position, on the stack: this runs for every node the filter evaluates.
+        let takes = match packing {
+            Some(topo) => cpu_packing(topo, w, group, left),
+            None => {
+                let (mut takes, mut want) = ([0i64; MAX_ZONES], left);
+                for &i in group {
+                    let t = w.available[i].get_or_zero(id).min(want).max(0);
+                    if let Some(slot) = takes.get_mut(i) {
+                        *slot = t;
+                    }
+                    want -= t;
+                }
+                takes
+            }
+        };
         for &i in group {
-            let t = w.available[i].get_or_zero(id).min(left).max(0);
+            let t = takes.get(i).copied().unwrap_or(0);
             if t > 0 {
                 w.available[i].sub_clamped(id, t);
                 left -= t;
@@ -1277,6 +1570,59 @@ fn take_reusing(
         }
     }
     Ok(reused)
+}
+
+/// How much of `need` exclusive CPUs (millicores) the static CPU manager takes from each zone of
+/// `zones` (positions, ascending), as its default `takeByTopology` (NUMA-packed) does on a
+/// machine with a socket per NUMA node: first whole NUMA nodes, every CPU of which is free
+/// (capacity = available, so none reserved), while the need covers one, the smallest first;
+/// then CPU by CPU from the zones with the fewest free CPUs first, lowest id on ties (the
+/// kubelet packs: `sortAvailableNUMANodes` orders by free CPUs ascending). This is where a
+/// container's CPUs land inside a multi-node mask and, when the mask runs short, outside it
+/// (verified-facts.md: best hint {0}, CPUs on NUMA 3). Deviation: free CPUs count as whole
+/// cores; on SMT machines the kubelet takes whole free cores before single threads, which
+/// differs only when a zone's free CPUs include partial cores.
+/// Returns the amount per zone position.
+fn cpu_packing(topo: &NumaTopology, w: &WorkingZones, zones: &[usize], need: i64) -> [i64; MAX_ZONES] {
+    let mut free = [0i64; MAX_ZONES];
+    let mut order = [0usize; MAX_ZONES];
+    let mut n = 0;
+    for (&i, slot) in zones.iter().zip(order.iter_mut()) {
+        if let Some(f) = free.get_mut(i) {
+            *f = w.available.get(i).map_or(0, |a| a.get_or_zero(CPU)).max(0);
+            *slot = i;
+            n += 1;
+        }
+    }
+    let order = order.get_mut(..n).unwrap_or_default();
+    let free_of = |free: &[i64; MAX_ZONES], i: usize| free.get(i).copied().unwrap_or(0);
+    let capacity = |i: usize| topo.zones.get(i).map_or(0, |z| z.capacity.get_or_zero(CPU));
+    let mut takes = [0i64; MAX_ZONES];
+    let mut left = need;
+    // Whole free nodes have free = capacity: sorting by free orders them by size, then id.
+    order.sort_unstable_by_key(|&i| (free_of(&free, i), i));
+    for &i in order.iter() {
+        let f = free_of(&free, i);
+        if f > 0 && f == capacity(i) && left >= f {
+            if let (Some(t), Some(fr)) = (takes.get_mut(i), free.get_mut(i)) {
+                *t = f;
+                *fr = 0;
+            }
+            left -= f;
+        }
+    }
+    order.sort_unstable_by_key(|&i| (free_of(&free, i), i));
+    for &i in order.iter() {
+        if left <= 0 {
+            break;
+        }
+        let t = free_of(&free, i).min(left);
+        if let Some(slot) = takes.get_mut(i) {
+            *slot += t;
+        }
+        left -= t;
+    }
+    takes
 }
 
 /// The static CPU manager's `full-pcpus-only` check (after the Topology Manager admitted): an
@@ -1585,6 +1931,7 @@ fn run_world(
             devices: BTreeMap::new(),
             device_counts: BTreeMap::new(),
             explanation: String::new(),
+            memory_mask: None,
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.
@@ -1662,10 +2009,27 @@ mod tests {
             })
             .collect();
         let closest = if rng.below(2) == 0 { "true" } else { "false" };
+        let mut attributes = vec![
+            serde_json::json!({"name": "topologyManagerPolicy", "value": policy}),
+            serde_json::json!({"name": "topologyManagerOptionPreferClosestNumaNodes", "value": closest}),
+        ];
+        // Sometimes GPUs without a NUMA node next to the aligned ones, and FPGAs that have
+        // none at all; listed by ID or only counted.
+        for resource in ["vendor.com/gpu", "vendor.com/fpga"] {
+            if rng.below(3) == 0 {
+                let free = rng.below(3);
+                let ids: Vec<String> = (0..free).map(|k| format!("x-{k}")).collect();
+                let value = if rng.below(2) == 0 {
+                    numaplane::nrt::join_devices_without_numa(free as u64, &ids)
+                } else {
+                    free.to_string()
+                };
+                attributes.push(serde_json::json!({
+                    "name": format!("numaplane.io/devices-without-numa.{resource}"), "value": value}));
+            }
+        }
         let nrt: numaplane::nrt::NodeResourceTopology = serde_json::from_value(serde_json::json!({
-            "zones": zone_list,
-            "attributes": [{"name": "topologyManagerPolicy", "value": policy},
-                           {"name": "topologyManagerOptionPreferClosestNumaNodes", "value": closest}]}))
+            "zones": zone_list, "attributes": attributes}))
         .expect("nrt");
         NumaTopology::from_nrt(res, &nrt).expect("valid")
     }
@@ -1679,6 +2043,7 @@ mod tests {
             for (k, v) in [
                 ("vendor.com/gpu", "1"),
                 ("vendor.com/nic", "2"),
+                ("vendor.com/fpga", "1"),
                 ("hugepages-1Gi", "1Gi"),
             ] {
                 if rng.below(3) == 0 {

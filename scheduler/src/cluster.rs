@@ -127,6 +127,15 @@ pub struct Assumption {
     taken: Vec<(u32, ResList)>,
     /// Device IDs taken, per zone id and resource.
     devices: Vec<(u32, ResId, Vec<String>)>,
+    /// Devices without a NUMA node taken, per resource: how many, and which of the listed IDs.
+    unaligned: Vec<(ResId, i64, Vec<String>)>,
+    /// The Static memory manager's groups the placement forms, by NUMA id, in allocation
+    /// order (a later one replaces an earlier one's nodes, as the kubelet's `Cells`): known to
+    /// the next decision before the exporter publishes them (`numaplane.io/memory-groups`).
+    /// Multi-node groups always; a single node only if its allocations were known or no memory
+    /// was in use there (else an unknown earlier allocation there, maybe of a group whose first
+    /// node it used up, would pass for known and the model would stop suspecting it).
+    memory_groups: Vec<Vec<u32>>,
 }
 
 /// How assumptions ended, counted for metrics.
@@ -1307,7 +1316,7 @@ impl Cluster {
                 let mut w = WorkingZones::with_device_ids(topo);
                 admission::predict(&self.res, topo, &mut w, pod)
                     .ok()
-                    .map(|_| assumption_from(topo, &w, &node, pod.uid.as_deref(), now_ms))
+                    .map(|p| assumption_from(&self.res, topo, &w, &p, &node, pod.uid.as_deref(), now_ms))
             }
             _ => None,
         };
@@ -1361,10 +1370,10 @@ impl Cluster {
         let confined = record.and_then(recorded_zones).map(|zones| confine(topo, &zones));
         let basis = confined.as_ref().unwrap_or(topo);
         let mut w = WorkingZones::with_device_ids(basis);
-        if admission::predict(&self.res, basis, &mut w, pod).is_err() {
+        let Ok(p) = admission::predict(&self.res, basis, &mut w, pod) else {
             return;
-        }
-        let mut a = assumption_from(basis, &w, &node, pod.uid.as_deref(), now_ms);
+        };
+        let mut a = assumption_from(&self.res, basis, &w, &p, &node, pod.uid.as_deref(), now_ms);
         if let Some(r) = record {
             use_recorded_devices(&mut self.res, topo, r, &mut a);
         }
@@ -1496,10 +1505,13 @@ impl Cluster {
     }
 }
 
-/// What a prediction consumed: the difference between the topology's zones and `w`.
+/// What a prediction consumed: the difference between the topology's zones and `w`, and the
+/// memory groups its placement `p` forms.
 fn assumption_from(
+    res: &Resources,
     topo: &NumaTopology,
     w: &WorkingZones,
+    p: &Placement,
     node: &str,
     uid: Option<&str>,
     now_ms: u64,
@@ -1533,12 +1545,44 @@ fn assumption_from(
             }
         }
     }
+    let unaligned = topo
+        .unaligned_devices
+        .iter()
+        .filter_map(|(id, before)| {
+            let after = w.unaligned.get(id)?;
+            let gone: Vec<String> = before
+                .ids
+                .iter()
+                .filter(|d| !after.ids.contains(d))
+                .cloned()
+                .collect();
+            let used = before.free.saturating_sub(after.free);
+            (used > 0).then_some((*id, used, gone))
+        })
+        .collect();
     Assumption {
         node: node.to_owned(),
         uid: uid.map(str::to_owned),
         since_ms: now_ms,
         taken,
         devices,
+        unaligned,
+        memory_groups: p
+            .memory_groups()
+            .into_iter()
+            .filter(|g| match g.as_slice() {
+                [id] => {
+                    let known = topo.memory_groups.iter().flatten().flatten().any(|k| k == id);
+                    let unused = topo.zones.iter().find(|z| z.id == *id).is_some_and(|z| {
+                        z.allocatable
+                            .iter()
+                            .all(|(r, a)| !res.kind(r).is_memory_like() || z.available.get_or_zero(r) >= a)
+                    });
+                    known || unused
+                }
+                _ => true,
+            })
+            .collect(),
     }
 }
 
@@ -1620,6 +1664,23 @@ fn take(topo: &mut NumaTopology, a: &Assumption) {
         {
             free.retain(|d| !ids.contains(d));
         }
+    }
+    for (id, used, ids) in &a.unaligned {
+        if let Some(u) = topo.unaligned_devices.get_mut(id) {
+            u.free = u.free.saturating_sub(*used).max(0);
+            u.ids.retain(|d| !ids.contains(d));
+            u.ids.truncate(usize::try_from(u.free).unwrap_or(0));
+        }
+    }
+    // The groups become known ones: the model then applies the group rules to their zones
+    // exactly (§3.2 steps 2–3). Zones in use outside the known groups stay guessed, whether
+    // the exporter publishes groups or not, so adding to an unpublished list is as safe. Later
+    // entries replace earlier ones on their nodes (the kubelet's `Cells`), so one already
+    // known moves to the end.
+    for g in &a.memory_groups {
+        let known = topo.memory_groups.get_or_insert_with(Vec::new);
+        known.retain(|k| k != g);
+        known.push(g.clone());
     }
 }
 

@@ -98,6 +98,16 @@ pub struct NumaZone {
     pub free_cores: Option<i64>,
 }
 
+/// The free devices of one resource that have no NUMA node
+/// (`numaplane.io/devices-without-numa.<resource>`): in no zone, yet handed out by the kubelet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unaligned {
+    /// How many are free.
+    pub free: i64,
+    /// The free IDs the exporter could list (at most `free`), sorted.
+    pub ids: Vec<String>,
+}
+
 /// A node's NUMA topology and Topology Manager configuration.
 #[derive(Clone, Debug)]
 pub struct NumaTopology {
@@ -138,6 +148,9 @@ pub struct NumaTopology {
     /// The Static memory manager's groups holding memory, by NUMA id, when the exporter read
     /// them from the kubelet's checkpoint; `None`: unknown (the model then guesses safely).
     pub memory_groups: Option<Vec<Vec<u32>>>,
+    /// Free devices without a NUMA node, per device resource that has any, when published.
+    /// A resource listed here and in no zone is one whose devices have no NUMA node at all.
+    pub unaligned_devices: BTreeMap<ResId, Unaligned>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -198,6 +211,14 @@ pub enum NrtError {
     /// The memory-groups attribute does not parse, or names a NUMA node without a zone.
     #[error("attribute numaplane.io/memory-groups: {0}")]
     ParseMemoryGroups(String),
+    /// A devices-without-NUMA attribute does not parse, or counts more than the model's bound.
+    #[error("attribute numaplane.io/devices-without-numa.{resource}: {message}")]
+    ParseDevicesWithoutNuma {
+        /// Resource name.
+        resource: String,
+        /// What is wrong.
+        message: String,
+    },
     /// More NUMA zones than the model enumerates.
     #[error("{zones} NUMA zones exceed the supported {MAX_ZONES}")]
     TooManyZones {
@@ -238,6 +259,7 @@ impl NrtError {
             NrtError::DuplicateResource { .. } => "duplicate_resource",
             NrtError::TooManyZones { .. } => "too_many_zones",
             NrtError::ParseMemoryGroups(_) => "memory_groups",
+            NrtError::ParseDevicesWithoutNuma { .. } => "devices_without_numa",
             NrtError::NumaLayout(_) => "numa_layout",
             NrtError::AmountOverflow { .. } => "amount_overflow",
         }
@@ -494,7 +516,28 @@ impl NumaTopology {
                 Some(groups)
             }
         };
+        let mut unaligned_devices = BTreeMap::new();
+        for (resource, parsed) in obj.devices_without_numa() {
+            let bad = |message: String| NrtError::ParseDevicesWithoutNuma {
+                resource: resource.clone(),
+                message,
+            };
+            let parsed = parsed.map_err(|e| bad(e.to_string()))?;
+            // Within the per-resource bound, so zone sums plus these never wrap.
+            let free = i64::try_from(parsed.free)
+                .ok()
+                .filter(|f| *f <= MAX_NODE_AMOUNT)
+                .ok_or_else(|| bad(format!("{} free exceeds {MAX_NODE_AMOUNT}", parsed.free)))?;
+            unaligned_devices.insert(
+                res.intern(&resource),
+                Unaligned {
+                    free,
+                    ids: parsed.ids,
+                },
+            );
+        }
         Ok(NumaTopology {
+            unaligned_devices,
             memory_groups,
             masks,
             shared_devices,

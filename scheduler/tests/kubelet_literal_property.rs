@@ -1,15 +1,17 @@
 //! Property: for random pods (init containers, sidecars, devices) on random 2-, 4- and 8-zone
 //! nodes, the model's predicted admission and NUMA affinity equal those of a second, literal
 //! implementation of the kubelet's per-container sequence written here from
-//! kubelet-topology-manager.md (§2.3–§2.7, §3.1, §3.3): explicit CPU and device IDs, the CPU
+//! kubelet-topology-manager.md (§2.3–§2.7, §3.1, §3.3) and the v1.36 rules of verified-facts.md
+//! (device hints only over the NUMA nodes hosting the resource): explicit CPU and device IDs, the CPU
 //! manager's `cpusToReuse` and the device manager's `devicesToReuse` carried from container to
 //! container, hints generated mask by mask, the Topology Manager's permutation merge and its
 //! pairwise `compareHints` fold. Nothing here calls the model's hint or merge code.
 //!
-//! Where the kubelet's choice is random (Go map order) or the plugin's (devices), or its CPU
-//! packing cannot be known from an NRT, both sides use the model's documented tie rule:
-//! reusable items first, then the lowest NUMA node and the lowest ID, aligned nodes before the
-//! others. The Static memory manager (group rules, default hint, extension, greedy fill) is on
+//! Where the kubelet's choice is random (Go map order) or the plugin's (devices), both sides
+//! use the model's documented tie rule: reusable items first, then the lowest NUMA node and the
+//! lowest ID, aligned nodes before the others. CPUs are taken by the CPU manager's
+//! `takeByTopology` (NUMA-packed) on a machine with a socket per NUMA node and one thread per
+//! core, after the reusable ones (the model's rule for those). The Static memory manager (group rules, default hint, extension, greedy fill) is on
 //! for half the 2- and 4-zone nodes, starting empty, for pods without init containers; no
 //! device spans two nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -60,14 +62,32 @@ struct Machine {
     /// NUMA node of each CPU id.
     cpu_node: Vec<u32>,
     free_cpus: BTreeSet<usize>,
-    /// Per resource: every device (ID, NUMA node).
+    /// Per resource: every device with a NUMA node (ID, NUMA node).
     devices: BTreeMap<&'static str, Vec<(String, u32)>>,
+    /// Per resource: the devices the plugin gives no NUMA node (no topology).
+    unaligned: BTreeMap<&'static str, Vec<String>>,
+    /// Per resource: the free devices, with or without a NUMA node.
     free_devices: BTreeMap<&'static str, BTreeSet<String>>,
     policy: Policy,
     pod_scope: bool,
     publish_ids: bool,
     /// Memory (GiB) per NUMA node under the Static memory manager, all free; empty: manager off.
     memory: Vec<u32>,
+}
+
+impl Machine {
+    /// Some device plugin registered devices of `resource` (with a NUMA node or not).
+    fn registered(&self, resource: &str) -> bool {
+        !self.devices[resource].is_empty() || !self.unaligned[resource].is_empty()
+    }
+
+    /// The NUMA node of a device; `None` for a device without topology.
+    fn node_of(&self, resource: &str, d: &str) -> Option<u32> {
+        self.devices[resource]
+            .iter()
+            .find(|(id, _)| id == d)
+            .map(|(_, n)| *n)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -179,23 +199,30 @@ impl Kubelet<'_> {
             // No registered device has topology: no preference.
             return None;
         }
+        // Devices without topology are available too, but in no mask.
         let available = &self.m.free_devices[resource];
         if available.union(reusable).count() < request as usize {
             return Some(Vec::new());
         }
-        let node_of = |d: &String| all.iter().find(|(id, _)| id == d).map(|(_, n)| *n).unwrap();
+        let node_of = |d: &String| self.m.node_of(resource, d);
+        // v1.36: the masks are built over the NUMA nodes hosting devices of the resource only.
+        let hosting: Mask = all.iter().fold(0, |m, (_, n)| m | 1 << n);
         let mut min_affinity = self.m.zones;
         let mut hints = Vec::new();
-        for mask in masks(self.m.zones) {
+        for mask in masks(self.m.zones).into_iter().filter(|m| m & !hosting == 0) {
             let in_mask = all.iter().filter(|(_, n)| mask & (1 << n) != 0).count();
             if in_mask >= request as usize && count(mask) < min_affinity {
                 min_affinity = count(mask);
             }
-            if reusable.iter().any(|d| mask & (1 << node_of(d)) == 0) {
+            // Reusable devices without topology are skipped: they neither exclude nor count.
+            if reusable.iter().filter_map(node_of).any(|n| mask & (1 << n) == 0) {
                 continue;
             }
-            let matching =
-                reusable.len() + available.iter().filter(|d| mask & (1 << node_of(d)) != 0).count();
+            let matching = reusable.iter().filter_map(node_of).count()
+                + available
+                    .iter()
+                    .filter(|d| node_of(d).is_some_and(|n| mask & (1 << n) != 0))
+                    .count();
             if matching >= request as usize {
                 hints.push(Hint {
                     mask: Some(mask),
@@ -308,32 +335,77 @@ impl Kubelet<'_> {
         (best, admit)
     }
 
-    /// CPU manager Allocate: aligned CPUs of available ∪ reusable first, then the rest
-    /// (tie rule: reusable, then lowest node, then lowest id); `cpusToReuse` updated.
+    /// `takeByTopology`, NUMA-packed, on this machine (a socket per NUMA node, one thread per
+    /// core), taking `n` CPUs of `set`: whole NUMA nodes all of whose CPUs are in `set` while
+    /// `n` covers one (`takeFullNUMANodes`: fewest free CPUs first, then the lowest node); then
+    /// cores, i.e. CPUs, node by node with the fewest free CPUs in `set` first (`takeFullCores`
+    /// over `sortAvailableCores`), lowest node and CPU id on ties.
+    fn take_by_topology(&self, set: &BTreeSet<usize>, n: usize) -> Vec<usize> {
+        let cpu_node = &self.m.cpu_node;
+        let in_node = |z: u32| (0..cpu_node.len()).filter(move |c| cpu_node[*c] == z);
+        let mut details = set.clone();
+        let mut result = Vec::new();
+        let free_in =
+            |details: &BTreeSet<usize>, z: u32| details.iter().filter(|c| cpu_node[**c] == z).count();
+        let mut nodes: Vec<u32> = (0..self.m.zones)
+            .filter(|&z| in_node(z).count() > 0 && in_node(z).all(|c| details.contains(&c)))
+            .collect();
+        nodes.sort_by_key(|&z| (free_in(&details, z), z));
+        for z in nodes {
+            let size = in_node(z).count();
+            if n - result.len() >= size {
+                for c in in_node(z) {
+                    details.remove(&c);
+                    result.push(c);
+                }
+            }
+        }
+        let mut order: Vec<u32> = (0..self.m.zones).filter(|&z| free_in(&details, z) > 0).collect();
+        order.sort_by_key(|&z| (free_in(&details, z), z));
+        for z in order {
+            for c in in_node(z).filter(|c| details.contains(c)) {
+                if result.len() < n {
+                    result.push(c);
+                }
+            }
+        }
+        result
+    }
+
+    /// CPU manager Allocate (§3.1): aligned CPUs of available ∪ reusable first, then the rest,
+    /// each by `takeByTopology` (tie rule shared with the model: reusable ones first, lowest
+    /// node then id); `cpusToReuse` updated.
     fn allocate_cpus(&mut self, n: u32, mask: Option<Mask>, init: bool) -> Result<(), &'static str> {
         if n == 0 {
             return Ok(());
         }
-        let allocatable: BTreeSet<usize> = self.m.free_cpus.union(&self.cpus_to_reuse).copied().collect();
-        let key = |c: &usize| (!self.cpus_to_reuse.contains(c), self.m.cpu_node[*c], *c);
-        let mut aligned: Vec<usize> = allocatable
-            .iter()
-            .copied()
-            .filter(|c| mask.is_some_and(|m| m & (1 << self.m.cpu_node[*c]) != 0))
-            .collect();
-        aligned.sort_by_key(key);
-        let mut result: Vec<usize> = aligned.into_iter().take(n as usize).collect();
-        let mut rest: Vec<usize> = allocatable
-            .iter()
-            .copied()
-            .filter(|c| !result.contains(c))
-            .collect();
-        rest.sort_by_key(key);
-        let missing = n as usize - result.len();
-        if rest.len() < missing {
+        let n = n as usize;
+        let in_mask = |c: &usize| mask.is_some_and(|m| m & (1 << self.m.cpu_node[*c]) != 0);
+        let key = |c: &usize| (self.m.cpu_node[*c], *c);
+        let mut result: Vec<usize> = Vec::new();
+        for aligned in [true, false] {
+            let mut reusable: Vec<usize> = self
+                .cpus_to_reuse
+                .iter()
+                .copied()
+                .filter(|c| in_mask(c) == aligned && !result.contains(c))
+                .collect();
+            reusable.sort_by_key(key);
+            let take = reusable.len().min(n - result.len());
+            result.extend(reusable.into_iter().take(take));
+            let available: BTreeSet<usize> = self
+                .m
+                .free_cpus
+                .iter()
+                .copied()
+                .filter(|c| in_mask(c) == aligned)
+                .collect();
+            let want = (n - result.len()).min(available.len());
+            result.extend(self.take_by_topology(&available, want));
+        }
+        if result.len() < n {
             return Err("UnexpectedAdmissionError");
         }
-        result.extend(rest.into_iter().take(missing));
         for c in &result {
             self.m.free_cpus.remove(c);
         }
@@ -351,15 +423,19 @@ impl Kubelet<'_> {
     /// (tie rule: lowest node, then lowest ID); `devicesToReuse` updated.
     fn allocate_devices(&mut self, c: &Ctr, mask: Option<Mask>, init: bool) -> Result<(), &'static str> {
         for (&r, &n) in &c.devices {
-            if n == 0 || self.m.devices[r].is_empty() {
+            if n == 0 || !self.m.registered(r) {
                 continue;
             }
-            let all = self.m.devices[r].clone();
-            let node_of = |d: &String| all.iter().find(|(id, _)| id == d).map(|(_, z)| *z).unwrap();
-            let rank_in_mask = |z: u32| mask.is_some_and(|m| m & (1 << z) != 0);
+            // Aligned (a node in the mask), then unaligned, then without topology.
+            let m = self.m.clone();
+            let key = |d: &&String| match m.node_of(r, d) {
+                Some(z) if mask.is_some_and(|m| m & (1 << z) != 0) => (0, z, (*d).clone()),
+                Some(z) => (1, z, (*d).clone()),
+                None => (2, 0, (*d).clone()),
+            };
             let reusable = self.devices_to_reuse.entry(r).or_default().clone();
             let mut by_rank: Vec<&String> = reusable.iter().collect();
-            by_rank.sort_by_key(|d| (!rank_in_mask(node_of(d)), node_of(d), (*d).clone()));
+            by_rank.sort_by_key(key);
             let mut chosen: Vec<String> = by_rank.into_iter().take(n as usize).cloned().collect();
             let needed = n as usize - chosen.len();
             if needed > 0 {
@@ -368,7 +444,7 @@ impl Kubelet<'_> {
                     return Err("UnexpectedAdmissionError");
                 }
                 let mut order: Vec<&String> = available.iter().collect();
-                order.sort_by_key(|d| (!rank_in_mask(node_of(d)), node_of(d), (*d).clone()));
+                order.sort_by_key(key);
                 chosen.extend(order.into_iter().take(needed).cloned());
             }
             let free = self.m.free_devices.get_mut(r).unwrap();
@@ -513,7 +589,7 @@ impl Kubelet<'_> {
         let devices: ProviderHints = c
             .devices
             .iter()
-            .filter(|(r, n)| **n > 0 && !self.m.devices[**r].is_empty())
+            .filter(|(r, n)| **n > 0 && self.m.registered(r))
             .map(|(&r, &n)| {
                 let reusable = self.devices_to_reuse.get(r).cloned().unwrap_or_default();
                 (r.to_owned(), self.device_hints(r, n, &reusable))
@@ -553,7 +629,7 @@ impl Kubelet<'_> {
             let mut devices: ProviderHints = Vec::new();
             for r in RESOURCES {
                 let n = level(&|c: &Ctr| c.devices.get(r).copied().unwrap_or(0));
-                if n > 0 && !self.m.devices[r].is_empty() {
+                if n > 0 && self.m.registered(r) {
                     devices.push((r.to_owned(), self.device_hints(r, n, &BTreeSet::new())));
                 }
             }
@@ -656,9 +732,22 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
             }
         }
     }
+    // Sometimes devices without a NUMA node: next to aligned ones, or (where a resource got
+    // none on any node) as all the resource has.
+    let mut unaligned: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for r in RESOURCES {
         devices.entry(r).or_default();
         free_devices.entry(r).or_default();
+        let list = unaligned.entry(r).or_default();
+        if rng.chance(2) {
+            for d in 0..1 + rng.below(2) {
+                let id = format!("{}-x-{d}", &r[12..]);
+                if !rng.chance(3) {
+                    free_devices.entry(r).or_default().insert(id.clone());
+                }
+                list.push(id);
+            }
+        }
     }
     let policy = [
         Policy::None,
@@ -671,6 +760,7 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
         cpu_node,
         free_cpus,
         devices,
+        unaligned,
         free_devices,
         policy,
         pod_scope: rng.chance(3),
@@ -754,13 +844,25 @@ fn nrt_of(m: &Machine) -> NodeResourceTopology {
             json!({"name": format!("node-{z}"), "type": "Node", "resources": resources, "attributes": attributes})
         })
         .collect();
+    let mut attributes = vec![
+        json!({"name": "topologyManagerPolicy", "value": policy}),
+        json!({"name": "topologyManagerScope", "value": if m.pod_scope { "pod" } else { "container" }}),
+    ];
+    for r in RESOURCES.iter().filter(|r| !m.unaligned[**r].is_empty()) {
+        let free: Vec<&String> = m.unaligned[*r]
+            .iter()
+            .filter(|d| m.free_devices[*r].contains(*d))
+            .collect();
+        let ids = if m.publish_ids { free.clone() } else { Vec::new() };
+        attributes.push(json!({
+            "name": format!("numaplane.io/devices-without-numa.{r}"),
+            "value": numaplane::nrt::join_devices_without_numa(free.len() as u64, ids),
+        }));
+    }
     serde_json::from_value(json!({
         "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
         "metadata": {"name": "n"},
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": policy},
-            {"name": "topologyManagerScope", "value": if m.pod_scope { "pod" } else { "container" }}
-        ],
+        "attributes": attributes,
         "zones": zones
     }))
     .unwrap()
@@ -801,7 +903,7 @@ fn pod_of(res: &mut Resources, p: &PodDef) -> PodSpec {
 #[test]
 fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_and_devices() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (mut admitted, mut rejected, mut reuse_decided) = (0, 0, 0);
+    let (mut admitted, mut rejected, mut reuse_decided, mut unaligned_used) = (0, 0, 0, 0);
     for round in 0..900 {
         let zones = [2, 4, 8][round % 3];
         let mut machine = random_machine(&mut rng, zones);
@@ -826,6 +928,13 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
             mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
         }
         .admit(&def);
+        // Did the admitted pod get a device without a NUMA node?
+        let gone_unaligned = RESOURCES.iter().any(|r| {
+            machine.unaligned[*r]
+                .iter()
+                .any(|d| machine.free_devices[*r].contains(d) && !m.free_devices[*r].contains(d))
+        });
+        unaligned_used += usize::from(literal.is_ok() && gone_unaligned);
         // The same pod without its non-restartable init containers: does reuse decide anything?
         let without_init = PodDef {
             init: def.init.iter().filter(|c| c.sidecar).cloned().collect(),
@@ -871,7 +980,95 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
         }
     }
     assert!(
-        admitted > 300 && rejected > 200 && reuse_decided > 50,
-        "admitted {admitted}, rejected {rejected}, decided by reuse {reuse_decided}"
+        admitted > 300 && rejected > 200 && reuse_decided > 50 && unaligned_used > 10,
+        "admitted {admitted}, rejected {rejected}, decided by reuse {reuse_decided}, \
+         given a device without NUMA node {unaligned_used}"
+    );
+}
+
+/// The next pod after an assumed one: on random 2- and 4-zone machines under the Static memory
+/// manager, a first pod is scheduled through the cluster index and its placement assumed (no
+/// NRT shows it yet); the second pod's prediction on the node as the index then sees it must
+/// equal the literal kubelet admitting both in a row. The memory manager's groups the first
+/// pod forms (and its single-node allocations on nodes that held no memory) are known to the
+/// second decision only through the assumption (issue 20 item 6).
+#[test]
+fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
+    use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
+    let mut rng = Rng(0x9e6c_63d0_676a_9a99);
+    let (mut compared, mut grouped) = (0, 0);
+    for round in 0..1500 {
+        let zones = [2, 4][round % 2];
+        let mut machine = random_machine(&mut rng, zones);
+        if machine.memory.is_empty() {
+            machine.memory = (0..zones).map(|_| 2 + rng.below(7) as u32).collect();
+        }
+        let no_init = |mut d: PodDef| {
+            d.init.retain(|c| c.sidecar);
+            d
+        };
+        let first = no_init(random_pod(&mut rng, zones));
+        let second = no_init(random_pod(&mut rng, zones));
+        let mut c = Cluster::new();
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
+                "example.com/gpu": "1000", "example.com/nic": "1000"}}
+        }))
+        .unwrap();
+        c.apply_node(&node).unwrap();
+        c.apply_nrt(&nrt_of(&machine)).unwrap();
+        let cfg = Config::default();
+        let p1 = pod_of(&mut c.res, &first);
+        let d1 = c.schedule(&cfg, &p1, false);
+        let mut m = machine.clone();
+        let mut kubelet = Kubelet {
+            m: &mut m,
+            cpus_to_reuse: BTreeSet::new(),
+            devices_to_reuse: BTreeMap::new(),
+            mem_free: machine.memory.clone(),
+            mem_assignments: vec![0; machine.memory.len()],
+            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
+        };
+        let literal1 = kubelet.admit(&first);
+        assert_eq!(d1.node.is_some(), literal1.is_ok(), "round {round}: first pod");
+        if literal1.is_err() {
+            continue;
+        }
+        c.assume(&p1, &d1);
+        grouped += usize::from(kubelet.mem_cells.iter().any(|cells| cells.count_ones() > 1));
+        kubelet.cpus_to_reuse.clear();
+        kubelet.devices_to_reuse.clear();
+        let literal2 = kubelet.admit(&second);
+        let p2 = pod_of(&mut c.res, &second);
+        let TopologyState::Valid(topo) = c.topology("n") else {
+            panic!("round {round}: no topology")
+        };
+        let model = admission::predict(&c.res, topo, &mut WorkingZones::with_device_ids(topo), &p2);
+        let ctx = || {
+            format!(
+                "round {round}: {machine:?}\nfirst {first:?} -> {literal1:?}\nsecond {second:?}\n\
+                 model {model:?}\nliteral {literal2:?}\ngroups {:?}",
+                topo.memory_groups
+            )
+        };
+        match (&model, &literal2) {
+            (Ok(p), Ok((pod_mask, masks))) => {
+                if machine.pod_scope && machine.policy != Policy::None {
+                    assert_eq!(&p.pod_numa_nodes, pod_mask, "{}", ctx());
+                } else {
+                    let got: Vec<Option<Vec<u32>>> =
+                        p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
+                    assert_eq!(&got, masks, "{}", ctx());
+                }
+            }
+            (Err(r), Err(reason)) => assert_eq!(r.kubelet_reason, *reason, "{}", ctx()),
+            _ => panic!("verdicts differ: {}", ctx()),
+        }
+        compared += 1;
+    }
+    assert!(
+        compared > 400 && grouped > 50,
+        "compared {compared}, first pod formed a group {grouped}"
     );
 }

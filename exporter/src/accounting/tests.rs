@@ -1308,3 +1308,80 @@ fn memory_groups_read_from_the_checkpoint_are_published_in_the_shared_format() {
         Ok(vec![vec![0, 1], vec![3]])
     );
 }
+
+#[test]
+fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_and_ids() {
+    let (gpu, fpga) = ("example.com/gpu", "example.com/fpga");
+    let bare = |resource: &str, ids: &[&str]| ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: ids.iter().map(|&i| i.to_owned()).collect(),
+        topology: None,
+    };
+    let alloc = AllocatableResourcesResponse {
+        devices: vec![
+            // A mixed resource: one GPU on node 0, two without NUMA node (one reported with
+            // the kubelet's negative "none").
+            dev(gpu, "g0", &[0]),
+            bare(gpu, &["g8"]),
+            dev(gpu, "g9", &[-1]),
+            // A resource whose devices have no NUMA node at all.
+            bare(fpga, &["f0", "f1", "0000:3b:00.0"]),
+            // A NUMA node the machine lacks is an anomaly, not "without NUMA node".
+            dev(gpu, "g7", &[5]),
+        ],
+        ..all_cpus()
+    };
+    let l = list(vec![pod(
+        "ns",
+        "a",
+        vec![container(
+            &[],
+            vec![],
+            vec![bare(gpu, &["g9"]), bare(fpga, &["f1"])],
+        )],
+    )]);
+    let nrt = run(&alloc, &l).to_nrt("n1");
+    let got = nrt.devices_without_numa();
+    let expect = |free: u64, ids: &[&str]| {
+        Ok(nrt::DevicesWithoutNuma {
+            free,
+            ids: ids.iter().map(|&i| i.to_owned()).collect(),
+        })
+    };
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[gpu], expect(1, &["g8"]));
+    assert_eq!(got[fpga], expect(2, &["0000:3b:00.0", "f0"]));
+    // The aligned GPU stays in its zone; the others are in none.
+    assert_eq!(get_nrt_zone_count(&nrt, "node-0", gpu), Some("1".to_owned()));
+    assert_eq!(get_nrt_zone_count(&nrt, "node-1", gpu), None);
+    // All used: still published, with 0, so the scheduler knows they are used up.
+    let l = list(vec![pod(
+        "ns",
+        "a",
+        vec![container(
+            &[],
+            vec![],
+            vec![bare(fpga, &["f0", "f1", "0000:3b:00.0"])],
+        )],
+    )]);
+    let got = run(&alloc, &l).to_nrt("n1").devices_without_numa();
+    assert_eq!(got[fpga], expect(0, &[]));
+    // Without such devices nothing is published.
+    let alloc = AllocatableResourcesResponse {
+        devices: vec![dev(gpu, "g0", &[0])],
+        ..all_cpus()
+    };
+    assert!(
+        run(&alloc, &list(vec![]))
+            .to_nrt("n1")
+            .devices_without_numa()
+            .is_empty()
+    );
+}
+
+/// Allocatable count of `resource` in `zone` of a built NRT.
+fn get_nrt_zone_count(nrt: &NodeResourceTopology, zone: &str, resource: &str) -> Option<String> {
+    let z = nrt.zones.iter().find(|z| z.name == zone)?;
+    let r = z.resources.as_ref()?.iter().find(|r| r.name == resource)?;
+    Some(r.allocatable.0.clone())
+}
