@@ -20,7 +20,7 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{Agent, ApiTarget, allocator_exporter_args, metric_value, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -37,9 +37,33 @@ struct Env {
     agent: Agent,
 }
 
+/// How the agent under test runs.
+struct Opts {
+    /// `--resync-interval`.
+    resync: &'static str,
+    /// More flags.
+    extra: Vec<String>,
+    /// Host the allocator in `numaplane-exporter run --pools` instead of `device-plugin`.
+    run: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            resync: "100ms",
+            extra: Vec::new(),
+            run: false,
+        }
+    }
+}
+
 impl Env {
     /// GPUs g0..g3 on NUMA 0 and g4..g7 on NUMA 1; one camera shared by 2 containers.
     async fn new() -> Env {
+        Env::with(Opts::default()).await
+    }
+
+    async fn with(opts: Opts) -> Env {
         let api = ApiTarget::start().await.unwrap();
         let ns = unique_name("np-dp");
         let node = unique_name("np-dp-node");
@@ -69,7 +93,7 @@ impl Env {
         )
         .await
         .unwrap();
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--pools",
             pools.to_str().unwrap(),
             "--device-plugin-dir",
@@ -81,7 +105,7 @@ impl Env {
             "--podresources-socket",
             dir.path().join("podres.sock").to_str().unwrap(),
             "--resync-interval",
-            "100ms",
+            opts.resync,
             "--topology-xml",
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -91,7 +115,21 @@ impl Env {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-        let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+        let mut agent = if opts.run {
+            let mut args = allocator_exporter_args(
+                &node,
+                &dir.path().join("podres.sock"),
+                api.kubeconfig(),
+                &pools,
+                &plugins,
+                &["--resync-interval", opts.resync],
+            );
+            args.extend(opts.extra);
+            Agent::spawn_exporter("run", &args).unwrap()
+        } else {
+            args.extend(opts.extra);
+            Agent::spawn_exporter("device-plugin", &args).unwrap()
+        };
         agent.wait_serving(WAIT).await.unwrap();
         dp.wait_registered(GPU, 1, WAIT).await.unwrap();
         dp.wait_registered(CAM, 1, WAIT).await.unwrap();
@@ -370,5 +408,50 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
     )
     .unwrap();
     assert_eq!(allocates, 1001.0);
+    env.cleanup().await;
+}
+
+/// `--resync-interval 0` is documented as "off": the plugin serves and steers without a
+/// periodic reconciliation instead of panicking on a zero-length interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_interval_zero_turns_reconciliation_off_without_stopping_the_plugin() {
+    for run in [false, true] {
+        resync_zero(run).await;
+    }
+}
+
+async fn resync_zero(run: bool) {
+    let mut env = Env::with(Opts {
+        resync: "0",
+        run,
+        ..Opts::default()
+    })
+    .await;
+    env.pod_with_record("a", &["g3"], 0).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        assert!(
+            env.agent.exited().is_none(),
+            "the agent exited: {}",
+            env.agent.stderr()
+        );
+        // Steered as soon as the pod watch has the record.
+        let got = env
+            .dp
+            .preferred(
+                GPU,
+                vec!["g0".into(), "g1".into(), "g2".into(), "g3".into()],
+                vec![],
+                1,
+            )
+            .await
+            .unwrap();
+        if got == ["g3"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never steered");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(env.agent.exited().is_none(), "{}", env.agent.stderr());
     env.cleanup().await;
 }

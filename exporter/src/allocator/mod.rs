@@ -56,7 +56,7 @@ pub struct DevicePluginArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2113")]
     pub metrics_address: SocketAddr,
-    /// How often pod-resources is read to reconcile holders, slots and records.
+    /// How often pod-resources is read to reconcile holders, slots and records (0: off).
     #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
     /// Timeout of one kubelet call.
@@ -442,7 +442,7 @@ fn socket_identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Every `resync`: reads pod-resources, updates who holds what, republishes slot health for
+/// Every `resync` (zero: never): reads pod-resources, updates who holds what, republishes slot health for
 /// cluster-shared pools, counts slots, and reports pods whose devices differ from their record.
 async fn reconcile_loop(
     kubelet: KubeletClient,
@@ -452,6 +452,12 @@ async fn reconcile_loop(
     _device_lists: Vec<(Arc<Pool>, DeviceList)>,
     resync: Duration,
 ) {
+    if resync.is_zero() {
+        // `--resync-interval 0` means off, as for the exporter's own resync; a zero period
+        // would also make `tokio::time::interval` panic. The device lists stay held.
+        tracing::info!("resync interval 0: the allocator does not reconcile with pod-resources periodically");
+        std::future::pending::<()>().await;
+    }
     let mut reported: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut tick = tokio::time::interval(resync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
