@@ -119,6 +119,7 @@ impl PluginState {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
         loop {
+            let mut seen = self.records.seen();
             match steer::choose(&self.candidates(), req) {
                 Ok(choice) => {
                     AllocatorMetrics::count(&metrics(self).preferred, resource, "honoured");
@@ -137,7 +138,7 @@ impl PluginState {
                         return Vec::new();
                     }
                     // The pod being admitted may not have reached our watch yet.
-                    self.records.changed(deadline - now).await;
+                    self.records.changed_since(&mut seen, deadline - now).await;
                 }
             }
         }

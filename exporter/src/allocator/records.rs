@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use numaplane::allocation::{ANNOTATION, Allocation};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 /// One pod that carries a usable record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,13 +40,18 @@ pub struct RecordView {
 }
 
 /// Shared handle, with a wake-up for waiters (a lagging watch is waited for, briefly).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct SharedRecords {
     view: Arc<Mutex<RecordView>>,
-    changed: Arc<Notify>,
+    /// The view's version, bumped on every write.
+    changed: Arc<watch::Sender<u64>>,
     /// The IDs each pool offers: a record planning others for a pool resource is unusable.
     known: Arc<BTreeMap<String, std::collections::BTreeSet<String>>>,
 }
+
+/// A point in the view's history (see [`SharedRecords::seen`]).
+#[derive(Debug)]
+pub struct Seen(watch::Receiver<u64>);
 
 /// Why a pod's record is not used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +135,16 @@ pub fn record_of(
     }))
 }
 
+impl Default for SharedRecords {
+    fn default() -> Self {
+        SharedRecords {
+            view: Arc::default(),
+            changed: Arc::new(watch::Sender::new(0)),
+            known: Arc::default(),
+        }
+    }
+}
+
 impl SharedRecords {
     /// An empty view that checks planned IDs against `known` (resource → offered IDs).
     pub fn new(known: BTreeMap<String, std::collections::BTreeSet<String>>) -> Self {
@@ -152,13 +167,22 @@ impl SharedRecords {
             .view
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner));
-        self.changed.notify_waiters();
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
         r
     }
 
-    /// Waits until the view changes or `timeout` passes.
-    pub async fn changed(&self, timeout: std::time::Duration) {
-        let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
+    /// Marks now: take it before reading the view, so [`Self::changed_since`] sees every
+    /// later change.
+    pub fn seen(&self) -> Seen {
+        Seen(self.changed.subscribe())
+    }
+
+    /// Waits until the view changed after `seen` was taken, or `timeout` passes; whether it
+    /// changed.
+    pub async fn changed_since(&self, seen: &mut Seen, timeout: std::time::Duration) -> bool {
+        // A change made since `seen` is remembered by the channel (unlike a `Notify` waiter
+        // registered after the fact), so it returns at once.
+        matches!(tokio::time::timeout(timeout, seen.0.changed()).await, Ok(Ok(())))
     }
 
     /// Applies an added or modified pod. Returns why its record is ignored, the first time
@@ -313,6 +337,26 @@ mod tests {
         );
         assert!(ignored.is_empty(), "b was reported already");
         assert!(s.read(|v| v.synced && v.pods.contains_key("ns/a")));
+    }
+
+    #[tokio::test]
+    async fn a_change_made_between_reading_and_waiting_is_not_missed() {
+        let s = SharedRecords::default();
+        let mut seen = s.seen();
+        assert!(s.read(|v| v.pods.is_empty()));
+        // The pod arrives after the waiter read the view but before it starts waiting.
+        s.apply(&pod("a", Some(&record("n1")), "Pending"), "n1");
+        let t0 = std::time::Instant::now();
+        assert!(
+            s.changed_since(&mut seen, std::time::Duration::from_secs(3))
+                .await
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        // Nothing changed since: the wait runs out.
+        assert!(
+            !s.changed_since(&mut seen, std::time::Duration::from_millis(50))
+                .await
+        );
     }
 
     fn created(name: &str, at: &str) -> Pod {
