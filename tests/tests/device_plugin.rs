@@ -35,6 +35,8 @@ struct Env {
     dp: FakeDeviceKubelet,
     podres: FakeKubelet,
     agent: Agent,
+    /// `namespace/name` of the pods created bound to the node.
+    kubelet_pods: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// How the agent under test runs.
@@ -141,6 +143,7 @@ impl Env {
             dp,
             podres,
             agent,
+            kubelet_pods: std::sync::Mutex::default(),
         }
     }
 
@@ -164,16 +167,28 @@ impl Env {
             .create(&PostParams::default(), &pod)
             .await
             .unwrap();
+        // The kubelet lists every pod bound to it, devices or not, from the moment it sees it
+        // (before admitting it).
+        self.kubelet_pods.lock().unwrap().insert(self.key(name));
+        self.sync_podresources();
     }
 
     fn key(&self, name: &str) -> String {
         format!("{}/{name}", self.ns)
     }
 
-    /// Publishes what the fake device manager holds through pod-resources `List`.
+    /// Publishes through pod-resources `List` the pods the kubelet knows, with what the fake
+    /// device manager holds.
     fn sync_podresources(&self) {
         let mut pods = Vec::new();
-        for (pod, containers) in self.dp.all_held() {
+        let held = self.dp.all_held();
+        for pod in self.kubelet_pods.lock().unwrap().iter() {
+            if !held.contains_key(pod) {
+                let (ns, name) = pod.split_once('/').unwrap();
+                pods.extend(listed(ns, &[name]));
+            }
+        }
+        for (pod, containers) in held {
             let (ns, name) = pod.split_once('/').unwrap();
             pods.push(PodResources {
                 name: name.to_owned(),
@@ -250,7 +265,7 @@ async fn registers_with_topology_and_steers_the_kubelet_to_the_recorded_devices(
         .unwrap();
     assert_eq!(got_b, ["g2"], "ascending fill would have given g0");
     env.sync_podresources();
-    // c: no plan fits what is offered; after the bounded wait, no preference.
+    // c: no plan fits what is offered: no preference, at once.
     env.pod_with_record("c", &["g6"], 1).await;
     let (got_c, _) = env
         .dp
@@ -453,5 +468,115 @@ async fn resync_zero(run: bool) {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(env.agent.exited().is_none(), "{}", env.agent.stderr());
+    env.cleanup().await;
+}
+
+fn listed(ns: &str, names: &[&str]) -> Vec<PodResources> {
+    names
+        .iter()
+        .map(|n| PodResources {
+            name: (*n).to_owned(),
+            namespace: ns.to_owned(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn zone0() -> Vec<String> {
+    ["g0", "g1", "g2", "g3"].map(str::to_owned).to_vec()
+}
+
+/// The kubelet admits pods one at a time: a pod that cannot be ours (no record, or a record
+/// with no device of this pool) must be answered at once, not after the 1 s wait for a
+/// lagging watch. The wait is kept for a pod the kubelet lists that the watch has not seen,
+/// and only once per such pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is_waited_for() {
+    let env = Env::new().await;
+    env.create_pod("plain", None).await;
+    let cam_only = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [{"name": "app", "kind": "app", "numaNodes": [0], "devices": {CAM: ["cam-0"]}}]});
+    env.create_pod("cam-only", Some(cam_only.to_string())).await;
+    // Until the watch has both pods the plugin may wait for them; then never again.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = std::time::Instant::now();
+        assert!(
+            env.dp
+                .preferred(GPU, zone0(), vec![], 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        if t.elapsed() < Duration::from_millis(300) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "every answer waited");
+    }
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        assert!(
+            env.dp
+                .preferred(GPU, zone0(), vec![], 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(300),
+            "a pod that cannot be ours waited {took:?}"
+        );
+    }
+
+    // A pod the kubelet lists before our watch has it: waited for, and steered.
+    env.podres
+        .set_pods(listed(&env.ns, &["plain", "cam-only", "late"]));
+    let late = {
+        let record = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "app", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g2"]}}]});
+        let api = env.api.client();
+        let (ns, node) = (env.ns.clone(), env.node.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "late",
+                "annotations": {ANNOTATION: record.to_string()}},
+                "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}))
+            .unwrap();
+            Api::<Pod>::namespaced(api, &ns)
+                .create(&PostParams::default(), &pod)
+                .await
+                .unwrap();
+        })
+    };
+    assert_eq!(env.dp.preferred(GPU, zone0(), vec![], 1).await.unwrap(), ["g2"]);
+    late.await.unwrap();
+
+    // A pod the kubelet lists that never reaches the watch: one wait, then none.
+    env.podres
+        .set_pods(listed(&env.ns, &["plain", "cam-only", "late", "ghost"]));
+    let t = std::time::Instant::now();
+    assert!(
+        env.dp
+            .preferred(GPU, vec!["g0".into()], vec![], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    let t = std::time::Instant::now();
+    assert!(
+        env.dp
+            .preferred(GPU, vec!["g0".into()], vec![], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "waited again: {:?}",
+        t.elapsed()
+    );
     env.cleanup().await;
 }

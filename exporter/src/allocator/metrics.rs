@@ -59,6 +59,9 @@ pub struct AllocatorMetrics {
     pub records_ignored: Family<ReasonLabels, Counter>,
     /// Reconciliations (pod-resources `List` against the records) by outcome: ok, error.
     pub resyncs: Family<OutcomeLabels, Counter>,
+    /// Pod-resources `List`s made while the kubelet waits for `GetPreferredAllocation`, by
+    /// outcome: ok, over_budget (the agent's budget had no room in time), error.
+    pub refreshes: Family<OutcomeLabels, Counter>,
 }
 
 impl AllocatorMetrics {
@@ -73,6 +76,7 @@ impl AllocatorMetrics {
             registrations: Family::default(),
             records_ignored: Family::default(),
             resyncs: Family::default(),
+            refreshes: Family::default(),
         };
         registry.register(
             "preferred_allocations",
@@ -110,6 +114,11 @@ impl AllocatorMetrics {
             "resyncs",
             "Reconciliations of pod-resources against the records, by outcome",
             m.resyncs.clone(),
+        );
+        registry.register(
+            "kubelet_refreshes",
+            "Pod-resources Lists made while answering GetPreferredAllocation, by outcome (ok, over_budget, error)",
+            m.refreshes.clone(),
         );
         m
     }

@@ -186,6 +186,7 @@ pub fn start(
     }
     let mut health = Vec::new();
     let mut cluster = Vec::new();
+    let resources: Arc<BTreeSet<String>> = Arc::new(pools.iter().map(|p| p.resource.clone()).collect());
     for pool in pools {
         let pool = Arc::new(pool);
         // A zero series up front, so `increase()` sees the first mismatch.
@@ -206,6 +207,9 @@ pub fn start(
             node: node.clone(),
             records: shared.records.clone(),
             holders: shared.holders.clone(),
+            kubelet: kubelet.clone(),
+            watched: client.is_some(),
+            resources: resources.clone(),
             devices: rx,
             metrics: metrics.clone(),
         };
@@ -478,6 +482,11 @@ async fn reconcile_loop(
             }
         };
         let resources: BTreeSet<&str> = pools.iter().map(|p| p.resource.as_str()).collect();
+        shared
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .update(&list, &resources);
         // resource → pod key → container → IDs.
         let mut held: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
             BTreeMap::new();
@@ -495,16 +504,6 @@ async fn reconcile_loop(
                             .extend(d.device_ids.iter().cloned());
                     }
                 }
-            }
-        }
-        {
-            let mut h = shared
-                .holders
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            h.clear();
-            for (res, pods) in &held {
-                h.insert(res.clone(), pods.keys().cloned().collect());
             }
         }
         for pool in &pools {

@@ -15,6 +15,7 @@ use futures::Stream;
 use numaplane::proto::deviceplugin::{
     self as dp, device_plugin_server::DevicePlugin, registration_client::RegistrationClient,
 };
+use numaplane::proto::podresources::ListPodResourcesResponse;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
@@ -22,6 +23,7 @@ use super::metrics::AllocatorMetrics;
 use super::pools::Pool;
 use super::records::SharedRecords;
 use super::steer::{self, Candidate, Miss};
+use crate::podresources::KubeletClient;
 
 /// Device plugin API version we speak.
 pub const API_VERSION: &str = "v1beta1";
@@ -30,10 +32,53 @@ pub const KUBELET_SOCKET: &str = "kubelet.sock";
 /// How long `GetPreferredAllocation` waits for a lagging pod watch before answering "no
 /// preference" (the kubelet's own call is bounded by its RPC timeout).
 pub const WATCH_LAG_WAIT: Duration = Duration::from_secs(1);
+/// How long `GetPreferredAllocation` waits for room in the agent's pod-resources budget before
+/// it answers from the last `List` instead (at the default 20/s a request frees every 50 ms).
+pub const BUDGET_WAIT: Duration = Duration::from_millis(100);
+/// Bound of that `List` itself: the kubelet is waiting for our answer.
+pub const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Pods that hold devices of each resource per the last pod-resources `List` (they are being
-/// or have been admitted, so their plans are no longer candidates).
-pub type Holders = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+/// What the last pod-resources `List` said, shared by the plugins and the reconciliation.
+#[derive(Debug, Default)]
+pub struct KubeletView {
+    /// Per resource, the pods that hold some of it (they are being or have been admitted, so
+    /// their plans are no longer candidates).
+    pub holders: BTreeMap<String, BTreeSet<String>>,
+    /// Every pod the kubelet lists (`namespace/name`). The kubelet adds a pod to its pod
+    /// manager before admitting it, so the pod being admitted is among them.
+    pub pods: BTreeSet<String>,
+    /// Pods the kubelet lists that the pod watch still did not know after a full
+    /// [`WATCH_LAG_WAIT`] (a static pod without a mirror, a pod deleted from the API while the
+    /// kubelet still lists it): not waited for again.
+    pub waited: BTreeSet<String>,
+}
+
+impl KubeletView {
+    /// Replaces the view with a fresh `List`.
+    pub fn update(&mut self, list: &ListPodResourcesResponse, resources: &BTreeSet<&str>) {
+        self.holders.clear();
+        self.pods.clear();
+        for p in &list.pod_resources {
+            let key = format!("{}/{}", p.namespace, p.name);
+            for c in &p.containers {
+                for d in &c.devices {
+                    if resources.contains(d.resource_name.as_str()) && !d.device_ids.is_empty() {
+                        self.holders
+                            .entry(d.resource_name.clone())
+                            .or_default()
+                            .insert(key.clone());
+                    }
+                }
+            }
+            self.pods.insert(key);
+        }
+        let pods = &self.pods;
+        self.waited.retain(|k| pods.contains(k));
+    }
+}
+
+/// Shared [`KubeletView`].
+pub type Holders = Arc<Mutex<KubeletView>>;
 
 /// What one pool's plugin serves from.
 #[derive(Clone)]
@@ -46,6 +91,13 @@ pub struct PluginState {
     pub records: SharedRecords,
     /// Who holds what, from pod-resources.
     pub holders: Holders,
+    /// Pod-resources, for a fresh `List` when no plan fits (the agent's shared budget).
+    pub kubelet: KubeletClient,
+    /// Whether a pod watch feeds `records` (there is an API client): without one no record can
+    /// ever arrive, so there is nothing to wait for.
+    pub watched: bool,
+    /// Every pool's resource (a `List` updates the holders of all of them).
+    pub resources: Arc<BTreeSet<String>>,
     /// The device list sent on `ListAndWatch` (health changes republish it).
     pub devices: watch::Receiver<Vec<dp::Device>>,
     /// Metrics.
@@ -91,6 +143,7 @@ impl PluginState {
             .holders
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .holders
             .get(resource)
             .cloned()
             .unwrap_or_default();
@@ -114,33 +167,105 @@ impl PluginState {
         })
     }
 
-    /// The answer for one container, waiting once for a lagging watch.
+    /// Reads pod-resources now (within the shared budget, briefly) into the shared view;
+    /// on failure the last `List` stands.
+    async fn refresh(&self) {
+        let outcome = match tokio::time::timeout(REFRESH_TIMEOUT, self.kubelet.list_within(BUDGET_WAIT)).await
+        {
+            Ok(Ok(list)) => {
+                let resources: BTreeSet<&str> = self.resources.iter().map(String::as_str).collect();
+                self.holders
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .update(&list, &resources);
+                "ok"
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %numaplane::error_chain(&e), "no fresh pod-resources List; using the last one");
+                if matches!(e, crate::podresources::PodResourcesError::OverBudget { .. }) {
+                    "over_budget"
+                } else {
+                    "error"
+                }
+            }
+            Err(_) => {
+                tracing::debug!(timeout = ?REFRESH_TIMEOUT, "pod-resources List too slow; using the last one");
+                "error"
+            }
+        };
+        AllocatorMetrics::count(&metrics(self).refreshes, &self.pool.resource, outcome);
+    }
+
+    /// Pods that may still bring a record: every pod the kubelet lists that the pod watch does
+    /// not know yet (and was not waited for in vain), or `None` meaning "the watch has not
+    /// listed yet, anything may come". Empty: nothing is on its way.
+    fn awaited(&self) -> Option<BTreeSet<String>> {
+        if !self.watched {
+            return Some(BTreeSet::new());
+        }
+        let (listed, waited) = {
+            let v = self
+                .holders
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (v.pods.clone(), v.waited.clone())
+        };
+        self.records.read(|v| {
+            v.synced.then(|| {
+                listed
+                    .into_iter()
+                    .filter(|k| !v.node_pods.contains(k) && !waited.contains(k))
+                    .collect()
+            })
+        })
+    }
+
+    /// The answer for one container. When no plan fits, it waits (at most
+    /// [`WATCH_LAG_WAIT`]) only while a pod that may carry a record has not reached the pod
+    /// watch yet; a pod the watch knows without a fitting plan (no record, no device of this
+    /// pool, or a plan the kubelet cannot honour) is answered at once, since the kubelet
+    /// admits pods one at a time and every wait here holds up the node's admissions.
     async fn prefer(&self, req: &steer::Request) -> Vec<String> {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
+        let mut refreshed = false;
         loop {
             let mut seen = self.records.seen();
-            match steer::choose(&self.candidates(), req) {
+            let miss = match steer::choose(&self.candidates(), req) {
                 Ok(choice) => {
                     AllocatorMetrics::count(&metrics(self).preferred, resource, "honoured");
                     tracing::debug!(resource = %resource, pod = %choice.key, devices = ?choice.devices, "preferred allocation from the record");
                     return choice.devices;
                 }
-                Err(miss) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        let outcome = match miss {
-                            Miss::NoCandidate => "no_candidate",
-                            Miss::NotHonourable => "not_honourable",
-                        };
-                        AllocatorMetrics::count(&metrics(self).preferred, resource, outcome);
-                        tracing::info!(resource = %resource, outcome, available = ?req.available, size = req.size, "no recorded plan fits; the kubelet keeps its own choice");
-                        return Vec::new();
-                    }
-                    // The pod being admitted may not have reached our watch yet.
-                    self.records.changed_since(&mut seen, deadline - now).await;
-                }
+                Err(miss) => miss,
+            };
+            if !refreshed {
+                // Which pods the kubelet knows now: the one being admitted is among them.
+                self.refresh().await;
+                refreshed = true;
             }
+            let awaited = self.awaited();
+            let now = Instant::now();
+            let waiting = awaited.as_ref().is_none_or(|a| !a.is_empty());
+            if !waiting || now >= deadline {
+                if let Some(a) = awaited.filter(|a| !a.is_empty()) {
+                    tracing::info!(resource = %resource, pods = ?a, "pods the kubelet lists never reached the pod watch; not waiting for them again");
+                    self.holders
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .waited
+                        .extend(a);
+                }
+                let outcome = match miss {
+                    Miss::NoCandidate => "no_candidate",
+                    Miss::NotHonourable => "not_honourable",
+                };
+                AllocatorMetrics::count(&metrics(self).preferred, resource, outcome);
+                tracing::info!(resource = %resource, outcome, available = ?req.available, size = req.size, "no recorded plan fits; the kubelet keeps its own choice");
+                return Vec::new();
+            }
+            // The pod being admitted may not have reached our watch yet.
+            self.records.changed_since(&mut seen, deadline - now).await;
         }
     }
 

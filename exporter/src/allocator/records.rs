@@ -3,7 +3,7 @@
 //! A record that is malformed or names another node is ignored for steering (metric, log,
 //! and one Event on the pod).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -33,6 +33,9 @@ pub struct RecordView {
     pub pods: BTreeMap<String, Recorded>,
     /// Keys of pods whose record was found unusable, with why (reported once per version).
     pub rejected: BTreeMap<String, String>,
+    /// Every pod of this node the watch knows, with a record or not (`namespace/name`): a pod
+    /// the kubelet lists that is not here has not reached the watch yet.
+    pub node_pods: BTreeSet<String>,
     /// The first list completed.
     pub synced: bool,
     /// The last arrival number given out.
@@ -46,7 +49,7 @@ pub struct SharedRecords {
     /// The view's version, bumped on every write.
     changed: Arc<watch::Sender<u64>>,
     /// The IDs each pool offers: a record planning others for a pool resource is unusable.
-    known: Arc<BTreeMap<String, std::collections::BTreeSet<String>>>,
+    known: Arc<BTreeMap<String, BTreeSet<String>>>,
 }
 
 /// A point in the view's history (see [`SharedRecords::seen`]).
@@ -98,7 +101,7 @@ pub fn key(pod: &Pod) -> String {
 pub fn record_of(
     pod: &Pod,
     node: &str,
-    known: &BTreeMap<String, std::collections::BTreeSet<String>>,
+    known: &BTreeMap<String, BTreeSet<String>>,
 ) -> Result<Option<Recorded>, Ignored> {
     let terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -147,7 +150,7 @@ impl Default for SharedRecords {
 
 impl SharedRecords {
     /// An empty view that checks planned IDs against `known` (resource → offered IDs).
-    pub fn new(known: BTreeMap<String, std::collections::BTreeSet<String>>) -> Self {
+    pub fn new(known: BTreeMap<String, BTreeSet<String>>) -> Self {
         SharedRecords {
             known: Arc::new(known),
             ..SharedRecords::default()
@@ -190,30 +193,33 @@ impl SharedRecords {
     pub fn apply(&self, pod: &Pod, node: &str) -> Option<Ignored> {
         let k = key(pod);
         let outcome = record_of(pod, node, &self.known);
-        self.write(|v| match outcome {
-            Ok(Some(mut r)) => {
-                v.rejected.remove(&k);
-                r.arrival = match v.pods.get(&k) {
-                    Some(known) => known.arrival,
-                    None => {
-                        v.last_arrival += 1;
-                        v.last_arrival
-                    }
-                };
-                v.pods.insert(k, r);
-                None
-            }
-            Ok(None) => {
-                v.pods.remove(&k);
-                v.rejected.remove(&k);
-                None
-            }
-            Err(why) => {
-                v.pods.remove(&k);
-                let text = why.message();
-                let first = v.rejected.get(&k) != Some(&text);
-                v.rejected.insert(k, text);
-                first.then_some(why)
+        self.write(|v| {
+            v.node_pods.insert(k.clone());
+            match outcome {
+                Ok(Some(mut r)) => {
+                    v.rejected.remove(&k);
+                    r.arrival = match v.pods.get(&k) {
+                        Some(known) => known.arrival,
+                        None => {
+                            v.last_arrival += 1;
+                            v.last_arrival
+                        }
+                    };
+                    v.pods.insert(k, r);
+                    None
+                }
+                Ok(None) => {
+                    v.pods.remove(&k);
+                    v.rejected.remove(&k);
+                    None
+                }
+                Err(why) => {
+                    v.pods.remove(&k);
+                    let text = why.message();
+                    let first = v.rejected.get(&k) != Some(&text);
+                    v.rejected.insert(k, text);
+                    first.then_some(why)
+                }
             }
         })
     }
@@ -222,6 +228,7 @@ impl SharedRecords {
     pub fn delete(&self, pod: &Pod) {
         let k = key(pod);
         self.write(|v| {
+            v.node_pods.remove(&k);
             v.pods.remove(&k);
             v.rejected.remove(&k);
         });
@@ -242,6 +249,7 @@ impl SharedRecords {
         let mut new_arrivals = Vec::new();
         for p in pods {
             let k = key(p);
+            fresh.node_pods.insert(k.clone());
             match record_of(p, node, &self.known) {
                 Ok(Some(mut r)) => {
                     match arrivals.get(&k) {
