@@ -155,13 +155,22 @@ impl Env {
     }
 
     async fn create_pod(&self, name: &str, record: Option<String>) {
+        self.create_pod_with(name, record, &["app"]).await;
+    }
+
+    /// A pod bound to the node with app containers `containers`.
+    async fn create_pod_with(&self, name: &str, record: Option<String>, containers: &[&str]) {
         let mut meta = json!({"name": name, "labels": {"numaplane.io/e2e": "true"}});
         if let Some(r) = record {
             meta["annotations"] = json!({ANNOTATION: r});
         }
+        let containers: Vec<_> = containers
+            .iter()
+            .map(|c| json!({"name": c, "image": "registry.k8s.io/pause:3.10"}))
+            .collect();
         let pod: Pod = serde_json::from_value(json!({"metadata": meta, "spec": {
             "nodeName": self.node, "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}))
+            "containers": containers}}))
         .unwrap();
         Api::<Pod>::namespaced(self.api.client(), &self.ns)
             .create(&PostParams::default(), &pod)
@@ -578,5 +587,56 @@ async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is
         "waited again: {:?}",
         t.elapsed()
     );
+    env.cleanup().await;
+}
+
+/// The holders the plugin steers by must include the containers admitted since the last
+/// reconciliation: a pod admitted with other devices than planned still looks like a candidate
+/// in an old `List`, and its unused plan would go to the next pod (which then misses its own,
+/// and so on). Reconciliation is off here (1 h), so only the plugin's own `List` can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
+    let env = Env::with(Opts {
+        resync: "1h",
+        ..Opts::default()
+    })
+    .await;
+    env.pod_with_record("a", &["g3"], 0).await;
+    env.pod_with_record("b", &["g2"], 0).await;
+    // A two-container pod: its second container's plan stays a candidate after the first one.
+    let two = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [
+            {"name": "c1", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g1"]}},
+            {"name": "c2", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g3"]}}]});
+    env.create_pod_with("two", Some(two.to_string()), &["c1", "c2"])
+        .await;
+    // a is admitted on NUMA 1, against the prediction: the kubelet picks g4 itself.
+    let (got_a, _) = env
+        .dp
+        .admit(&env.key("a"), "app", GPU, 1, Some(&[1]))
+        .await
+        .unwrap();
+    assert_eq!(got_a, ["g4"]);
+    env.sync_podresources();
+    // b must get its own plan, not a's.
+    let (got_b, _) = env
+        .dp
+        .admit(&env.key("b"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got_b, ["g2"], "a's unused plan was handed to b");
+    env.sync_podresources();
+    let (got_c1, _) = env
+        .dp
+        .admit(&env.key("two"), "c1", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    env.sync_podresources();
+    let (got_c2, _) = env
+        .dp
+        .admit(&env.key("two"), "c2", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!((got_c1, got_c2), (vec!["g1".to_owned()], vec!["g3".to_owned()]));
     env.cleanup().await;
 }

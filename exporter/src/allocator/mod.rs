@@ -210,6 +210,8 @@ pub fn start(
             kubelet: kubelet.clone(),
             watched: client.is_some(),
             resources: resources.clone(),
+            allocations: Arc::default(),
+            listed_after: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             devices: rx,
             metrics: metrics.clone(),
         };

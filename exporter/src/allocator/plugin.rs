@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,9 +42,10 @@ pub const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
 /// What the last pod-resources `List` said, shared by the plugins and the reconciliation.
 #[derive(Debug, Default)]
 pub struct KubeletView {
-    /// Per resource, the pods that hold some of it (they are being or have been admitted, so
-    /// their plans are no longer candidates).
-    pub holders: BTreeMap<String, BTreeSet<String>>,
+    /// Per resource and pod, the containers that hold some of it: they have been admitted,
+    /// so their plans are no longer candidates (the pod's other containers' plans still are:
+    /// the kubelet allocates container after container).
+    pub holders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Every pod the kubelet lists (`namespace/name`). The kubelet adds a pod to its pod
     /// manager before admitting it, so the pod being admitted is among them.
     pub pods: BTreeSet<String>,
@@ -66,7 +68,9 @@ impl KubeletView {
                         self.holders
                             .entry(d.resource_name.clone())
                             .or_default()
-                            .insert(key.clone());
+                            .entry(key.clone())
+                            .or_default()
+                            .insert(c.name.clone());
                     }
                 }
             }
@@ -98,6 +102,11 @@ pub struct PluginState {
     pub watched: bool,
     /// Every pool's resource (a `List` updates the holders of all of them).
     pub resources: Arc<BTreeSet<String>>,
+    /// `Allocate` calls this pool has served; each one makes a holder the last `List` lacks.
+    pub allocations: Arc<AtomicU64>,
+    /// [`Self::allocations`] when the last `List` made while answering the kubelet started
+    /// (`u64::MAX`: none yet).
+    pub listed_after: Arc<AtomicU64>,
     /// The device list sent on `ListAndWatch` (health changes republish it).
     pub devices: watch::Receiver<Vec<dp::Device>>,
     /// Metrics.
@@ -136,7 +145,7 @@ fn metrics(state: &PluginState) -> &AllocatorMetrics {
 }
 
 impl PluginState {
-    /// Candidates for `resource`: pods with a plan for it that hold none of it yet.
+    /// Candidates for `resource`: the plans for it of containers that hold none of it yet.
     fn candidates(&self) -> Vec<Candidate> {
         let resource = &self.pool.resource;
         let holding = self
@@ -147,20 +156,24 @@ impl PluginState {
             .get(resource)
             .cloned()
             .unwrap_or_default();
+        let none = BTreeSet::new();
         self.records.read(|v| {
             v.pods
                 .iter()
-                .filter(|(k, _)| !holding.contains(*k))
-                .map(|(k, r)| Candidate {
-                    key: k.clone(),
-                    arrival: r.arrival,
-                    plans: r
-                        .record
-                        .containers
-                        .iter()
-                        .filter_map(|c| c.devices.get(resource).cloned())
-                        .filter(|ids| !ids.is_empty())
-                        .collect(),
+                .map(|(k, r)| {
+                    let held = holding.get(k).unwrap_or(&none);
+                    Candidate {
+                        key: k.clone(),
+                        arrival: r.arrival,
+                        plans: r
+                            .record
+                            .containers
+                            .iter()
+                            .filter(|c| !held.contains(&c.name))
+                            .filter_map(|c| c.devices.get(resource).cloned())
+                            .filter(|ids| !ids.is_empty())
+                            .collect(),
+                    }
                 })
                 .filter(|c| !c.plans.is_empty())
                 .collect()
@@ -170,9 +183,13 @@ impl PluginState {
     /// Reads pod-resources now (within the shared budget, briefly) into the shared view;
     /// on failure the last `List` stands.
     async fn refresh(&self) {
+        // The kubelet admits one container at a time and records an allocation before it asks
+        // about the next one, so a `List` started now shows every `Allocate` counted so far.
+        let allocations = self.allocations.load(Ordering::Acquire);
         let outcome = match tokio::time::timeout(REFRESH_TIMEOUT, self.kubelet.list_within(BUDGET_WAIT)).await
         {
             Ok(Ok(list)) => {
+                self.listed_after.store(allocations, Ordering::Release);
                 let resources: BTreeSet<&str> = self.resources.iter().map(String::as_str).collect();
                 self.holders
                     .lock()
@@ -229,6 +246,13 @@ impl PluginState {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
         let mut refreshed = false;
+        if self.allocations.load(Ordering::Acquire) != self.listed_after.load(Ordering::Acquire) {
+            // A container was admitted since the last `List` we made: its pod may still look
+            // like a candidate (the reconciliation's `List` is up to one resync old), and its
+            // plan, unused if the kubelet chose otherwise, would be handed to this one.
+            self.refresh().await;
+            refreshed = true;
+        }
         loop {
             let mut seen = self.records.seen();
             let miss = match steer::choose(&self.candidates(), req) {
@@ -373,6 +397,7 @@ impl DevicePlugin for PluginState {
             .iter()
             .map(|c| self.allocate_one(&c.devices_ids))
             .collect();
+        self.allocations.fetch_add(1, Ordering::AcqRel);
         AllocatorMetrics::count(&metrics(self).allocate, &self.pool.resource, "ok");
         Ok(Response::new(dp::AllocateResponse { container_responses }))
     }
