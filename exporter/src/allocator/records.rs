@@ -18,6 +18,10 @@ pub struct Recorded {
     pub uid: String,
     /// Creation time, ms since the epoch.
     pub created_ms: i64,
+    /// When the pod was bound, ms since the epoch: the `PodScheduled` condition's last
+    /// transition to True (the API server sets it with the Binding), else the creation time (a
+    /// pod created with `spec.nodeName` is bound from the start). Second resolution.
+    pub bound_ms: i64,
     /// When this view first saw the pod bound with its record (1, 2, …): the kubelet admits
     /// pods in the order its own watch delivers them bound, which is this order, not creation
     /// order (a pod that waited for capacity is bound after newer ones).
@@ -126,13 +130,25 @@ pub fn record_of(
             }
         }
     }
+    let created_ms = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_millisecond());
+    let bound_ms = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or(created_ms, |t| t.0.as_millisecond());
     Ok(Some(Recorded {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        created_ms: pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_millisecond()),
+        created_ms,
+        bound_ms,
         arrival: 0,
         record,
     }))
@@ -254,7 +270,7 @@ impl SharedRecords {
                 Ok(Some(mut r)) => {
                     match arrivals.get(&k) {
                         Some(&a) => r.arrival = a,
-                        None => new_arrivals.push((r.created_ms, k.clone())),
+                        None => new_arrivals.push((r.bound_ms, r.created_ms, k.clone())),
                     }
                     fresh.pods.insert(k, r);
                 }
@@ -268,9 +284,11 @@ impl SharedRecords {
                 }
             }
         }
-        // A list says nothing about binding order: pods first seen in it arrive oldest first.
+        // A list is in name order, not binding order: pods first seen in it (all of them after
+        // a restart) arrive in the order they were bound, as the kubelet saw them, then by
+        // creation (the bind time has second resolution).
         new_arrivals.sort();
-        for (_, k) in new_arrivals {
+        for (_, _, k) in new_arrivals {
             if let Some(r) = fresh.pods.get_mut(&k) {
                 last_arrival += 1;
                 r.arrival = last_arrival;
@@ -373,6 +391,45 @@ mod tests {
         p
     }
 
+    fn bound(name: &str, created_at: &str, bound_at: Option<&str>) -> Pod {
+        let mut p = created(name, created_at);
+        if let Some(at) = bound_at {
+            p.status = Some(
+                serde_json::from_value(json!({"phase": "Pending", "conditions": [
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-11-25T09:00:00Z"},
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}))
+                .unwrap(),
+            );
+        }
+        p
+    }
+
+    #[test]
+    fn after_a_restart_pods_arrive_in_binding_order() {
+        // A fresh view (the exporter restarted) lists pods in name order; the older pod waited
+        // for capacity and was bound after the newer one, which the kubelet admits first.
+        let s = SharedRecords::default();
+        s.reset(
+            &[
+                bound("a-older", "2026-11-25T10:00:00Z", Some("2026-11-25T10:00:07Z")),
+                bound("b-newer", "2026-11-25T10:00:05Z", Some("2026-11-25T10:00:06Z")),
+                // Bound without the condition (created with spec.nodeName): its creation time.
+                bound("c-direct", "2026-11-25T10:00:06Z", None),
+                // Bound in the same second as b: creation time breaks the tie.
+                bound(
+                    "d-same-second",
+                    "2026-11-25T10:00:01Z",
+                    Some("2026-11-25T10:00:06Z"),
+                ),
+            ],
+            "n1",
+        );
+        let arrival = |k: &str| s.read(|v| v.pods[k].arrival);
+        assert!(arrival("ns/d-same-second") < arrival("ns/b-newer"));
+        assert!(arrival("ns/b-newer") < arrival("ns/c-direct"));
+        assert!(arrival("ns/c-direct") < arrival("ns/a-older"));
+    }
+
     #[test]
     fn pods_arrive_in_the_order_they_are_seen_bound_not_created() {
         let s = SharedRecords::default();
@@ -383,7 +440,8 @@ mod tests {
         s.apply(&created("newer", "2026-11-25T10:00:05Z"), "n1");
         let arrival = |k: &str| s.read(|v| v.pods[k].arrival);
         assert!(arrival("ns/newer") < arrival("ns/older"));
-        // A relist keeps known arrivals; pods first seen in it arrive oldest first, after them.
+        // A relist keeps known arrivals; pods first seen in it arrive after them, in binding
+        // order (here the creation order: no PodScheduled condition).
         s.reset(
             &[
                 created("older", "2026-11-25T10:00:00Z"),
