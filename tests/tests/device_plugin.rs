@@ -640,3 +640,86 @@ async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
     assert_eq!((got_c1, got_c2), (vec!["g1".to_owned()], vec!["g3".to_owned()]));
     env.cleanup().await;
 }
+
+/// `/readyz` of `device-plugin` means "registered with the kubelet": not while registration
+/// fails (here: no kubelet yet), and ready once every pool is registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_only_once_registered_with_the_kubelet() {
+    let api = ApiTarget::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pools = dir.path().join("pools.yaml");
+    std::fs::write(
+        &pools,
+        json!({"pools": [{"resource": GPU, "devices": [{"id": "g0", "numaNode": 0}]}]}).to_string(),
+    )
+    .unwrap();
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let _podres = FakeKubelet::start(
+        &dir.path().join("podres.sock"),
+        AllocatableResourcesResponse::default(),
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let args: Vec<String> = [
+        "--pools",
+        pools.to_str().unwrap(),
+        "--device-plugin-dir",
+        plugins.to_str().unwrap(),
+        "--node-name",
+        &unique_name("np-dp-ready"),
+        "--kubeconfig",
+        api.kubeconfig().to_str().unwrap(),
+        "--podresources-socket",
+        dir.path().join("podres.sock").to_str().unwrap(),
+        "--topology-xml",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../topology/tests/fixtures/2numa.xml"
+        ),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+    agent.wait_serving(WAIT).await.unwrap();
+    // No kubelet.sock: every registration fails. Not ready, for as long as that lasts.
+    for _ in 0..15 {
+        let (code, body) = agent.http_get("/readyz").unwrap();
+        assert_eq!(code, 503, "ready without a registration: {body}");
+        assert!(body.contains(GPU), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        agent
+            .wait_metric(
+                "numaplane_exporter_allocator_registrations_total",
+                &[("resource", GPU), ("outcome", "error")],
+                WAIT,
+                |v| v >= 1.0,
+            )
+            .await
+            .is_ok()
+    );
+    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = agent.http_get("/readyz").unwrap();
+        if code == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ready: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric_value(
+            &agent.metrics().unwrap(),
+            "numaplane_exporter_allocator_registered",
+            &[("resource", GPU)]
+        ),
+        Some(1.0)
+    );
+}

@@ -55,6 +55,8 @@ pub struct AllocatorMetrics {
     pub slots: Family<SlotLabels, Gauge>,
     /// Registrations with the kubelet by outcome: ok, error.
     pub registrations: Family<OutcomeLabels, Counter>,
+    /// 1 while the pool's plugin is registered with the kubelet, else 0.
+    pub registered: Family<ResourceLabels, Gauge>,
     /// Records ignored for steering, by reason.
     pub records_ignored: Family<ReasonLabels, Counter>,
     /// Reconciliations (pod-resources `List` against the records) by outcome: ok, error.
@@ -74,6 +76,7 @@ impl AllocatorMetrics {
             mismatches: Family::default(),
             slots: Family::default(),
             registrations: Family::default(),
+            registered: Family::default(),
             records_ignored: Family::default(),
             resyncs: Family::default(),
             refreshes: Family::default(),
@@ -104,6 +107,11 @@ impl AllocatorMetrics {
             "registrations",
             "Registrations with the kubelet by outcome",
             m.registrations.clone(),
+        );
+        registry.register(
+            "registered",
+            "1 while the pool's device plugin is registered with the kubelet (served, registered, and neither socket gone since), else 0",
+            m.registered.clone(),
         );
         registry.register(
             "records_ignored",

@@ -105,6 +105,38 @@ impl AllocatorError {
     }
 }
 
+/// Per pool resource, whether its plugin is registered with the kubelet now: what readiness
+/// means for the allocator.
+#[derive(Clone, Debug, Default)]
+pub struct Registrations(Arc<std::sync::Mutex<BTreeMap<String, bool>>>);
+
+impl Registrations {
+    fn set(&self, metrics: &Metrics, resource: &str, registered: bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(resource.to_owned(), registered);
+        metrics
+            .allocator
+            .registered
+            .get_or_create(&metrics::ResourceLabels {
+                resource: resource.to_owned(),
+            })
+            .set(i64::from(registered));
+    }
+
+    /// The resources whose plugin is not registered now.
+    pub fn missing(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, on)| !**on)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+}
+
 /// Sends a pool's device list (with health) to its ListAndWatch streams.
 type DeviceList = watch::Sender<Vec<numaplane::proto::deviceplugin::Device>>;
 
@@ -136,14 +168,15 @@ pub struct AllocatorConfig {
 }
 
 /// Starts the allocator into `tasks`: the record watch (when there is an API client), one
-/// plugin per pool (served and kept registered) and the reconciliation loop.
+/// plugin per pool (served and kept registered) and the reconciliation loop. Returns which
+/// pools are registered with the kubelet, for readiness.
 pub fn start(
     tasks: &mut JoinSet<&'static str>,
     cfg: AllocatorConfig,
     client: Option<Client>,
     kubelet: KubeletClient,
     metrics: Arc<Metrics>,
-) {
+) -> Registrations {
     let AllocatorConfig {
         pools,
         dir,
@@ -184,6 +217,7 @@ pub fn start(
             "allocation record watch"
         });
     }
+    let registrations = Registrations::default();
     let mut health = Vec::new();
     let mut cluster = Vec::new();
     let resources: Arc<BTreeSet<String>> = Arc::new(pools.iter().map(|p| p.resource.clone()).collect());
@@ -216,8 +250,10 @@ pub fn start(
             metrics: metrics.clone(),
         };
         let dir = dir.clone();
+        registrations.set(&metrics, &state.pool.resource, false);
+        let r = registrations.clone();
         tasks.spawn(async move {
-            keep_registered(dir, state).await;
+            keep_registered(dir, state, r).await;
             "device plugin"
         });
     }
@@ -244,6 +280,7 @@ pub fn start(
         reconcile_loop(kubelet, s, pool_list, health, resync).await;
         "allocator reconciliation"
     });
+    registrations
 }
 
 /// Keeps the slots of `shared: cluster` pools that other nodes' pods hold off this node: they
@@ -398,7 +435,7 @@ async fn pod_event(shared: &Shared, pod: &Pod, type_: EventType, reason: &str, n
 /// Serves the pool's plugin and keeps it registered: re-serves and re-registers when our
 /// socket disappears (the kubelet cleans the directory when it restarts), when the kubelet's
 /// socket is recreated, or when the server stops; failures back off from 1 s to 30 s.
-async fn keep_registered(dir: PathBuf, state: PluginState) {
+async fn keep_registered(dir: PathBuf, state: PluginState, registrations: Registrations) {
     let resource = state.pool.resource.clone();
     let metrics = state.metrics.clone();
     let mut backoff = Duration::from_secs(1);
@@ -417,6 +454,7 @@ async fn keep_registered(dir: PathBuf, state: PluginState) {
         match plugin::register(&dir, &state.pool, Duration::from_secs(10)).await {
             Ok(()) => {
                 metrics::AllocatorMetrics::count(&metrics.allocator.registrations, &resource, "ok");
+                registrations.set(&metrics, &resource, true);
                 tracing::info!(resource = %resource, socket = %served.socket.display(), "registered with the kubelet");
                 backoff = Duration::from_secs(1);
             }
@@ -434,6 +472,7 @@ async fn keep_registered(dir: PathBuf, state: PluginState) {
             let ours = served.socket.exists();
             let kubelet_same = socket_identity(&dir.join(plugin::KUBELET_SOCKET)) == kubelet_id;
             if !ours || !kubelet_same || served.finished() {
+                registrations.set(&metrics, &resource, false);
                 tracing::info!(resource = %resource, socket_present = ours, kubelet_same, "kubelet restarted or our socket is gone: registering again");
                 break;
             }
@@ -640,13 +679,19 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
         instance,
         resync: args.resync_interval,
     };
-    start(&mut tasks, cfg, Some(client), kubelet, metrics);
+    let registrations = start(&mut tasks, cfg, Some(client), kubelet, metrics);
     let h = health.clone();
     tasks.spawn(async move {
         loop {
             h.beat();
-            h.set_ready();
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Ready means registered: a plugin the kubelet does not know steers nothing.
+            let missing = registrations.missing();
+            if missing.is_empty() {
+                h.set_ready();
+            } else {
+                h.set_not_ready(format!("not registered with the kubelet: {}", missing.join(", ")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     let ended = tokio::select! {
