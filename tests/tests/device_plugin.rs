@@ -663,26 +663,11 @@ async fn ready_only_once_registered_with_the_kubelet() {
     )
     .await
     .unwrap();
-    let args: Vec<String> = [
-        "--pools",
-        pools.to_str().unwrap(),
-        "--device-plugin-dir",
-        plugins.to_str().unwrap(),
-        "--node-name",
-        &unique_name("np-dp-ready"),
-        "--kubeconfig",
-        api.kubeconfig().to_str().unwrap(),
-        "--podresources-socket",
-        dir.path().join("podres.sock").to_str().unwrap(),
-        "--topology-xml",
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../topology/tests/fixtures/2numa.xml"
-        ),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let xml = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/2numa.xml"
+    ));
+    let args = standalone_args(&api, dir.path(), &pools, &plugins, xml, &[]);
     let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
     agent.wait_serving(WAIT).await.unwrap();
     // No kubelet.sock: every registration fails. Not ready, for as long as that lasts.
@@ -722,4 +707,117 @@ async fn ready_only_once_registered_with_the_kubelet() {
         ),
         Some(1.0)
     );
+}
+
+/// Flags of a `device-plugin` set up outside [`Env`]: pod-resources at `<dir>/podres.sock`.
+fn standalone_args(
+    api: &ApiTarget,
+    dir: &std::path::Path,
+    pools: &std::path::Path,
+    plugins: &std::path::Path,
+    xml: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--pools",
+        pools.to_str().unwrap(),
+        "--device-plugin-dir",
+        plugins.to_str().unwrap(),
+        "--node-name",
+        &unique_name("np-dp-node"),
+        "--kubeconfig",
+        api.kubeconfig().to_str().unwrap(),
+        "--podresources-socket",
+        dir.join("podres.sock").to_str().unwrap(),
+        "--topology-xml",
+        xml.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// A PCI-matched device that leaves the machine's inventory (hwloc, re-read at every rescan)
+/// is listed Unhealthy to the kubelet, so it stops handing it out; it is Healthy again once
+/// it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pci_device_gone_from_the_inventory_turns_unhealthy_and_back() {
+    let api = ApiTarget::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/gpu-nic.xml"
+    ))
+    .unwrap();
+    let xml = dir.path().join("machine.xml");
+    std::fs::write(&xml, &fixture).unwrap();
+    // The two NVIDIA GPUs of gpu-nic.xml, 0000:b1:00.0 and 0000:ca:00.0, both on NUMA 1.
+    let pools = dir.path().join("pools.yaml");
+    std::fs::write(
+        &pools,
+        json!({"pools": [{"resource": GPU, "match": {"vendor": "10de"}}]}).to_string(),
+    )
+    .unwrap();
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let _podres = FakeKubelet::start(
+        &dir.path().join("podres.sock"),
+        AllocatableResourcesResponse::default(),
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let args = standalone_args(
+        &api,
+        dir.path(),
+        &pools,
+        &plugins,
+        &xml,
+        &["--device-rescan-interval", "100ms"],
+    );
+    let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+    agent.wait_serving(WAIT).await.unwrap();
+    dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+    let health = |dp: &FakeDeviceKubelet| -> Vec<(String, String)> {
+        dp.devices(GPU).into_iter().map(|d| (d.id, d.health)).collect()
+    };
+    let wait_health = |want: Vec<(&'static str, &'static str)>| {
+        let dp = dp.clone();
+        async move {
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect();
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let got = health(&dp);
+                if got == want {
+                    return;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{got:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Healthy")]).await;
+    // The GPU at ca:00.0 falls off the bus.
+    let gone: String = fixture
+        .lines()
+        .filter(|l| !l.contains("pci_busid=\"0000:ca:00.0\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(gone, fixture);
+    std::fs::write(&xml, &gone).unwrap();
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Unhealthy")]).await;
+    // The kubelet no longer hands it out.
+    let (got, _) = dp.admit("ns/p", "app", GPU, 1, Some(&[1])).await.unwrap();
+    assert_eq!(got, ["0000:b1:00.0"]);
+    assert!(dp.admit("ns/q", "app", GPU, 1, Some(&[1])).await.is_err());
+    std::fs::write(&xml, &fixture).unwrap();
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Healthy")]).await;
+    assert!(agent.exited().is_none(), "{}", agent.stderr());
 }

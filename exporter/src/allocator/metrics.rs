@@ -22,7 +22,7 @@ pub struct OutcomeLabels {
 pub struct SlotLabels {
     /// Extended resource name.
     pub resource: String,
-    /// used, free or held_elsewhere.
+    /// used, free, held_elsewhere or unhealthy.
     pub state: &'static str,
 }
 
@@ -100,7 +100,7 @@ impl AllocatorMetrics {
         );
         registry.register(
             "slots",
-            "Devices or slots per pool: used here, free, and (shared: cluster) held on other nodes",
+            "Devices or slots per pool: used here, free, (shared: cluster) held on other nodes, and (PCI-matched) unhealthy: gone from the PCI inventory",
             m.slots.clone(),
         );
         registry.register(

@@ -31,6 +31,9 @@ use crate::podresources::KubeletClient;
 
 /// Default kubelet device-plugin directory.
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// How often the PCI inventory is read again for device health by default (`run` uses it
+/// as is).
+pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Flags of `device-plugin` (and the pool flags `run` shares).
 #[derive(Debug, Clone, clap::Args)]
@@ -59,6 +62,11 @@ pub struct DevicePluginArgs {
     /// How often pod-resources is read to reconcile holders, slots and records (0: off).
     #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
+    /// How often the machine's PCI inventory (hwloc, or `--topology-xml`) is read again: a
+    /// PCI-matched device it no longer shows is listed Unhealthy to the kubelet until it is
+    /// back (0: off).
+    #[arg(long, env = "NUMAPLANE_DEVICE_RESCAN_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub device_rescan_interval: Duration,
     /// Timeout of one kubelet call.
     #[arg(long, env = "NUMAPLANE_CALL_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub call_timeout: Duration,
@@ -150,6 +158,8 @@ pub struct Shared {
     recorder: Option<Recorder>,
     /// Per `shared: cluster` resource, the slots other nodes' pods hold (from their NRTs).
     elsewhere: Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>,
+    /// Per PCI-matched resource, the slots of devices missing from the last inventory rescan.
+    unhealthy: Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>,
 }
 
 /// What the allocator runs with.
@@ -165,6 +175,10 @@ pub struct AllocatorConfig {
     pub instance: String,
     /// Reconciliation interval.
     pub resync: Duration,
+    /// PCI inventory rescan interval (zero: off).
+    pub rescan: Duration,
+    /// Where the inventory is read from: this hwloc XML file, or the live system.
+    pub topology_xml: Option<PathBuf>,
 }
 
 /// Starts the allocator into `tasks`: the record watch (when there is an API client), one
@@ -183,6 +197,8 @@ pub fn start(
         node,
         instance,
         resync,
+        rescan,
+        topology_xml,
     } = cfg;
     let recorder = client.as_ref().map(|c| {
         Recorder::new(
@@ -209,6 +225,7 @@ pub fn start(
         metrics: metrics.clone(),
         recorder,
         elsewhere: Arc::default(),
+        unhealthy: Arc::default(),
     };
     if let Some(client) = client.clone() {
         let s = shared.clone();
@@ -258,6 +275,18 @@ pub fn start(
         });
     }
     let pool_list: Vec<Arc<Pool>> = health.iter().chain(&cluster).map(|(p, _)| p.clone()).collect();
+    let (pci, mut health): (Vec<_>, Vec<_>) = health
+        .into_iter()
+        .partition(|(p, _)| p.devices.iter().any(|d| d.pci));
+    if pci.is_empty() || rescan.is_zero() {
+        health.extend(pci);
+    } else {
+        let s = shared.clone();
+        tasks.spawn(async move {
+            rescan_loop(s, pci, rescan, topology_xml).await;
+            "PCI inventory rescan"
+        });
+    }
     if !cluster.is_empty() {
         match client {
             Some(client) => {
@@ -359,6 +388,69 @@ async fn watch_cluster_slots(client: Client, shared: Shared, pools: Vec<(Arc<Poo
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(pool.resource.clone(), elsewhere.clone());
             last.insert(pool.resource.clone(), elsewhere);
+        }
+    }
+}
+
+/// Every `period`: reads the machine's PCI inventory again and lists the PCI-matched devices
+/// it lacks as Unhealthy (and those back in it as Healthy), so the kubelet stops handing out a
+/// device that left the bus. A failed read keeps the last health.
+async fn rescan_loop(
+    shared: Shared,
+    pools: Vec<(Arc<Pool>, DeviceList)>,
+    period: Duration,
+    xml: Option<PathBuf>,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_error: Option<String> = None;
+    loop {
+        tick.tick().await;
+        let path = xml.clone();
+        // hwloc's topology load blocks (it walks sysfs); keep it off the runtime thread.
+        let machine = match tokio::task::spawn_blocking(move || crate::cli::load_machine(path.as_deref()))
+            .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                let msg = numaplane::error_chain(&e);
+                shared.metrics.error("allocator_rescan");
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::warn!(error = %msg, "cannot read the PCI inventory again; device health unchanged");
+                    last_error = Some(msg);
+                }
+                continue;
+            }
+            Err(e) => {
+                shared.metrics.error("allocator_rescan");
+                tracing::warn!(error = %e, "PCI inventory rescan task failed; device health unchanged");
+                continue;
+            }
+        };
+        last_error = None;
+        for (pool, tx) in &pools {
+            let missing = pool.missing_from(&machine);
+            let before = shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&pool.resource)
+                .cloned()
+                .unwrap_or_default();
+            if before == missing {
+                continue;
+            }
+            tracing::warn!(
+                resource = %pool.resource,
+                unhealthy = %missing.iter().cloned().collect::<Vec<_>>().join(","),
+                "PCI devices of the pool changed: those missing from the inventory are listed Unhealthy"
+            );
+            tx.send_replace(plugin::device_list(pool, &missing));
+            shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(pool.resource.clone(), missing);
         }
     }
 }
@@ -564,10 +656,22 @@ async fn reconcile_loop(
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get(&pool.resource)
                 .map_or(0, |e| e.iter().filter(|id| !used.contains(id)).count());
-            let free_n = total.saturating_sub(used_n).saturating_sub(elsewhere_n);
+            let unhealthy_n = shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&pool.resource)
+                .map_or(0, |u| u.iter().filter(|id| !used.contains(id)).count());
+            let free_n = total
+                .saturating_sub(used_n)
+                .saturating_sub(elsewhere_n)
+                .saturating_sub(unhealthy_n);
             let mut states = vec![("used", used_n), ("free", free_n)];
             if pool.shared == pools::Sharing::Cluster {
                 states.push(("held_elsewhere", elsewhere_n));
+            }
+            if pool.devices.iter().any(|d| d.pci) {
+                states.push(("unhealthy", unhealthy_n));
             }
             for (state, n) in states {
                 shared
@@ -678,6 +782,8 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
         node: args.node_name.clone(),
         instance,
         resync: args.resync_interval,
+        rescan: args.device_rescan_interval,
+        topology_xml: args.topology_xml.clone(),
     };
     let registrations = start(&mut tasks, cfg, Some(client), kubelet, metrics);
     let h = health.clone();
