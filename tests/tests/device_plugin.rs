@@ -821,3 +821,105 @@ async fn a_pci_device_gone_from_the_inventory_turns_unhealthy_and_back() {
     wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Healthy")]).await;
     assert!(agent.exited().is_none(), "{}", agent.stderr());
 }
+
+/// pod-resources `List` reports app and sidecar containers but never regular init containers,
+/// so a plan made for an init container is checked against the kubelet's device checkpoint
+/// (`kubelet_internal_checkpoint` in the device-plugin directory) instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_and_sidecar_container_plans_are_checked_too() {
+    let env = Env::new().await;
+    let record = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [
+            {"name": "init", "kind": "init", "numaNodes": [0], "devices": {GPU: ["g1"]}},
+            {"name": "side", "kind": "sidecar", "numaNodes": [0], "devices": {GPU: ["g0"]}},
+            {"name": "app", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g2"]}}]});
+    env.create_pod_with("p", Some(record.to_string()), &["app"]).await;
+    let uid = Api::<Pod>::namespaced(env.api.client(), &env.ns)
+        .get("p")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    // What the kubelet did: init got g3 (not g1), the sidecar g5 (not g0), the app its plan.
+    env.podres.set_pods(vec![PodResources {
+        name: "p".into(),
+        namespace: env.ns.clone(),
+        containers: [("side", "g5"), ("app", "g2")]
+            .into_iter()
+            .map(|(c, id)| ContainerResources {
+                name: c.into(),
+                devices: vec![ContainerDevices {
+                    resource_name: GPU.into(),
+                    device_ids: vec![id.into()],
+                    topology: Some(TopologyInfo {
+                        nodes: vec![NumaNode { id: 0 }],
+                    }),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }]);
+    let entries: Vec<_> = [("init", "g3"), ("side", "g5"), ("app", "g2")]
+        .into_iter()
+        .map(|(c, id)| {
+            json!({"PodUID": uid, "ContainerName": c, "ResourceName": GPU,
+                "DeviceIDs": {"0": [id]}, "AllocResp": null})
+        })
+        .collect();
+    let checkpoint = numaplane_exporter::checkpoint::seal_device_checkpoint(json!({"Data": {
+        "PodDeviceEntries": entries,
+        "RegisteredDevices": {GPU: (0..8).map(|i| format!("g{i}")).collect::<Vec<_>>()}}}))
+    .unwrap();
+    std::fs::write(
+        env.dir.path().join("device-plugins/kubelet_internal_checkpoint"),
+        checkpoint,
+    )
+    .unwrap();
+    env.wait_metric(
+        "numaplane_exporter_allocator_mismatches_total",
+        &[("resource", GPU)],
+        |v| v == 2.0,
+    )
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("AllocationMismatch"))
+            .filter_map(|e| e.note)
+            .collect();
+        // One Event per pod and reason (the recorder counts repeats in its series): the first
+        // mismatch, in record order, names it.
+        let init = "init container init got example.com/gpu g3 but the scheduler planned g1";
+        if notes.iter().any(|n| n.contains(init)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{notes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = env.agent.stderr();
+    assert!(
+        log.contains("sidecar container side got example.com/gpu g5 but the scheduler planned g0"),
+        "{log}"
+    );
+    assert!(!log.contains("container app got"), "{log}");
+    // Reported once each.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = env.agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_allocator_mismatches_total",
+            &[("resource", GPU)]
+        ),
+        Some(2.0)
+    );
+    env.cleanup().await;
+}

@@ -31,6 +31,9 @@ use crate::podresources::KubeletClient;
 
 /// Default kubelet device-plugin directory.
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The device manager's checkpoint in that directory: the only record of the devices regular
+/// init containers got (pod-resources `List` never reports those containers).
+pub const DEVICE_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 /// How often the PCI inventory is read again for device health by default (`run` uses it
 /// as is).
 pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
@@ -306,7 +309,7 @@ pub fn start(
     }
     let s = shared;
     tasks.spawn(async move {
-        reconcile_loop(kubelet, s, pool_list, health, resync).await;
+        reconcile_loop(kubelet, s, pool_list, health, resync, dir.join(DEVICE_CHECKPOINT)).await;
         "allocator reconciliation"
     });
     registrations
@@ -588,6 +591,7 @@ async fn reconcile_loop(
     // Held so the pools' ListAndWatch streams stay open.
     _device_lists: Vec<(Arc<Pool>, DeviceList)>,
     resync: Duration,
+    checkpoint: PathBuf,
 ) {
     if resync.is_zero() {
         // `--resync-interval 0` means off, as for the exporter's own resync; a zero period
@@ -596,6 +600,7 @@ async fn reconcile_loop(
         std::future::pending::<()>().await;
     }
     let mut reported: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut checkpoint_error: Option<String> = None;
     let mut tick = tokio::time::interval(resync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -685,19 +690,39 @@ async fn reconcile_loop(
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
-        // Mismatches: a container whose devices differ from its record.
+        // Mismatches: a container whose devices differ from its record. `List` shows app
+        // containers and (kubelets with sidecar support) restartable init containers; the
+        // device checkpoint also shows regular init containers, for as long as the pod is
+        // active, so a container `List` lacks is compared with it.
         let planned: Vec<(String, records::Recorded)> = shared
             .records
             .read(|v| v.pods.iter().map(|(k, r)| (k.clone(), r.clone())).collect());
+        let checkpointed = if planned.iter().any(|(k, r)| {
+            r.record
+                .containers
+                .iter()
+                .any(|c| !c.devices.is_empty() && !held_by(&held, k, &c.name))
+        }) {
+            read_device_checkpoint(&checkpoint, &mut checkpoint_error).await
+        } else {
+            None
+        };
         let live: BTreeSet<&String> = held.values().flat_map(|pods| pods.keys()).collect();
         reported.retain(|(k, _, _)| live.contains(k) || planned.iter().any(|(p, _)| p == k));
         for (key, rec) in &planned {
             for c in &rec.record.containers {
                 for (res, ids) in &c.devices {
+                    let from_checkpoint: Option<BTreeSet<String>> = checkpointed
+                        .as_ref()
+                        .and_then(|d| d.pods.get(&rec.uid))
+                        .and_then(|cs| cs.get(&c.name))
+                        .and_then(|rs| rs.get(res))
+                        .map(|ids| ids.keys().cloned().collect());
                     let Some(actual) = held
                         .get(res)
                         .and_then(|pods| pods.get(key))
                         .and_then(|cs| cs.get(&c.name))
+                        .or(from_checkpoint.as_ref())
                     else {
                         continue;
                     };
@@ -714,7 +739,8 @@ async fn reconcile_loop(
                         })
                         .inc();
                     let note = format!(
-                        "container {} got {res} {} but the scheduler planned {}",
+                        "{} {} got {res} {} but the scheduler planned {}",
+                        c.kind.noun(),
                         c.name,
                         actual.iter().cloned().collect::<Vec<_>>().join(","),
                         ids.join(",")
@@ -734,6 +760,42 @@ async fn reconcile_loop(
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether `List` showed container `name` of pod `key` holding any pool resource.
+fn held_by(
+    held: &BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
+    key: &str,
+    name: &str,
+) -> bool {
+    held.values()
+        .any(|pods| pods.get(key).is_some_and(|cs| cs.contains_key(name)))
+}
+
+/// The kubelet's device checkpoint, when it exists and verifies. A failure is logged once
+/// per distinct error (a torn read during a kubelet write passes at the next resync).
+async fn read_device_checkpoint(
+    path: &Path,
+    last_error: &mut Option<String>,
+) -> Option<crate::checkpoint::DeviceAssignments> {
+    let result = match tokio::fs::read(path).await {
+        Ok(bytes) => crate::checkpoint::parse_device_checkpoint(&bytes).map_err(|e| e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(d) => {
+            *last_error = None;
+            Some(d)
+        }
+        Err(msg) => {
+            if last_error.as_deref() != Some(msg.as_str()) {
+                tracing::warn!(file = %path.display(), error = %msg, "cannot use the kubelet's device checkpoint; init containers' devices are not compared");
+                *last_error = Some(msg);
+            }
+            None
         }
     }
 }
