@@ -605,6 +605,11 @@ async fn reconcile_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let ticket = shared
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ticket();
         let list = match kubelet.list().await {
             Ok(l) => l,
             Err(e) => {
@@ -624,7 +629,7 @@ async fn reconcile_loop(
             .holders
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .update(&list, &resources);
+            .update(ticket, &list, &resources);
         // resource → pod key → container → IDs.
         let mut held: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
             BTreeMap::new();

@@ -53,11 +53,26 @@ pub struct KubeletView {
     /// [`WATCH_LAG_WAIT`] (a static pod without a mirror, a pod deleted from the API while the
     /// kubelet still lists it): not waited for again.
     pub waited: BTreeSet<String>,
+    /// Tickets of `List` calls: the last one handed out, and the one the view shows.
+    issued: u64,
+    shown: u64,
 }
 
 impl KubeletView {
-    /// Replaces the view with a fresh `List`.
-    pub fn update(&mut self, list: &ListPodResourcesResponse, resources: &BTreeSet<&str>) {
+    /// A ticket for a `List` about to be sent (see [`Self::update`]).
+    pub fn ticket(&mut self) -> u64 {
+        self.issued = self.issued.saturating_add(1);
+        self.issued
+    }
+
+    /// Replaces the view with the answer of the `List` sent with `ticket`, unless the view
+    /// already shows a `List` sent later (the reconciliation and the plugins read
+    /// concurrently, and an older answer arriving last must not hide a newer allocation).
+    pub fn update(&mut self, ticket: u64, list: &ListPodResourcesResponse, resources: &BTreeSet<&str>) {
+        if ticket <= self.shown {
+            return;
+        }
+        self.shown = ticket;
         self.holders.clear();
         self.pods.clear();
         for p in &list.pod_resources {
@@ -186,6 +201,11 @@ impl PluginState {
         // The kubelet admits one container at a time and records an allocation before it asks
         // about the next one, so a `List` started now shows every `Allocate` counted so far.
         let allocations = self.allocations.load(Ordering::Acquire);
+        let ticket = self
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ticket();
         let outcome = match tokio::time::timeout(REFRESH_TIMEOUT, self.kubelet.list_within(BUDGET_WAIT)).await
         {
             Ok(Ok(list)) => {
@@ -194,7 +214,7 @@ impl PluginState {
                 self.holders
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .update(&list, &resources);
+                    .update(ticket, &list, &resources);
                 "ok"
             }
             Ok(Err(e)) => {
@@ -522,4 +542,53 @@ pub async fn register(dir: &Path, pool: &Pool, timeout: Duration) -> Result<(), 
             source,
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use numaplane::proto::podresources::{ContainerDevices, ContainerResources, PodResources};
+
+    fn list(holder: Option<&str>) -> ListPodResourcesResponse {
+        ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "a".into(),
+                namespace: "ns".into(),
+                containers: vec![ContainerResources {
+                    name: "app".into(),
+                    devices: holder
+                        .map(|id| ContainerDevices {
+                            resource_name: "example.com/gpu".into(),
+                            device_ids: vec![id.into()],
+                            topology: None,
+                        })
+                        .into_iter()
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn an_older_list_answered_last_does_not_hide_a_newer_allocation() {
+        let resources = BTreeSet::from(["example.com/gpu"]);
+        let mut v = KubeletView::default();
+        // The reconciliation sends a List, then the plugin sends one after an Allocate; the
+        // plugin's answer (with the allocation) arrives first.
+        let older = v.ticket();
+        let newer = v.ticket();
+        v.update(newer, &list(Some("g1")), &resources);
+        v.update(older, &list(None), &resources);
+        assert_eq!(
+            v.holders["example.com/gpu"]["ns/a"],
+            BTreeSet::from(["app".to_owned()])
+        );
+        assert!(v.pods.contains("ns/a"));
+        let latest = v.ticket();
+        v.update(latest, &list(None), &resources);
+        assert!(v.holders.is_empty());
+    }
 }
