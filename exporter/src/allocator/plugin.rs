@@ -163,20 +163,19 @@ impl PluginState {
     /// Candidates for `resource`: the plans for it of containers that hold none of it yet.
     fn candidates(&self) -> Vec<Candidate> {
         let resource = &self.pool.resource;
-        let holding = self
+        // Read under the holders' lock rather than cloning them (hundreds of pods per call);
+        // nothing takes the two locks the other way round.
+        let view = self
             .holders
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .holders
-            .get(resource)
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let holding = view.holders.get(resource);
         let none = BTreeSet::new();
         self.records.read(|v| {
             v.pods
                 .iter()
                 .map(|(k, r)| {
-                    let held = holding.get(k).unwrap_or(&none);
+                    let held = holding.and_then(|h| h.get(k)).unwrap_or(&none);
                     Candidate {
                         key: k.clone(),
                         arrival: r.arrival,
