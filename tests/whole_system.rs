@@ -690,6 +690,19 @@ impl SimNode {
         };
         let shape = Shape::from_pod(pod)?;
         self.state().ledger.check_fit(&key, zone, &shape)?;
+        // The kubelet lists the pod it admits (its pod manager has it), devices still to come.
+        {
+            let st = self.state();
+            let mut listed = st.ledger.pod_resources();
+            if let Some((ns, name)) = key.split_once('/') {
+                listed.push(PodResources {
+                    name: name.to_owned(),
+                    namespace: ns.to_owned(),
+                    ..Default::default()
+                });
+            }
+            self.podres.set_pods(listed);
+        }
         let hint = [i64::from(zone)];
         let mut devices = BTreeMap::new();
         for (res, n) in &shape.devices {
@@ -699,6 +712,7 @@ impl SimNode {
                 }
                 Err(error) => {
                     self.dp.remove_pod(&key);
+                    Self::report(&mut self.state(), &self.podres);
                     return Err(Violation::Devices { pod: key, error });
                 }
             }
@@ -716,6 +730,7 @@ impl SimNode {
             .collect();
         let mut st = self.state();
         if let Err(v) = st.ledger.commit(&key, zone, &shape, devices) {
+            Self::report(&mut st, &self.podres);
             drop(st);
             self.dp.remove_pod(&key);
             return Err(v);

@@ -217,9 +217,15 @@ fn unwrap_v3(
     Ok((parse(file, data.as_bytes())?, true))
 }
 
+/// What a parser does with the checksum found and the renderings of the layouts it matches:
+/// [`verify`] them, or (for [`seal_cpu_manager_state`] and its siblings) keep the current
+/// layout's rendering.
+type Check<'c> = &'c mut dyn FnMut(&'static str, u64, &[String]) -> Result<(), CheckpointError>;
+
 fn verify(file: &'static str, found: u64, renderings: &[String]) -> Result<(), CheckpointError> {
-    // The kubelet accepts a zero checksum (files written by its old file backend).
-    if found == 0 || renderings.iter().any(|r| fnv32a(r) == found) {
+    // Only the CPU manager accepts a zero checksum (files of its old file backend); the device
+    // and memory managers verify every checkpoint.
+    if (found == 0 && file == CPU_MANAGER_STATE) || renderings.iter().any(|r| fnv32a(r) == found) {
         Ok(())
     } else {
         Err(CheckpointError::VerifyChecksum { file, found })
@@ -269,6 +275,10 @@ fn push_display(out: &mut String, v: impl std::fmt::Display) {
 
 /// Parses and verifies `cpu_manager_state`.
 pub fn parse_cpu_manager_state(bytes: &[u8]) -> Result<CpuAssignments, CheckpointError> {
+    cpu_manager_state(bytes, &mut verify)
+}
+
+fn cpu_manager_state(bytes: &[u8], check: Check<'_>) -> Result<CpuAssignments, CheckpointError> {
     const FILE: &str = CPU_MANAGER_STATE;
     let (obj, wrapped) = unwrap_v3(FILE, parse(FILE, bytes)?)?;
     let policy = str_field(FILE, &obj, "policyName")?.to_owned();
@@ -290,7 +300,7 @@ pub fn parse_cpu_manager_state(bytes: &[u8]) -> Result<CpuAssignments, Checkpoin
             "(*state.CPUManagerCheckpoint){{PolicyName:(string){policy} DefaultCPUSet:(string){default_set} \
              Entries:(map[string]map[string]string){rendered_entries} Checksum:(checksum.Checksum)0}}"
         );
-        verify(FILE, checksum_field(FILE, &obj, "checksum")?, &[rendering])?;
+        check(FILE, checksum_field(FILE, &obj, "checksum")?, &[rendering])?;
     }
     let mut pods = BTreeMap::new();
     for (uid, containers) in entries.unwrap_or_default() {
@@ -379,6 +389,10 @@ fn spew_blocks(blocks: Option<&Vec<MemoryBlock>>, affinity_nil: bool) -> String 
 
 /// Parses and verifies `memory_manager_state`.
 pub fn parse_memory_manager_state(bytes: &[u8]) -> Result<MemoryAssignments, CheckpointError> {
+    memory_manager_state(bytes, &mut verify)
+}
+
+fn memory_manager_state(bytes: &[u8], check: Check<'_>) -> Result<MemoryAssignments, CheckpointError> {
     const FILE: &str = MEMORY_MANAGER_STATE;
     let (obj, wrapped) = unwrap_v3(FILE, parse(FILE, bytes)?)?;
     let policy = str_field(FILE, &obj, "policyName")?.to_owned();
@@ -447,7 +461,7 @@ pub fn parse_memory_manager_state(bytes: &[u8]) -> Result<MemoryAssignments, Che
                 .iter()
                 .map(|p| format!("{head}PodEntries:(state.PodMemoryAssignments){p} {tail}")),
         );
-        verify(FILE, checksum_field(FILE, &obj, "checksum")?, &renderings)?;
+        check(FILE, checksum_field(FILE, &obj, "checksum")?, &renderings)?;
     }
 
     let groups = groups_in_use(field(&obj, "machineState"))?;
@@ -597,6 +611,10 @@ fn render_machine_state(v: Option<&Value>) -> Result<String, CheckpointError> {
 
 /// Parses and verifies `device-plugins/kubelet_internal_checkpoint`.
 pub fn parse_device_checkpoint(bytes: &[u8]) -> Result<DeviceAssignments, CheckpointError> {
+    device_checkpoint(bytes, &mut verify)
+}
+
+fn device_checkpoint(bytes: &[u8], check: Check<'_>) -> Result<DeviceAssignments, CheckpointError> {
     const FILE: &str = DEVICE_MANAGER_CHECKPOINT;
     let obj = parse(FILE, bytes)?;
     let data = match field(&obj, "Data") {
@@ -695,8 +713,57 @@ pub fn parse_device_checkpoint(bytes: &[u8]) -> Result<DeviceAssignments, Checkp
         "(checkpoint.checkpointData){{PodDeviceEntries:([]checkpoint.PodDevicesEntry){entries_text} \
          RegisteredDevices:(map[string][]string){registered_text}}}"
     );
-    verify(FILE, checksum_field(FILE, &obj, "Checksum")?, &[rendering])?;
+    check(FILE, checksum_field(FILE, &obj, "Checksum")?, &[rendering])?;
     Ok(DeviceAssignments { pods })
+}
+
+// --- Writing checkpoints (tests and tools) ---------------------------------------------------
+
+/// Sets `content`'s checksum field to what the kubelet writes for it (FNV-1a over the
+/// rendering of the current layout) and returns the file text. `parse` reads `content` in
+/// that layout; a v3 `data` wrapper is not sealed.
+fn seal(
+    file: &'static str,
+    checksum: &str,
+    mut content: Value,
+    parse: fn(&[u8], Check<'_>) -> Result<(), CheckpointError>,
+) -> Result<String, CheckpointError> {
+    let Value::Object(obj) = &mut content else {
+        return Err(layout(file, "the top level is not an object"));
+    };
+    obj.insert(checksum.to_owned(), Value::from(0));
+    let mut rendering: Option<String> = None;
+    parse(content.to_string().as_bytes(), &mut |_, _, renderings| {
+        rendering = renderings.first().cloned();
+        Ok(())
+    })?;
+    let rendering = rendering.ok_or_else(|| layout(file, "a wrapped (data) checkpoint is not sealed"))?;
+    if let Value::Object(obj) = &mut content {
+        obj.insert(checksum.to_owned(), Value::from(fnv32a(&rendering)));
+    }
+    Ok(content.to_string())
+}
+
+/// `cpu_manager_state` text for `content` (its JSON) with the checksum a kubelet writes.
+pub fn seal_cpu_manager_state(content: Value) -> Result<String, CheckpointError> {
+    seal(CPU_MANAGER_STATE, "checksum", content, |b, c| {
+        cpu_manager_state(b, c).map(|_| ())
+    })
+}
+
+/// `memory_manager_state` text for `content` (its JSON) with the checksum a kubelet writes.
+pub fn seal_memory_manager_state(content: Value) -> Result<String, CheckpointError> {
+    seal(MEMORY_MANAGER_STATE, "checksum", content, |b, c| {
+        memory_manager_state(b, c).map(|_| ())
+    })
+}
+
+/// `kubelet_internal_checkpoint` text for `content` (its JSON) with the checksum a kubelet
+/// writes.
+pub fn seal_device_checkpoint(content: Value) -> Result<String, CheckpointError> {
+    seal(DEVICE_MANAGER_CHECKPOINT, "Checksum", content, |b, c| {
+        device_checkpoint(b, c).map(|_| ())
+    })
 }
 
 #[cfg(test)]
@@ -824,6 +891,52 @@ mod tests {
     }
 
     #[test]
+    fn sealing_writes_the_checksums_real_kubelets_wrote() {
+        let resealed = |text: &str, seal: fn(Value) -> Result<String, CheckpointError>, key: &str| {
+            let mut v: Value = serde_json::from_str(text).unwrap();
+            let want = v[key].clone();
+            v[key] = Value::from(1);
+            let sealed: Value = serde_json::from_str(&seal(v).unwrap()).unwrap();
+            assert_eq!(sealed[key], want, "{text}");
+        };
+        resealed(
+            r#"{"policyName":"static","defaultCpuSet":"0,4-27","entries":{"39b37746-7f5e-4064-b8e1-eebd2bfaa003":{"app":"1-3"}},"checksum":3300516549}"#,
+            seal_cpu_manager_state,
+            "checksum",
+        );
+        resealed(
+            r#"{"Data":{"PodDeviceEntries":[{"PodUID":"bf52b2cd-b611-4e79-86b1-280b283185c3","ContainerName":"check","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":["tegra"]},"AllocResp":"Ch8KFk5WSURJQV9WSVNJQkxFX0RFVklDRVMSBXRlZ3Jh"}],"RegisteredDevices":{"nvidia.com/gpu":["tegra"]}},"Checksum":3660592824}"#,
+            seal_device_checkpoint,
+            "Checksum",
+        );
+        resealed(
+            r#"{"policyName":"static","machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2048,"systemReserved":512,"allocatable":1536,"reserved":512,"free":1024}},"cells":[]}},"entries":{"pod":{"container1":[{"numaAffinity":[0],"type":"memory","size":512}]}},"checksum":4215593881}"#,
+            seal_memory_manager_state,
+            "checksum",
+        );
+    }
+
+    #[test]
+    fn a_zero_checksum_is_accepted_for_the_cpu_manager_state_only() {
+        // The CPU manager accepts 0 (files of its old file backend); the device and memory
+        // managers verify every checksum.
+        parse_cpu_manager_state(
+            br#"{"policyName":"static","defaultCpuSet":"0-3","entries":{},"checksum":0}"#,
+        )
+        .unwrap();
+        let e = parse_device_checkpoint(
+            br#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"nvidia.com/gpu":["GPU-0650a168-e770-3ea8-8ac3-8a1d419763e0"]}},"Checksum":0}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.file(), e.kind()), (DEVICE_MANAGER_CHECKPOINT, "checksum"));
+        let e = parse_memory_manager_state(
+            br#"{"policyName":"static","machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2048,"systemReserved":512,"allocatable":1536,"reserved":512,"free":1024}},"cells":[]}},"entries":{"pod":{"container1":[{"numaAffinity":[0],"type":"memory","size":512}]}},"checksum":0}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.file(), e.kind()), (MEMORY_MANAGER_STATE, "checksum"));
+    }
+
+    #[test]
     fn cpu_sets_parse_like_linux_cpulists() {
         assert_eq!(parse_cpu_set("0-2,5, 7-7"), Some(BTreeSet::from([0, 1, 2, 5, 7])));
         assert_eq!(parse_cpu_set(""), Some(BTreeSet::new()));
@@ -839,8 +952,9 @@ mod tests {
             "0":{"numberOfAssignments":2,"memoryMap":{},"cells":[0,1]},
             "1":{"numberOfAssignments":2,"memoryMap":{},"cells":[0,1]},
             "2":{"numberOfAssignments":1,"memoryMap":{},"cells":[2]},
-            "3":{"numberOfAssignments":0,"memoryMap":{},"cells":[3]}},"entries":{},"checksum":0}"#;
-        let m = parse_memory_manager_state(state).unwrap();
+            "3":{"numberOfAssignments":0,"memoryMap":{},"cells":[3]}},"entries":{}}"#;
+        let state = seal_memory_manager_state(serde_json::from_slice(state).unwrap()).unwrap();
+        let m = parse_memory_manager_state(state.as_bytes()).unwrap();
         assert_eq!(m.groups, vec![vec![0, 1], vec![2]]);
     }
 }

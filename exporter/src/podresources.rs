@@ -45,6 +45,14 @@ pub enum PodResourcesError {
         /// The status message.
         message: String,
     },
+    /// The agent's own request budget had no room in time; nothing was sent.
+    #[error("pod-resources {method:?} not sent: the request budget had no room within {waited:?}")]
+    OverBudget {
+        /// The method.
+        method: PodResourcesMethod,
+        /// How long it waited for the budget.
+        waited: Duration,
+    },
 }
 
 /// What kubelets 1.27–1.33 answer `Get` with while the `KubeletPodResourcesGet` gate is off
@@ -60,7 +68,7 @@ impl PodResourcesError {
                 *code == tonic::Code::Unimplemented
                     || (*code == tonic::Code::Unknown && message.contains(GET_DISABLED_MESSAGE))
             }
-            Self::Endpoint { .. } => false,
+            Self::Endpoint { .. } | Self::OverBudget { .. } => false,
         }
     }
 
@@ -68,7 +76,7 @@ impl PodResourcesError {
     pub fn code(&self) -> Option<tonic::Code> {
         match self {
             Self::Call { code, .. } => Some(*code),
-            Self::Endpoint { .. } => None,
+            Self::Endpoint { .. } | Self::OverBudget { .. } => None,
         }
     }
 
@@ -76,6 +84,7 @@ impl PodResourcesError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Endpoint { .. } => "endpoint",
+            Self::OverBudget { .. } => "over_budget",
             Self::Call { .. } if self.method_not_offered() => "unimplemented",
             Self::Call { code, .. } => match code {
                 tonic::Code::ResourceExhausted => "rate_limited",
@@ -184,6 +193,25 @@ impl KubeletClient {
     /// `List`: every pod the kubelet holds resources for.
     pub async fn list(&self) -> Result<ListPodResourcesResponse, PodResourcesError> {
         self.spend().await;
+        let result = self.client.clone().list(ListPodResourcesRequest {}).await;
+        self.record(PodResourcesMethod::List, result)
+    }
+
+    /// `List` for a caller that cannot wait long (the device plugin answering the kubelet):
+    /// when the shared budget has no room within `max_wait`, nothing is sent and the answer is
+    /// [`PodResourcesError::OverBudget`].
+    pub async fn list_within(
+        &self,
+        max_wait: Duration,
+    ) -> Result<ListPodResourcesResponse, PodResourcesError> {
+        if let Some(b) = &self.budget
+            && tokio::time::timeout(max_wait, b.until_ready()).await.is_err()
+        {
+            return Err(PodResourcesError::OverBudget {
+                method: PodResourcesMethod::List,
+                waited: max_wait,
+            });
+        }
         let result = self.client.clone().list(ListPodResourcesRequest {}).await;
         self.record(PodResourcesMethod::List, result)
     }

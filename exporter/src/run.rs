@@ -697,6 +697,8 @@ impl Agent {
                 node: args.node_name.clone(),
                 instance,
                 resync: args.resync_interval.min(Duration::from_secs(2)),
+                rescan: crate::allocator::DEFAULT_RESCAN_INTERVAL,
+                topology_xml: args.topology_xml.clone(),
             };
             crate::allocator::start(&mut tasks, allocator, kube.clone(), kubelet, metrics.clone());
         }

@@ -5,6 +5,11 @@
 //!
 //! 1. `GetPreferredAllocation` latency (client side, gRPC included) with 500 pods on the node:
 //!    480 hold their recorded slot (pod-resources), 20 are candidates.
+//!    Then the same for a pod without a record (another scheduler's), whose question no plan
+//!    fits: the plugin reads pod-resources `List` (through the agent's request budget) to see
+//!    that no pod is on its way and answers no preference. The kubelet admits pods one at a
+//!    time, so this is what every such container adds to the node's admissions. Paced at
+//!    4 calls/s, inside the agent's budget of 20 pod-resources calls/s.
 //! 2. Time from a pod's deletion (the kubelet drops it from pod-resources, then the API server
 //!    deletes the object) to the exporter's NRT write that shows its slot free again, with
 //!    the default 10 s resync and no kubelet Watch (as upstream kubelets behave). The anchor:
@@ -213,6 +218,67 @@ fn main() {
             ms(percentile(&lat, 0.99)),
             ms(*lat.last().unwrap()),
         );
+
+        // A pod without a record, known to the API server and listed by the kubelet; its
+        // question (one unplanned free slot) fits no plan.
+        api.put(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "plain", "namespace": "default", "uid": "uid-plain",
+                "creationTimestamp": "2026-11-25T11:00:00Z"},
+            "spec": {"nodeName": NODE, "schedulerName": "default-scheduler",
+                "containers": [{"name": "app", "image": "x"}]},
+            "status": {"phase": "Pending"}}));
+        let mut listed: Vec<PodResources> = holders.values().cloned().collect();
+        listed.push(PodResources {
+            name: "plain".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        });
+        podres.set_pods(listed);
+        let unplanned = vec![format!("cam0-{}", CAPACITY - 1)];
+        // Until the pod watch has the pod, the plugin may wait for it (once).
+        let t0 = Instant::now();
+        loop {
+            let t = Instant::now();
+            assert!(dp.preferred(CAM, unplanned.clone(), vec![], 1).await.unwrap().is_empty());
+            if t.elapsed() < Duration::from_millis(200) {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "every answer waited\n{}", agent.stderr());
+        }
+        let plain_calls = (calls / 50).max(20);
+        let mut plain = Vec::with_capacity(plain_calls);
+        for _ in 0..plain_calls {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let t = Instant::now();
+            let got = dp.preferred(CAM, unplanned.clone(), vec![], 1).await.unwrap();
+            plain.push(t.elapsed());
+            assert!(got.is_empty());
+        }
+        plain.sort();
+        let refreshes = |outcome: &str| {
+            agent
+                .metrics()
+                .ok()
+                .and_then(|m| {
+                    numaplane_e2e::harness::metric_value(
+                        &m,
+                        "numaplane_exporter_allocator_kubelet_refreshes_total",
+                        &[("resource", CAM), ("outcome", outcome)],
+                    )
+                })
+                .unwrap_or(0.0)
+        };
+        println!(
+            "GetPreferredAllocation, pod without a record (no plan fits; one pod-resources List of {} pods each): n={} p50={:.3} ms p99={:.3} ms max={:.3} ms; Lists ok={} over_budget={}",
+            HOLDERS + 1,
+            plain.len(),
+            ms(percentile(&plain, 0.5)),
+            ms(percentile(&plain, 0.99)),
+            ms(*plain.last().unwrap()),
+            refreshes("ok"),
+            refreshes("over_budget"),
+        );
+        podres.set_pods(holders.values().cloned().collect());
 
         // Deletion to slot free in the NRT. Wait for the first NRT write to have happened.
         api.wait_for_request(

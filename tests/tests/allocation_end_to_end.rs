@@ -165,6 +165,14 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
             .map(|n| i64::from(*n))
             .collect();
         let key = format!("{ns}/{name}");
+        // The kubelet lists the pod it is admitting (devices come after Allocate).
+        let mut listed = pod_resources.clone();
+        listed.push(PodResources {
+            name: name.to_owned(),
+            namespace: ns.clone(),
+            ..Default::default()
+        });
+        podres.set_pods(listed);
         let (got, _) = dp.admit(&key, "app", GPU, 1, Some(&hint)).await.unwrap();
         assert_eq!(
             got, planned,

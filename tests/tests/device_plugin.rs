@@ -20,7 +20,7 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{Agent, ApiTarget, allocator_exporter_args, metric_value, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -35,11 +35,37 @@ struct Env {
     dp: FakeDeviceKubelet,
     podres: FakeKubelet,
     agent: Agent,
+    /// `namespace/name` of the pods created bound to the node.
+    kubelet_pods: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// How the agent under test runs.
+struct Opts {
+    /// `--resync-interval`.
+    resync: &'static str,
+    /// More flags.
+    extra: Vec<String>,
+    /// Host the allocator in `numaplane-exporter run --pools` instead of `device-plugin`.
+    run: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            resync: "100ms",
+            extra: Vec::new(),
+            run: false,
+        }
+    }
 }
 
 impl Env {
     /// GPUs g0..g3 on NUMA 0 and g4..g7 on NUMA 1; one camera shared by 2 containers.
     async fn new() -> Env {
+        Env::with(Opts::default()).await
+    }
+
+    async fn with(opts: Opts) -> Env {
         let api = ApiTarget::start().await.unwrap();
         let ns = unique_name("np-dp");
         let node = unique_name("np-dp-node");
@@ -69,7 +95,7 @@ impl Env {
         )
         .await
         .unwrap();
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--pools",
             pools.to_str().unwrap(),
             "--device-plugin-dir",
@@ -81,7 +107,7 @@ impl Env {
             "--podresources-socket",
             dir.path().join("podres.sock").to_str().unwrap(),
             "--resync-interval",
-            "100ms",
+            opts.resync,
             "--topology-xml",
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -91,7 +117,21 @@ impl Env {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-        let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+        let mut agent = if opts.run {
+            let mut args = allocator_exporter_args(
+                &node,
+                &dir.path().join("podres.sock"),
+                api.kubeconfig(),
+                &pools,
+                &plugins,
+                &["--resync-interval", opts.resync],
+            );
+            args.extend(opts.extra);
+            Agent::spawn_exporter("run", &args).unwrap()
+        } else {
+            args.extend(opts.extra);
+            Agent::spawn_exporter("device-plugin", &args).unwrap()
+        };
         agent.wait_serving(WAIT).await.unwrap();
         dp.wait_registered(GPU, 1, WAIT).await.unwrap();
         dp.wait_registered(CAM, 1, WAIT).await.unwrap();
@@ -103,6 +143,7 @@ impl Env {
             dp,
             podres,
             agent,
+            kubelet_pods: std::sync::Mutex::default(),
         }
     }
 
@@ -114,28 +155,49 @@ impl Env {
     }
 
     async fn create_pod(&self, name: &str, record: Option<String>) {
+        self.create_pod_with(name, record, &["app"]).await;
+    }
+
+    /// A pod bound to the node with app containers `containers`.
+    async fn create_pod_with(&self, name: &str, record: Option<String>, containers: &[&str]) {
         let mut meta = json!({"name": name, "labels": {"numaplane.io/e2e": "true"}});
         if let Some(r) = record {
             meta["annotations"] = json!({ANNOTATION: r});
         }
+        let containers: Vec<_> = containers
+            .iter()
+            .map(|c| json!({"name": c, "image": "registry.k8s.io/pause:3.10"}))
+            .collect();
         let pod: Pod = serde_json::from_value(json!({"metadata": meta, "spec": {
             "nodeName": self.node, "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}))
+            "containers": containers}}))
         .unwrap();
         Api::<Pod>::namespaced(self.api.client(), &self.ns)
             .create(&PostParams::default(), &pod)
             .await
             .unwrap();
+        // The kubelet lists every pod bound to it, devices or not, from the moment it sees it
+        // (before admitting it).
+        self.kubelet_pods.lock().unwrap().insert(self.key(name));
+        self.sync_podresources();
     }
 
     fn key(&self, name: &str) -> String {
         format!("{}/{name}", self.ns)
     }
 
-    /// Publishes what the fake device manager holds through pod-resources `List`.
+    /// Publishes through pod-resources `List` the pods the kubelet knows, with what the fake
+    /// device manager holds.
     fn sync_podresources(&self) {
         let mut pods = Vec::new();
-        for (pod, containers) in self.dp.all_held() {
+        let held = self.dp.all_held();
+        for pod in self.kubelet_pods.lock().unwrap().iter() {
+            if !held.contains_key(pod) {
+                let (ns, name) = pod.split_once('/').unwrap();
+                pods.extend(listed(ns, &[name]));
+            }
+        }
+        for (pod, containers) in held {
             let (ns, name) = pod.split_once('/').unwrap();
             pods.push(PodResources {
                 name: name.to_owned(),
@@ -212,7 +274,7 @@ async fn registers_with_topology_and_steers_the_kubelet_to_the_recorded_devices(
         .unwrap();
     assert_eq!(got_b, ["g2"], "ascending fill would have given g0");
     env.sync_podresources();
-    // c: no plan fits what is offered; after the bounded wait, no preference.
+    // c: no plan fits what is offered: no preference, at once.
     env.pod_with_record("c", &["g6"], 1).await;
     let (got_c, _) = env
         .dp
@@ -370,5 +432,494 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
     )
     .unwrap();
     assert_eq!(allocates, 1001.0);
+    env.cleanup().await;
+}
+
+/// `--resync-interval 0` is documented as "off": the plugin serves and steers without a
+/// periodic reconciliation instead of panicking on a zero-length interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_interval_zero_turns_reconciliation_off_without_stopping_the_plugin() {
+    for run in [false, true] {
+        resync_zero(run).await;
+    }
+}
+
+async fn resync_zero(run: bool) {
+    let mut env = Env::with(Opts {
+        resync: "0",
+        run,
+        ..Opts::default()
+    })
+    .await;
+    env.pod_with_record("a", &["g3"], 0).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        assert!(
+            env.agent.exited().is_none(),
+            "the agent exited: {}",
+            env.agent.stderr()
+        );
+        // Steered as soon as the pod watch has the record.
+        let got = env
+            .dp
+            .preferred(
+                GPU,
+                vec!["g0".into(), "g1".into(), "g2".into(), "g3".into()],
+                vec![],
+                1,
+            )
+            .await
+            .unwrap();
+        if got == ["g3"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never steered");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(env.agent.exited().is_none(), "{}", env.agent.stderr());
+    env.cleanup().await;
+}
+
+fn listed(ns: &str, names: &[&str]) -> Vec<PodResources> {
+    names
+        .iter()
+        .map(|n| PodResources {
+            name: (*n).to_owned(),
+            namespace: ns.to_owned(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn zone0() -> Vec<String> {
+    ["g0", "g1", "g2", "g3"].map(str::to_owned).to_vec()
+}
+
+/// The kubelet admits pods one at a time: a pod that cannot be ours (no record, or a record
+/// with no device of this pool) must be answered at once, not after the 1 s wait for a
+/// lagging watch. The wait is kept for a pod the kubelet lists that the watch has not seen,
+/// and only once per such pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is_waited_for() {
+    let env = Env::new().await;
+    env.create_pod("plain", None).await;
+    let cam_only = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [{"name": "app", "kind": "app", "numaNodes": [0], "devices": {CAM: ["cam-0"]}}]});
+    env.create_pod("cam-only", Some(cam_only.to_string())).await;
+    // Until the watch has both pods the plugin may wait for them; then never again.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = std::time::Instant::now();
+        assert!(
+            env.dp
+                .preferred(GPU, zone0(), vec![], 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        if t.elapsed() < Duration::from_millis(300) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "every answer waited");
+    }
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        assert!(
+            env.dp
+                .preferred(GPU, zone0(), vec![], 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(300),
+            "a pod that cannot be ours waited {took:?}"
+        );
+    }
+
+    // A pod the kubelet lists before our watch has it: waited for, and steered.
+    env.podres
+        .set_pods(listed(&env.ns, &["plain", "cam-only", "late"]));
+    let late = {
+        let record = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "app", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g2"]}}]});
+        let api = env.api.client();
+        let (ns, node) = (env.ns.clone(), env.node.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "late",
+                "annotations": {ANNOTATION: record.to_string()}},
+                "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}))
+            .unwrap();
+            Api::<Pod>::namespaced(api, &ns)
+                .create(&PostParams::default(), &pod)
+                .await
+                .unwrap();
+        })
+    };
+    assert_eq!(env.dp.preferred(GPU, zone0(), vec![], 1).await.unwrap(), ["g2"]);
+    late.await.unwrap();
+
+    // A pod the kubelet lists that never reaches the watch: one wait, then none.
+    env.podres
+        .set_pods(listed(&env.ns, &["plain", "cam-only", "late", "ghost"]));
+    let t = std::time::Instant::now();
+    assert!(
+        env.dp
+            .preferred(GPU, vec!["g0".into()], vec![], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    let t = std::time::Instant::now();
+    assert!(
+        env.dp
+            .preferred(GPU, vec!["g0".into()], vec![], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "waited again: {:?}",
+        t.elapsed()
+    );
+    env.cleanup().await;
+}
+
+/// The holders the plugin steers by must include the containers admitted since the last
+/// reconciliation: a pod admitted with other devices than planned still looks like a candidate
+/// in an old `List`, and its unused plan would go to the next pod (which then misses its own,
+/// and so on). Reconciliation is off here (1 h), so only the plugin's own `List` can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
+    let env = Env::with(Opts {
+        resync: "1h",
+        ..Opts::default()
+    })
+    .await;
+    env.pod_with_record("a", &["g3"], 0).await;
+    env.pod_with_record("b", &["g2"], 0).await;
+    // A two-container pod: its second container's plan stays a candidate after the first one.
+    let two = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [
+            {"name": "c1", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g1"]}},
+            {"name": "c2", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g3"]}}]});
+    env.create_pod_with("two", Some(two.to_string()), &["c1", "c2"])
+        .await;
+    // a is admitted on NUMA 1, against the prediction: the kubelet picks g4 itself.
+    let (got_a, _) = env
+        .dp
+        .admit(&env.key("a"), "app", GPU, 1, Some(&[1]))
+        .await
+        .unwrap();
+    assert_eq!(got_a, ["g4"]);
+    env.sync_podresources();
+    // b must get its own plan, not a's.
+    let (got_b, _) = env
+        .dp
+        .admit(&env.key("b"), "app", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(got_b, ["g2"], "a's unused plan was handed to b");
+    env.sync_podresources();
+    let (got_c1, _) = env
+        .dp
+        .admit(&env.key("two"), "c1", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    env.sync_podresources();
+    let (got_c2, _) = env
+        .dp
+        .admit(&env.key("two"), "c2", GPU, 1, Some(&[0]))
+        .await
+        .unwrap();
+    assert_eq!((got_c1, got_c2), (vec!["g1".to_owned()], vec!["g3".to_owned()]));
+    env.cleanup().await;
+}
+
+/// `/readyz` of `device-plugin` means "registered with the kubelet": not while registration
+/// fails (here: no kubelet yet), and ready once every pool is registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_only_once_registered_with_the_kubelet() {
+    let api = ApiTarget::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pools = dir.path().join("pools.yaml");
+    std::fs::write(
+        &pools,
+        json!({"pools": [{"resource": GPU, "devices": [{"id": "g0", "numaNode": 0}]}]}).to_string(),
+    )
+    .unwrap();
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let _podres = FakeKubelet::start(
+        &dir.path().join("podres.sock"),
+        AllocatableResourcesResponse::default(),
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let xml = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/2numa.xml"
+    ));
+    let args = standalone_args(&api, dir.path(), &pools, &plugins, xml, &[]);
+    let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+    agent.wait_serving(WAIT).await.unwrap();
+    // No kubelet.sock: every registration fails. Not ready, for as long as that lasts.
+    for _ in 0..15 {
+        let (code, body) = agent.http_get("/readyz").unwrap();
+        assert_eq!(code, 503, "ready without a registration: {body}");
+        assert!(body.contains(GPU), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        agent
+            .wait_metric(
+                "numaplane_exporter_allocator_registrations_total",
+                &[("resource", GPU), ("outcome", "error")],
+                WAIT,
+                |v| v >= 1.0,
+            )
+            .await
+            .is_ok()
+    );
+    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = agent.http_get("/readyz").unwrap();
+        if code == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ready: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric_value(
+            &agent.metrics().unwrap(),
+            "numaplane_exporter_allocator_registered",
+            &[("resource", GPU)]
+        ),
+        Some(1.0)
+    );
+}
+
+/// Flags of a `device-plugin` set up outside [`Env`]: pod-resources at `<dir>/podres.sock`.
+fn standalone_args(
+    api: &ApiTarget,
+    dir: &std::path::Path,
+    pools: &std::path::Path,
+    plugins: &std::path::Path,
+    xml: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--pools",
+        pools.to_str().unwrap(),
+        "--device-plugin-dir",
+        plugins.to_str().unwrap(),
+        "--node-name",
+        &unique_name("np-dp-node"),
+        "--kubeconfig",
+        api.kubeconfig().to_str().unwrap(),
+        "--podresources-socket",
+        dir.join("podres.sock").to_str().unwrap(),
+        "--topology-xml",
+        xml.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// A PCI-matched device that leaves the machine's inventory (hwloc, re-read at every rescan)
+/// is listed Unhealthy to the kubelet, so it stops handing it out; it is Healthy again once
+/// it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pci_device_gone_from_the_inventory_turns_unhealthy_and_back() {
+    let api = ApiTarget::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topology/tests/fixtures/gpu-nic.xml"
+    ))
+    .unwrap();
+    let xml = dir.path().join("machine.xml");
+    std::fs::write(&xml, &fixture).unwrap();
+    // The two NVIDIA GPUs of gpu-nic.xml, 0000:b1:00.0 and 0000:ca:00.0, both on NUMA 1.
+    let pools = dir.path().join("pools.yaml");
+    std::fs::write(
+        &pools,
+        json!({"pools": [{"resource": GPU, "match": {"vendor": "10de"}}]}).to_string(),
+    )
+    .unwrap();
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let _podres = FakeKubelet::start(
+        &dir.path().join("podres.sock"),
+        AllocatableResourcesResponse::default(),
+        vec![],
+        FakeKubeletOptions::default(),
+    )
+    .await
+    .unwrap();
+    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let args = standalone_args(
+        &api,
+        dir.path(),
+        &pools,
+        &plugins,
+        &xml,
+        &["--device-rescan-interval", "100ms"],
+    );
+    let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
+    agent.wait_serving(WAIT).await.unwrap();
+    dp.wait_registered(GPU, 1, WAIT).await.unwrap();
+    let health = |dp: &FakeDeviceKubelet| -> Vec<(String, String)> {
+        dp.devices(GPU).into_iter().map(|d| (d.id, d.health)).collect()
+    };
+    let wait_health = |want: Vec<(&'static str, &'static str)>| {
+        let dp = dp.clone();
+        async move {
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect();
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let got = health(&dp);
+                if got == want {
+                    return;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{got:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Healthy")]).await;
+    // The GPU at ca:00.0 falls off the bus.
+    let gone: String = fixture
+        .lines()
+        .filter(|l| !l.contains("pci_busid=\"0000:ca:00.0\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(gone, fixture);
+    std::fs::write(&xml, &gone).unwrap();
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Unhealthy")]).await;
+    // The kubelet no longer hands it out.
+    let (got, _) = dp.admit("ns/p", "app", GPU, 1, Some(&[1])).await.unwrap();
+    assert_eq!(got, ["0000:b1:00.0"]);
+    assert!(dp.admit("ns/q", "app", GPU, 1, Some(&[1])).await.is_err());
+    std::fs::write(&xml, &fixture).unwrap();
+    wait_health(vec![("0000:b1:00.0", "Healthy"), ("0000:ca:00.0", "Healthy")]).await;
+    assert!(agent.exited().is_none(), "{}", agent.stderr());
+}
+
+/// pod-resources `List` reports app and sidecar containers but never regular init containers,
+/// so a plan made for an init container is checked against the kubelet's device checkpoint
+/// (`kubelet_internal_checkpoint` in the device-plugin directory) instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_and_sidecar_container_plans_are_checked_too() {
+    let env = Env::new().await;
+    let record = json!({"version": "v1", "node": env.node, "policy": "single-numa-node", "scope": "container",
+        "containers": [
+            {"name": "init", "kind": "init", "numaNodes": [0], "devices": {GPU: ["g1"]}},
+            {"name": "side", "kind": "sidecar", "numaNodes": [0], "devices": {GPU: ["g0"]}},
+            {"name": "app", "kind": "app", "numaNodes": [0], "devices": {GPU: ["g2"]}}]});
+    env.create_pod_with("p", Some(record.to_string()), &["app"]).await;
+    let uid = Api::<Pod>::namespaced(env.api.client(), &env.ns)
+        .get("p")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    // What the kubelet did: init got g3 (not g1), the sidecar g5 (not g0), the app its plan.
+    env.podres.set_pods(vec![PodResources {
+        name: "p".into(),
+        namespace: env.ns.clone(),
+        containers: [("side", "g5"), ("app", "g2")]
+            .into_iter()
+            .map(|(c, id)| ContainerResources {
+                name: c.into(),
+                devices: vec![ContainerDevices {
+                    resource_name: GPU.into(),
+                    device_ids: vec![id.into()],
+                    topology: Some(TopologyInfo {
+                        nodes: vec![NumaNode { id: 0 }],
+                    }),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }]);
+    let entries: Vec<_> = [("init", "g3"), ("side", "g5"), ("app", "g2")]
+        .into_iter()
+        .map(|(c, id)| {
+            json!({"PodUID": uid, "ContainerName": c, "ResourceName": GPU,
+                "DeviceIDs": {"0": [id]}, "AllocResp": null})
+        })
+        .collect();
+    let checkpoint = numaplane_exporter::checkpoint::seal_device_checkpoint(json!({"Data": {
+        "PodDeviceEntries": entries,
+        "RegisteredDevices": {GPU: (0..8).map(|i| format!("g{i}")).collect::<Vec<_>>()}}}))
+    .unwrap();
+    std::fs::write(
+        env.dir.path().join("device-plugins/kubelet_internal_checkpoint"),
+        checkpoint,
+    )
+    .unwrap();
+    env.wait_metric(
+        "numaplane_exporter_allocator_mismatches_total",
+        &[("resource", GPU)],
+        |v| v == 2.0,
+    )
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("AllocationMismatch"))
+            .filter_map(|e| e.note)
+            .collect();
+        // One Event per pod and reason (the recorder counts repeats in its series): the first
+        // mismatch, in record order, names it.
+        let init = "init container init got example.com/gpu g3 but the scheduler planned g1";
+        if notes.iter().any(|n| n.contains(init)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{notes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = env.agent.stderr();
+    assert!(
+        log.contains("sidecar container side got example.com/gpu g5 but the scheduler planned g0"),
+        "{log}"
+    );
+    assert!(!log.contains("container app got"), "{log}");
+    // Reported once each.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = env.agent.metrics().unwrap();
+    assert_eq!(
+        metric_value(
+            &text,
+            "numaplane_exporter_allocator_mismatches_total",
+            &[("resource", GPU)]
+        ),
+        Some(2.0)
+    );
     env.cleanup().await;
 }

@@ -854,6 +854,7 @@ fn node_attribute(nrt: &NodeResourceTopology, name: &str) -> Option<String> {
 async fn what_init_containers_still_hold_is_published_as_used() {
     use k8s_openapi::api::core::v1::Pod;
     use numaplane::nrt::attr;
+    use numaplane_exporter::checkpoint;
 
     let s = Setup::plain().await;
     let name = unique_name("init-held");
@@ -897,25 +898,28 @@ async fn what_init_containers_still_hold_is_published_as_used() {
     let cpus = &s.machine.numa_nodes[0].cpus;
     let state = s.dir.path().join("kubelet-state");
     std::fs::create_dir_all(state.join("device-plugins")).unwrap();
-    // A zero checksum is accepted, as the kubelet accepts it; the checksum rules themselves are
-    // checked against files written by real kubelets in the exporter's unit tests.
+    // Real checksums, as a kubelet writes them (the rules are checked against files written by
+    // real kubelets in the exporter's unit tests).
     let cpu_state = serde_json::json!({
         "policyName": "static", "defaultCpuSet": "",
         "entries": {uid.clone(): {
             "init": format!("{},{},{}", cpus[0], cpus[1], cpus[2]),
             "app": format!("{},{}", cpus[0], cpus[1]),
         }},
-        "checksum": 0
     });
     let device_state = serde_json::json!({"Data": {
         "PodDeviceEntries": [{"PodUID": uid, "ContainerName": "init", "ResourceName": "example.com/nic",
                               "DeviceIDs": {"0": ["nic-0"]}, "AllocResp": null}],
         "RegisteredDevices": {"example.com/nic": ["nic-0", "nic-1"]}
-    }, "Checksum": 0});
-    std::fs::write(state.join("cpu_manager_state"), cpu_state.to_string()).unwrap();
+    }});
+    std::fs::write(
+        state.join("cpu_manager_state"),
+        checkpoint::seal_cpu_manager_state(cpu_state.clone()).unwrap(),
+    )
+    .unwrap();
     std::fs::write(
         state.join("device-plugins/kubelet_internal_checkpoint"),
-        device_state.to_string(),
+        checkpoint::seal_device_checkpoint(device_state.clone()).unwrap(),
     )
     .unwrap();
 
@@ -940,7 +944,7 @@ async fn what_init_containers_still_hold_is_published_as_used() {
     );
 
     // A checkpoint whose checksum matches nothing is not trusted: the spec gives the amounts.
-    let mut torn = cpu_state.clone();
+    let mut torn = cpu_state;
     torn["checksum"] = 12345.into();
     std::fs::write(state.join("cpu_manager_state"), torn.to_string()).unwrap();
     let nrt = s
@@ -970,6 +974,69 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         ),
         Some(1.0)
     );
+
+    // The kubelet accepts a zero checksum for cpu_manager_state only: a device or memory
+    // checkpoint with one is not trusted either.
+    let mut zero = device_state;
+    zero["Checksum"] = 0.into();
+    std::fs::write(
+        state.join("device-plugins/kubelet_internal_checkpoint"),
+        zero.to_string(),
+    )
+    .unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
+                == Some("cpu=pod-spec,devices=pod-spec,memory=none")
+        })
+        .await
+        .unwrap();
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_checkpoint_errors_total",
+            &[
+                ("file", "device-plugins/kubelet_internal_checkpoint"),
+                ("reason", "checksum"),
+            ],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
+    let memory_state = serde_json::json!({"policyName": "Static", "entries": {}, "machineState": {
+        "0": {"numberOfAssignments": 0, "cells": [0], "memoryMap": {"memory":
+            {"total": 1024, "systemReserved": 0, "allocatable": 1024, "reserved": 0, "free": 1024}}}}});
+    std::fs::write(
+        state.join("memory_manager_state"),
+        checkpoint::seal_memory_manager_state(memory_state.clone()).unwrap(),
+    )
+    .unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
+                == Some("cpu=pod-spec,devices=pod-spec,memory=checkpoint")
+        })
+        .await
+        .unwrap();
+    let mut zero = memory_state;
+    zero["checksum"] = 0.into();
+    std::fs::write(state.join("memory_manager_state"), zero.to_string()).unwrap();
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
+                == Some("cpu=pod-spec,devices=pod-spec,memory=none")
+        })
+        .await
+        .unwrap();
+    agent
+        .wait_metric(
+            "numaplane_exporter_kubelet_checkpoint_errors_total",
+            &[("file", "memory_manager_state"), ("reason", "checksum")],
+            WAIT,
+            |v| v >= 1.0,
+        )
+        .await
+        .unwrap();
     s.cleanup().await;
 }
 

@@ -22,7 +22,7 @@ pub struct OutcomeLabels {
 pub struct SlotLabels {
     /// Extended resource name.
     pub resource: String,
-    /// used, free or held_elsewhere.
+    /// used, free, held_elsewhere or unhealthy.
     pub state: &'static str,
 }
 
@@ -55,10 +55,15 @@ pub struct AllocatorMetrics {
     pub slots: Family<SlotLabels, Gauge>,
     /// Registrations with the kubelet by outcome: ok, error.
     pub registrations: Family<OutcomeLabels, Counter>,
+    /// 1 while the pool's plugin is registered with the kubelet, else 0.
+    pub registered: Family<ResourceLabels, Gauge>,
     /// Records ignored for steering, by reason.
     pub records_ignored: Family<ReasonLabels, Counter>,
     /// Reconciliations (pod-resources `List` against the records) by outcome: ok, error.
     pub resyncs: Family<OutcomeLabels, Counter>,
+    /// Pod-resources `List`s made while the kubelet waits for `GetPreferredAllocation`, by
+    /// outcome: ok, over_budget (the agent's budget had no room in time), error.
+    pub refreshes: Family<OutcomeLabels, Counter>,
 }
 
 impl AllocatorMetrics {
@@ -71,8 +76,10 @@ impl AllocatorMetrics {
             mismatches: Family::default(),
             slots: Family::default(),
             registrations: Family::default(),
+            registered: Family::default(),
             records_ignored: Family::default(),
             resyncs: Family::default(),
+            refreshes: Family::default(),
         };
         registry.register(
             "preferred_allocations",
@@ -93,13 +100,18 @@ impl AllocatorMetrics {
         );
         registry.register(
             "slots",
-            "Devices or slots per pool: used here, free, and (shared: cluster) held on other nodes",
+            "Devices or slots per pool: used here, free, (shared: cluster) held on other nodes, and (PCI-matched) unhealthy: gone from the PCI inventory",
             m.slots.clone(),
         );
         registry.register(
             "registrations",
             "Registrations with the kubelet by outcome",
             m.registrations.clone(),
+        );
+        registry.register(
+            "registered",
+            "1 while the pool's device plugin is registered with the kubelet (served, registered, and neither socket gone since), else 0",
+            m.registered.clone(),
         );
         registry.register(
             "records_ignored",
@@ -110,6 +122,11 @@ impl AllocatorMetrics {
             "resyncs",
             "Reconciliations of pod-resources against the records, by outcome",
             m.resyncs.clone(),
+        );
+        registry.register(
+            "kubelet_refreshes",
+            "Pod-resources Lists made while answering GetPreferredAllocation, by outcome (ok, over_budget, error)",
+            m.refreshes.clone(),
         );
         m
     }

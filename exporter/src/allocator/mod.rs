@@ -31,6 +31,12 @@ use crate::podresources::KubeletClient;
 
 /// Default kubelet device-plugin directory.
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The device manager's checkpoint in that directory: the only record of the devices regular
+/// init containers got (pod-resources `List` never reports those containers).
+pub const DEVICE_CHECKPOINT: &str = "kubelet_internal_checkpoint";
+/// How often the PCI inventory is read again for device health by default (`run` uses it
+/// as is).
+pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Flags of `device-plugin` (and the pool flags `run` shares).
 #[derive(Debug, Clone, clap::Args)]
@@ -56,9 +62,14 @@ pub struct DevicePluginArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2113")]
     pub metrics_address: SocketAddr,
-    /// How often pod-resources is read to reconcile holders, slots and records.
+    /// How often pod-resources is read to reconcile holders, slots and records (0: off).
     #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
+    /// How often the machine's PCI inventory (hwloc, or `--topology-xml`) is read again: a
+    /// PCI-matched device it no longer shows is listed Unhealthy to the kubelet until it is
+    /// back (0: off).
+    #[arg(long, env = "NUMAPLANE_DEVICE_RESCAN_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub device_rescan_interval: Duration,
     /// Timeout of one kubelet call.
     #[arg(long, env = "NUMAPLANE_CALL_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub call_timeout: Duration,
@@ -105,6 +116,38 @@ impl AllocatorError {
     }
 }
 
+/// Per pool resource, whether its plugin is registered with the kubelet now: what readiness
+/// means for the allocator.
+#[derive(Clone, Debug, Default)]
+pub struct Registrations(Arc<std::sync::Mutex<BTreeMap<String, bool>>>);
+
+impl Registrations {
+    fn set(&self, metrics: &Metrics, resource: &str, registered: bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(resource.to_owned(), registered);
+        metrics
+            .allocator
+            .registered
+            .get_or_create(&metrics::ResourceLabels {
+                resource: resource.to_owned(),
+            })
+            .set(i64::from(registered));
+    }
+
+    /// The resources whose plugin is not registered now.
+    pub fn missing(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, on)| !**on)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+}
+
 /// Sends a pool's device list (with health) to its ListAndWatch streams.
 type DeviceList = watch::Sender<Vec<numaplane::proto::deviceplugin::Device>>;
 
@@ -118,6 +161,8 @@ pub struct Shared {
     recorder: Option<Recorder>,
     /// Per `shared: cluster` resource, the slots other nodes' pods hold (from their NRTs).
     elsewhere: Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>,
+    /// Per PCI-matched resource, the slots of devices missing from the last inventory rescan.
+    unhealthy: Arc<std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>>,
 }
 
 /// What the allocator runs with.
@@ -133,23 +178,30 @@ pub struct AllocatorConfig {
     pub instance: String,
     /// Reconciliation interval.
     pub resync: Duration,
+    /// PCI inventory rescan interval (zero: off).
+    pub rescan: Duration,
+    /// Where the inventory is read from: this hwloc XML file, or the live system.
+    pub topology_xml: Option<PathBuf>,
 }
 
 /// Starts the allocator into `tasks`: the record watch (when there is an API client), one
-/// plugin per pool (served and kept registered) and the reconciliation loop.
+/// plugin per pool (served and kept registered) and the reconciliation loop. Returns which
+/// pools are registered with the kubelet, for readiness.
 pub fn start(
     tasks: &mut JoinSet<&'static str>,
     cfg: AllocatorConfig,
     client: Option<Client>,
     kubelet: KubeletClient,
     metrics: Arc<Metrics>,
-) {
+) -> Registrations {
     let AllocatorConfig {
         pools,
         dir,
         node,
         instance,
         resync,
+        rescan,
+        topology_xml,
     } = cfg;
     let recorder = client.as_ref().map(|c| {
         Recorder::new(
@@ -176,6 +228,7 @@ pub fn start(
         metrics: metrics.clone(),
         recorder,
         elsewhere: Arc::default(),
+        unhealthy: Arc::default(),
     };
     if let Some(client) = client.clone() {
         let s = shared.clone();
@@ -184,8 +237,10 @@ pub fn start(
             "allocation record watch"
         });
     }
+    let registrations = Registrations::default();
     let mut health = Vec::new();
     let mut cluster = Vec::new();
+    let resources: Arc<BTreeSet<String>> = Arc::new(pools.iter().map(|p| p.resource.clone()).collect());
     for pool in pools {
         let pool = Arc::new(pool);
         // A zero series up front, so `increase()` sees the first mismatch.
@@ -206,16 +261,35 @@ pub fn start(
             node: node.clone(),
             records: shared.records.clone(),
             holders: shared.holders.clone(),
+            kubelet: kubelet.clone(),
+            watched: client.is_some(),
+            resources: resources.clone(),
+            allocations: Arc::default(),
+            listed_after: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             devices: rx,
             metrics: metrics.clone(),
         };
         let dir = dir.clone();
+        registrations.set(&metrics, &state.pool.resource, false);
+        let r = registrations.clone();
         tasks.spawn(async move {
-            keep_registered(dir, state).await;
+            keep_registered(dir, state, r).await;
             "device plugin"
         });
     }
     let pool_list: Vec<Arc<Pool>> = health.iter().chain(&cluster).map(|(p, _)| p.clone()).collect();
+    let (pci, mut health): (Vec<_>, Vec<_>) = health
+        .into_iter()
+        .partition(|(p, _)| p.devices.iter().any(|d| d.pci));
+    if pci.is_empty() || rescan.is_zero() {
+        health.extend(pci);
+    } else {
+        let s = shared.clone();
+        tasks.spawn(async move {
+            rescan_loop(s, pci, rescan, topology_xml).await;
+            "PCI inventory rescan"
+        });
+    }
     if !cluster.is_empty() {
         match client {
             Some(client) => {
@@ -235,9 +309,10 @@ pub fn start(
     }
     let s = shared;
     tasks.spawn(async move {
-        reconcile_loop(kubelet, s, pool_list, health, resync).await;
+        reconcile_loop(kubelet, s, pool_list, health, resync, dir.join(DEVICE_CHECKPOINT)).await;
         "allocator reconciliation"
     });
+    registrations
 }
 
 /// Keeps the slots of `shared: cluster` pools that other nodes' pods hold off this node: they
@@ -320,6 +395,69 @@ async fn watch_cluster_slots(client: Client, shared: Shared, pools: Vec<(Arc<Poo
     }
 }
 
+/// Every `period`: reads the machine's PCI inventory again and lists the PCI-matched devices
+/// it lacks as Unhealthy (and those back in it as Healthy), so the kubelet stops handing out a
+/// device that left the bus. A failed read keeps the last health.
+async fn rescan_loop(
+    shared: Shared,
+    pools: Vec<(Arc<Pool>, DeviceList)>,
+    period: Duration,
+    xml: Option<PathBuf>,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_error: Option<String> = None;
+    loop {
+        tick.tick().await;
+        let path = xml.clone();
+        // hwloc's topology load blocks (it walks sysfs); keep it off the runtime thread.
+        let machine = match tokio::task::spawn_blocking(move || crate::cli::load_machine(path.as_deref()))
+            .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                let msg = numaplane::error_chain(&e);
+                shared.metrics.error("allocator_rescan");
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::warn!(error = %msg, "cannot read the PCI inventory again; device health unchanged");
+                    last_error = Some(msg);
+                }
+                continue;
+            }
+            Err(e) => {
+                shared.metrics.error("allocator_rescan");
+                tracing::warn!(error = %e, "PCI inventory rescan task failed; device health unchanged");
+                continue;
+            }
+        };
+        last_error = None;
+        for (pool, tx) in &pools {
+            let missing = pool.missing_from(&machine);
+            let before = shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&pool.resource)
+                .cloned()
+                .unwrap_or_default();
+            if before == missing {
+                continue;
+            }
+            tracing::warn!(
+                resource = %pool.resource,
+                unhealthy = %missing.iter().cloned().collect::<Vec<_>>().join(","),
+                "PCI devices of the pool changed: those missing from the inventory are listed Unhealthy"
+            );
+            tx.send_replace(plugin::device_list(pool, &missing));
+            shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(pool.resource.clone(), missing);
+        }
+    }
+}
+
 /// Feeds the record view from the node's pods; reports records it ignores.
 async fn watch_records(client: Client, shared: Shared) {
     let api: Api<Pod> = Api::all(client);
@@ -392,7 +530,7 @@ async fn pod_event(shared: &Shared, pod: &Pod, type_: EventType, reason: &str, n
 /// Serves the pool's plugin and keeps it registered: re-serves and re-registers when our
 /// socket disappears (the kubelet cleans the directory when it restarts), when the kubelet's
 /// socket is recreated, or when the server stops; failures back off from 1 s to 30 s.
-async fn keep_registered(dir: PathBuf, state: PluginState) {
+async fn keep_registered(dir: PathBuf, state: PluginState, registrations: Registrations) {
     let resource = state.pool.resource.clone();
     let metrics = state.metrics.clone();
     let mut backoff = Duration::from_secs(1);
@@ -411,6 +549,7 @@ async fn keep_registered(dir: PathBuf, state: PluginState) {
         match plugin::register(&dir, &state.pool, Duration::from_secs(10)).await {
             Ok(()) => {
                 metrics::AllocatorMetrics::count(&metrics.allocator.registrations, &resource, "ok");
+                registrations.set(&metrics, &resource, true);
                 tracing::info!(resource = %resource, socket = %served.socket.display(), "registered with the kubelet");
                 backoff = Duration::from_secs(1);
             }
@@ -428,6 +567,7 @@ async fn keep_registered(dir: PathBuf, state: PluginState) {
             let ours = served.socket.exists();
             let kubelet_same = socket_identity(&dir.join(plugin::KUBELET_SOCKET)) == kubelet_id;
             if !ours || !kubelet_same || served.finished() {
+                registrations.set(&metrics, &resource, false);
                 tracing::info!(resource = %resource, socket_present = ours, kubelet_same, "kubelet restarted or our socket is gone: registering again");
                 break;
             }
@@ -442,7 +582,7 @@ fn socket_identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Every `resync`: reads pod-resources, updates who holds what, republishes slot health for
+/// Every `resync` (zero: never): reads pod-resources, updates who holds what, republishes slot health for
 /// cluster-shared pools, counts slots, and reports pods whose devices differ from their record.
 async fn reconcile_loop(
     kubelet: KubeletClient,
@@ -451,12 +591,25 @@ async fn reconcile_loop(
     // Held so the pools' ListAndWatch streams stay open.
     _device_lists: Vec<(Arc<Pool>, DeviceList)>,
     resync: Duration,
+    checkpoint: PathBuf,
 ) {
+    if resync.is_zero() {
+        // `--resync-interval 0` means off, as for the exporter's own resync; a zero period
+        // would also make `tokio::time::interval` panic. The device lists stay held.
+        tracing::info!("resync interval 0: the allocator does not reconcile with pod-resources periodically");
+        std::future::pending::<()>().await;
+    }
     let mut reported: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut checkpoint_error: Option<String> = None;
     let mut tick = tokio::time::interval(resync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let ticket = shared
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ticket();
         let list = match kubelet.list().await {
             Ok(l) => l,
             Err(e) => {
@@ -472,6 +625,11 @@ async fn reconcile_loop(
             }
         };
         let resources: BTreeSet<&str> = pools.iter().map(|p| p.resource.as_str()).collect();
+        shared
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .update(ticket, &list, &resources);
         // resource → pod key → container → IDs.
         let mut held: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
             BTreeMap::new();
@@ -491,16 +649,6 @@ async fn reconcile_loop(
                 }
             }
         }
-        {
-            let mut h = shared
-                .holders
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            h.clear();
-            for (res, pods) in &held {
-                h.insert(res.clone(), pods.keys().cloned().collect());
-            }
-        }
         for pool in &pools {
             metrics::AllocatorMetrics::count(&shared.metrics.allocator.resyncs, &pool.resource, "ok");
             let total = pool.slot_ids().len();
@@ -518,10 +666,22 @@ async fn reconcile_loop(
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get(&pool.resource)
                 .map_or(0, |e| e.iter().filter(|id| !used.contains(id)).count());
-            let free_n = total.saturating_sub(used_n).saturating_sub(elsewhere_n);
+            let unhealthy_n = shared
+                .unhealthy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&pool.resource)
+                .map_or(0, |u| u.iter().filter(|id| !used.contains(id)).count());
+            let free_n = total
+                .saturating_sub(used_n)
+                .saturating_sub(elsewhere_n)
+                .saturating_sub(unhealthy_n);
             let mut states = vec![("used", used_n), ("free", free_n)];
             if pool.shared == pools::Sharing::Cluster {
                 states.push(("held_elsewhere", elsewhere_n));
+            }
+            if pool.devices.iter().any(|d| d.pci) {
+                states.push(("unhealthy", unhealthy_n));
             }
             for (state, n) in states {
                 shared
@@ -535,19 +695,39 @@ async fn reconcile_loop(
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
-        // Mismatches: a container whose devices differ from its record.
+        // Mismatches: a container whose devices differ from its record. `List` shows app
+        // containers and (kubelets with sidecar support) restartable init containers; the
+        // device checkpoint also shows regular init containers, for as long as the pod is
+        // active, so a container `List` lacks is compared with it.
         let planned: Vec<(String, records::Recorded)> = shared
             .records
             .read(|v| v.pods.iter().map(|(k, r)| (k.clone(), r.clone())).collect());
+        let checkpointed = if planned.iter().any(|(k, r)| {
+            r.record
+                .containers
+                .iter()
+                .any(|c| !c.devices.is_empty() && !held_by(&held, k, &c.name))
+        }) {
+            read_device_checkpoint(&checkpoint, &mut checkpoint_error).await
+        } else {
+            None
+        };
         let live: BTreeSet<&String> = held.values().flat_map(|pods| pods.keys()).collect();
         reported.retain(|(k, _, _)| live.contains(k) || planned.iter().any(|(p, _)| p == k));
         for (key, rec) in &planned {
             for c in &rec.record.containers {
                 for (res, ids) in &c.devices {
+                    let from_checkpoint: Option<BTreeSet<String>> = checkpointed
+                        .as_ref()
+                        .and_then(|d| d.pods.get(&rec.uid))
+                        .and_then(|cs| cs.get(&c.name))
+                        .and_then(|rs| rs.get(res))
+                        .map(|ids| ids.keys().cloned().collect());
                     let Some(actual) = held
                         .get(res)
                         .and_then(|pods| pods.get(key))
                         .and_then(|cs| cs.get(&c.name))
+                        .or(from_checkpoint.as_ref())
                     else {
                         continue;
                     };
@@ -564,7 +744,8 @@ async fn reconcile_loop(
                         })
                         .inc();
                     let note = format!(
-                        "container {} got {res} {} but the scheduler planned {}",
+                        "{} {} got {res} {} but the scheduler planned {}",
+                        c.kind.noun(),
                         c.name,
                         actual.iter().cloned().collect::<Vec<_>>().join(","),
                         ids.join(",")
@@ -584,6 +765,42 @@ async fn reconcile_loop(
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether `List` showed container `name` of pod `key` holding any pool resource.
+fn held_by(
+    held: &BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
+    key: &str,
+    name: &str,
+) -> bool {
+    held.values()
+        .any(|pods| pods.get(key).is_some_and(|cs| cs.contains_key(name)))
+}
+
+/// The kubelet's device checkpoint, when it exists and verifies. A failure is logged once
+/// per distinct error (a torn read during a kubelet write passes at the next resync).
+async fn read_device_checkpoint(
+    path: &Path,
+    last_error: &mut Option<String>,
+) -> Option<crate::checkpoint::DeviceAssignments> {
+    let result = match tokio::fs::read(path).await {
+        Ok(bytes) => crate::checkpoint::parse_device_checkpoint(&bytes).map_err(|e| e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(d) => {
+            *last_error = None;
+            Some(d)
+        }
+        Err(msg) => {
+            if last_error.as_deref() != Some(msg.as_str()) {
+                tracing::warn!(file = %path.display(), error = %msg, "cannot use the kubelet's device checkpoint; init containers' devices are not compared");
+                *last_error = Some(msg);
+            }
+            None
         }
     }
 }
@@ -632,14 +849,22 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
         node: args.node_name.clone(),
         instance,
         resync: args.resync_interval,
+        rescan: args.device_rescan_interval,
+        topology_xml: args.topology_xml.clone(),
     };
-    start(&mut tasks, cfg, Some(client), kubelet, metrics);
+    let registrations = start(&mut tasks, cfg, Some(client), kubelet, metrics);
     let h = health.clone();
     tasks.spawn(async move {
         loop {
             h.beat();
-            h.set_ready();
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Ready means registered: a plugin the kubelet does not know steers nothing.
+            let missing = registrations.missing();
+            if missing.is_empty() {
+                h.set_ready();
+            } else {
+                h.set_not_ready(format!("not registered with the kubelet: {}", missing.join(", ")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     let ended = tokio::select! {

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use futures::Stream;
 use numaplane::proto::deviceplugin::{
     self as dp, device_plugin_server::DevicePlugin, registration_client::RegistrationClient,
 };
+use numaplane::proto::podresources::ListPodResourcesResponse;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
@@ -22,6 +24,7 @@ use super::metrics::AllocatorMetrics;
 use super::pools::Pool;
 use super::records::SharedRecords;
 use super::steer::{self, Candidate, Miss};
+use crate::podresources::KubeletClient;
 
 /// Device plugin API version we speak.
 pub const API_VERSION: &str = "v1beta1";
@@ -30,10 +33,71 @@ pub const KUBELET_SOCKET: &str = "kubelet.sock";
 /// How long `GetPreferredAllocation` waits for a lagging pod watch before answering "no
 /// preference" (the kubelet's own call is bounded by its RPC timeout).
 pub const WATCH_LAG_WAIT: Duration = Duration::from_secs(1);
+/// How long `GetPreferredAllocation` waits for room in the agent's pod-resources budget before
+/// it answers from the last `List` instead (at the default 20/s a request frees every 50 ms).
+pub const BUDGET_WAIT: Duration = Duration::from_millis(100);
+/// Bound of that `List` itself: the kubelet is waiting for our answer.
+pub const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Pods that hold devices of each resource per the last pod-resources `List` (they are being
-/// or have been admitted, so their plans are no longer candidates).
-pub type Holders = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+/// What the last pod-resources `List` said, shared by the plugins and the reconciliation.
+#[derive(Debug, Default)]
+pub struct KubeletView {
+    /// Per resource and pod, the containers that hold some of it: they have been admitted,
+    /// so their plans are no longer candidates (the pod's other containers' plans still are:
+    /// the kubelet allocates container after container).
+    pub holders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Every pod the kubelet lists (`namespace/name`). The kubelet adds a pod to its pod
+    /// manager before admitting it, so the pod being admitted is among them.
+    pub pods: BTreeSet<String>,
+    /// Pods the kubelet lists that the pod watch still did not know after a full
+    /// [`WATCH_LAG_WAIT`] (a static pod without a mirror, a pod deleted from the API while the
+    /// kubelet still lists it): not waited for again.
+    pub waited: BTreeSet<String>,
+    /// Tickets of `List` calls: the last one handed out, and the one the view shows.
+    issued: u64,
+    shown: u64,
+}
+
+impl KubeletView {
+    /// A ticket for a `List` about to be sent (see [`Self::update`]).
+    pub fn ticket(&mut self) -> u64 {
+        self.issued = self.issued.saturating_add(1);
+        self.issued
+    }
+
+    /// Replaces the view with the answer of the `List` sent with `ticket`, unless the view
+    /// already shows a `List` sent later (the reconciliation and the plugins read
+    /// concurrently, and an older answer arriving last must not hide a newer allocation).
+    pub fn update(&mut self, ticket: u64, list: &ListPodResourcesResponse, resources: &BTreeSet<&str>) {
+        if ticket <= self.shown {
+            return;
+        }
+        self.shown = ticket;
+        self.holders.clear();
+        self.pods.clear();
+        for p in &list.pod_resources {
+            let key = format!("{}/{}", p.namespace, p.name);
+            for c in &p.containers {
+                for d in &c.devices {
+                    if resources.contains(d.resource_name.as_str()) && !d.device_ids.is_empty() {
+                        self.holders
+                            .entry(d.resource_name.clone())
+                            .or_default()
+                            .entry(key.clone())
+                            .or_default()
+                            .insert(c.name.clone());
+                    }
+                }
+            }
+            self.pods.insert(key);
+        }
+        let pods = &self.pods;
+        self.waited.retain(|k| pods.contains(k));
+    }
+}
+
+/// Shared [`KubeletView`].
+pub type Holders = Arc<Mutex<KubeletView>>;
 
 /// What one pool's plugin serves from.
 #[derive(Clone)]
@@ -46,6 +110,18 @@ pub struct PluginState {
     pub records: SharedRecords,
     /// Who holds what, from pod-resources.
     pub holders: Holders,
+    /// Pod-resources, for a fresh `List` when no plan fits (the agent's shared budget).
+    pub kubelet: KubeletClient,
+    /// Whether a pod watch feeds `records` (there is an API client): without one no record can
+    /// ever arrive, so there is nothing to wait for.
+    pub watched: bool,
+    /// Every pool's resource (a `List` updates the holders of all of them).
+    pub resources: Arc<BTreeSet<String>>,
+    /// `Allocate` calls this pool has served; each one makes a holder the last `List` lacks.
+    pub allocations: Arc<AtomicU64>,
+    /// [`Self::allocations`] when the last `List` made while answering the kubelet started
+    /// (`u64::MAX`: none yet).
+    pub listed_after: Arc<AtomicU64>,
     /// The device list sent on `ListAndWatch` (health changes republish it).
     pub devices: watch::Receiver<Vec<dp::Device>>,
     /// Metrics.
@@ -84,62 +160,155 @@ fn metrics(state: &PluginState) -> &AllocatorMetrics {
 }
 
 impl PluginState {
-    /// Candidates for `resource`: pods with a plan for it that hold none of it yet.
+    /// Candidates for `resource`: the plans for it of containers that hold none of it yet.
     fn candidates(&self) -> Vec<Candidate> {
         let resource = &self.pool.resource;
-        let holding = self
+        // Read under the holders' lock rather than cloning them (hundreds of pods per call);
+        // nothing takes the two locks the other way round.
+        let view = self
             .holders
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(resource)
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let holding = view.holders.get(resource);
+        let none = BTreeSet::new();
         self.records.read(|v| {
             v.pods
                 .iter()
-                .filter(|(k, _)| !holding.contains(*k))
-                .map(|(k, r)| Candidate {
-                    key: k.clone(),
-                    arrival: r.arrival,
-                    plans: r
-                        .record
-                        .containers
-                        .iter()
-                        .filter_map(|c| c.devices.get(resource).cloned())
-                        .filter(|ids| !ids.is_empty())
-                        .collect(),
+                .map(|(k, r)| {
+                    let held = holding.and_then(|h| h.get(k)).unwrap_or(&none);
+                    Candidate {
+                        key: k.clone(),
+                        arrival: r.arrival,
+                        plans: r
+                            .record
+                            .containers
+                            .iter()
+                            .filter(|c| !held.contains(&c.name))
+                            .filter_map(|c| c.devices.get(resource).cloned())
+                            .filter(|ids| !ids.is_empty())
+                            .collect(),
+                    }
                 })
                 .filter(|c| !c.plans.is_empty())
                 .collect()
         })
     }
 
-    /// The answer for one container, waiting once for a lagging watch.
+    /// Reads pod-resources now (within the shared budget, briefly) into the shared view;
+    /// on failure the last `List` stands.
+    async fn refresh(&self) {
+        // The kubelet admits one container at a time and records an allocation before it asks
+        // about the next one, so a `List` started now shows every `Allocate` counted so far.
+        let allocations = self.allocations.load(Ordering::Acquire);
+        let ticket = self
+            .holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ticket();
+        let outcome = match tokio::time::timeout(REFRESH_TIMEOUT, self.kubelet.list_within(BUDGET_WAIT)).await
+        {
+            Ok(Ok(list)) => {
+                self.listed_after.store(allocations, Ordering::Release);
+                let resources: BTreeSet<&str> = self.resources.iter().map(String::as_str).collect();
+                self.holders
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .update(ticket, &list, &resources);
+                "ok"
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %numaplane::error_chain(&e), "no fresh pod-resources List; using the last one");
+                if matches!(e, crate::podresources::PodResourcesError::OverBudget { .. }) {
+                    "over_budget"
+                } else {
+                    "error"
+                }
+            }
+            Err(_) => {
+                tracing::debug!(timeout = ?REFRESH_TIMEOUT, "pod-resources List too slow; using the last one");
+                "error"
+            }
+        };
+        AllocatorMetrics::count(&metrics(self).refreshes, &self.pool.resource, outcome);
+    }
+
+    /// Pods that may still bring a record: every pod the kubelet lists that the pod watch does
+    /// not know yet (and was not waited for in vain), or `None` meaning "the watch has not
+    /// listed yet, anything may come". Empty: nothing is on its way.
+    fn awaited(&self) -> Option<BTreeSet<String>> {
+        if !self.watched {
+            return Some(BTreeSet::new());
+        }
+        let (listed, waited) = {
+            let v = self
+                .holders
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (v.pods.clone(), v.waited.clone())
+        };
+        self.records.read(|v| {
+            v.synced.then(|| {
+                listed
+                    .into_iter()
+                    .filter(|k| !v.node_pods.contains(k) && !waited.contains(k))
+                    .collect()
+            })
+        })
+    }
+
+    /// The answer for one container. When no plan fits, it waits (at most
+    /// [`WATCH_LAG_WAIT`]) only while a pod that may carry a record has not reached the pod
+    /// watch yet; a pod the watch knows without a fitting plan (no record, no device of this
+    /// pool, or a plan the kubelet cannot honour) is answered at once, since the kubelet
+    /// admits pods one at a time and every wait here holds up the node's admissions.
     async fn prefer(&self, req: &steer::Request) -> Vec<String> {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
+        let mut refreshed = false;
+        if self.allocations.load(Ordering::Acquire) != self.listed_after.load(Ordering::Acquire) {
+            // A container was admitted since the last `List` we made: its pod may still look
+            // like a candidate (the reconciliation's `List` is up to one resync old), and its
+            // plan, unused if the kubelet chose otherwise, would be handed to this one.
+            self.refresh().await;
+            refreshed = true;
+        }
         loop {
-            match steer::choose(&self.candidates(), req) {
+            let mut seen = self.records.seen();
+            let miss = match steer::choose(&self.candidates(), req) {
                 Ok(choice) => {
                     AllocatorMetrics::count(&metrics(self).preferred, resource, "honoured");
                     tracing::debug!(resource = %resource, pod = %choice.key, devices = ?choice.devices, "preferred allocation from the record");
                     return choice.devices;
                 }
-                Err(miss) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        let outcome = match miss {
-                            Miss::NoCandidate => "no_candidate",
-                            Miss::NotHonourable => "not_honourable",
-                        };
-                        AllocatorMetrics::count(&metrics(self).preferred, resource, outcome);
-                        tracing::info!(resource = %resource, outcome, available = ?req.available, size = req.size, "no recorded plan fits; the kubelet keeps its own choice");
-                        return Vec::new();
-                    }
-                    // The pod being admitted may not have reached our watch yet.
-                    self.records.changed(deadline - now).await;
-                }
+                Err(miss) => miss,
+            };
+            if !refreshed {
+                // Which pods the kubelet knows now: the one being admitted is among them.
+                self.refresh().await;
+                refreshed = true;
             }
+            let awaited = self.awaited();
+            let now = Instant::now();
+            let waiting = awaited.as_ref().is_none_or(|a| !a.is_empty());
+            if !waiting || now >= deadline {
+                if let Some(a) = awaited.filter(|a| !a.is_empty()) {
+                    tracing::info!(resource = %resource, pods = ?a, "pods the kubelet lists never reached the pod watch; not waiting for them again");
+                    self.holders
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .waited
+                        .extend(a);
+                }
+                let outcome = match miss {
+                    Miss::NoCandidate => "no_candidate",
+                    Miss::NotHonourable => "not_honourable",
+                };
+                AllocatorMetrics::count(&metrics(self).preferred, resource, outcome);
+                tracing::info!(resource = %resource, outcome, available = ?req.available, size = req.size, "no recorded plan fits; the kubelet keeps its own choice");
+                return Vec::new();
+            }
+            // The pod being admitted may not have reached our watch yet.
+            self.records.changed_since(&mut seen, deadline - now).await;
         }
     }
 
@@ -247,6 +416,7 @@ impl DevicePlugin for PluginState {
             .iter()
             .map(|c| self.allocate_one(&c.devices_ids))
             .collect();
+        self.allocations.fetch_add(1, Ordering::AcqRel);
         AllocatorMetrics::count(&metrics(self).allocate, &self.pool.resource, "ok");
         Ok(Response::new(dp::AllocateResponse { container_responses }))
     }
@@ -371,4 +541,53 @@ pub async fn register(dir: &Path, pool: &Pool, timeout: Duration) -> Result<(), 
             source,
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use numaplane::proto::podresources::{ContainerDevices, ContainerResources, PodResources};
+
+    fn list(holder: Option<&str>) -> ListPodResourcesResponse {
+        ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "a".into(),
+                namespace: "ns".into(),
+                containers: vec![ContainerResources {
+                    name: "app".into(),
+                    devices: holder
+                        .map(|id| ContainerDevices {
+                            resource_name: "example.com/gpu".into(),
+                            device_ids: vec![id.into()],
+                            topology: None,
+                        })
+                        .into_iter()
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn an_older_list_answered_last_does_not_hide_a_newer_allocation() {
+        let resources = BTreeSet::from(["example.com/gpu"]);
+        let mut v = KubeletView::default();
+        // The reconciliation sends a List, then the plugin sends one after an Allocate; the
+        // plugin's answer (with the allocation) arrives first.
+        let older = v.ticket();
+        let newer = v.ticket();
+        v.update(newer, &list(Some("g1")), &resources);
+        v.update(older, &list(None), &resources);
+        assert_eq!(
+            v.holders["example.com/gpu"]["ns/a"],
+            BTreeSet::from(["app".to_owned()])
+        );
+        assert!(v.pods.contains("ns/a"));
+        let latest = v.ticket();
+        v.update(latest, &list(None), &resources);
+        assert!(v.holders.is_empty());
+    }
 }

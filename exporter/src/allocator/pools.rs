@@ -142,6 +142,9 @@ pub struct PoolDevice {
     pub id: String,
     /// NUMA node, if the device has one.
     pub numa_node: Option<u32>,
+    /// Found in the PCI inventory (its ID is the PCI address): it can leave the machine, and
+    /// is unhealthy while a rescan does not find it.
+    pub pci: bool,
 }
 
 impl Pool {
@@ -170,6 +173,22 @@ impl Pool {
         (slot < self.capacity)
             .then(|| self.devices.iter().find(|d| d.id == device))
             .flatten()
+    }
+
+    /// The slot IDs of the PCI-matched devices `machine` lacks (they left the bus, or the
+    /// driver unbound them).
+    pub fn missing_from(&self, machine: &Machine) -> std::collections::BTreeSet<String> {
+        self.slot_ids()
+            .into_iter()
+            .filter(|(_, d)| {
+                d.pci
+                    && !machine
+                        .pci_devices
+                        .iter()
+                        .any(|p| p.bus_id.eq_ignore_ascii_case(&d.id))
+            })
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// The socket file name of this pool's plugin in the device-plugin directory.
@@ -304,6 +323,7 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Resolved, PoolsErr
                     // A device local to several nodes is rare; the kubelet would count it for
                     // any mask touching one of them. We report the first, the lowest.
                     numa_node: p.numa_nodes.first().copied(),
+                    pci: true,
                 });
             }
         }
@@ -329,6 +349,7 @@ pub fn resolve(file: &PoolsFile, machine: &Machine) -> Result<Resolved, PoolsErr
             devices.push(PoolDevice {
                 id: d.id.clone(),
                 numa_node: d.numa_node,
+                pci: false,
             });
         }
         if devices.is_empty() {
@@ -467,6 +488,21 @@ mod tests {
         .unwrap();
         assert_eq!(shared[0].shared, Sharing::Cluster);
         assert_eq!(shared[0].slot_ids().len(), 2);
+    }
+
+    #[test]
+    fn missing_pci_devices_are_found_by_address_and_listed_devices_never_go_missing() {
+        let pools = parse(
+            "pools:\n- resource: example.com/gpu\n  capacity: 2\n  match: {vendor: \"10de\"}\n  devices: [{id: extra}]\n",
+        )
+        .unwrap();
+        let mut m = machine();
+        assert!(pools[0].missing_from(&m).is_empty());
+        m.pci_devices.retain(|p| p.bus_id != "0000:af:00.0");
+        let gone: Vec<String> = pools[0].missing_from(&m).into_iter().collect();
+        assert_eq!(gone, ["0000:af:00.0-0", "0000:af:00.0-1"]);
+        m.pci_devices.clear();
+        assert_eq!(pools[0].missing_from(&m).len(), 4, "extra is listed by hand");
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //! A record that is malformed or names another node is ignored for steering (metric, log,
 //! and one Event on the pod).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use numaplane::allocation::{ANNOTATION, Allocation};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 /// One pod that carries a usable record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +18,10 @@ pub struct Recorded {
     pub uid: String,
     /// Creation time, ms since the epoch.
     pub created_ms: i64,
+    /// When the pod was bound, ms since the epoch: the `PodScheduled` condition's last
+    /// transition to True (the API server sets it with the Binding), else the creation time (a
+    /// pod created with `spec.nodeName` is bound from the start). Second resolution.
+    pub bound_ms: i64,
     /// When this view first saw the pod bound with its record (1, 2, …): the kubelet admits
     /// pods in the order its own watch delivers them bound, which is this order, not creation
     /// order (a pod that waited for capacity is bound after newer ones).
@@ -33,6 +37,9 @@ pub struct RecordView {
     pub pods: BTreeMap<String, Recorded>,
     /// Keys of pods whose record was found unusable, with why (reported once per version).
     pub rejected: BTreeMap<String, String>,
+    /// Every pod of this node the watch knows, with a record or not (`namespace/name`): a pod
+    /// the kubelet lists that is not here has not reached the watch yet.
+    pub node_pods: BTreeSet<String>,
     /// The first list completed.
     pub synced: bool,
     /// The last arrival number given out.
@@ -40,13 +47,18 @@ pub struct RecordView {
 }
 
 /// Shared handle, with a wake-up for waiters (a lagging watch is waited for, briefly).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct SharedRecords {
     view: Arc<Mutex<RecordView>>,
-    changed: Arc<Notify>,
+    /// The view's version, bumped on every write.
+    changed: Arc<watch::Sender<u64>>,
     /// The IDs each pool offers: a record planning others for a pool resource is unusable.
-    known: Arc<BTreeMap<String, std::collections::BTreeSet<String>>>,
+    known: Arc<BTreeMap<String, BTreeSet<String>>>,
 }
+
+/// A point in the view's history (see [`SharedRecords::seen`]).
+#[derive(Debug)]
+pub struct Seen(watch::Receiver<u64>);
 
 /// Why a pod's record is not used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +105,7 @@ pub fn key(pod: &Pod) -> String {
 pub fn record_of(
     pod: &Pod,
     node: &str,
-    known: &BTreeMap<String, std::collections::BTreeSet<String>>,
+    known: &BTreeMap<String, BTreeSet<String>>,
 ) -> Result<Option<Recorded>, Ignored> {
     let terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -118,21 +130,43 @@ pub fn record_of(
             }
         }
     }
+    let created_ms = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_millisecond());
+    let bound_ms = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or(created_ms, |t| t.0.as_millisecond());
     Ok(Some(Recorded {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        created_ms: pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_millisecond()),
+        created_ms,
+        bound_ms,
         arrival: 0,
         record,
     }))
 }
 
+impl Default for SharedRecords {
+    fn default() -> Self {
+        SharedRecords {
+            view: Arc::default(),
+            changed: Arc::new(watch::Sender::new(0)),
+            known: Arc::default(),
+        }
+    }
+}
+
 impl SharedRecords {
     /// An empty view that checks planned IDs against `known` (resource → offered IDs).
-    pub fn new(known: BTreeMap<String, std::collections::BTreeSet<String>>) -> Self {
+    pub fn new(known: BTreeMap<String, BTreeSet<String>>) -> Self {
         SharedRecords {
             known: Arc::new(known),
             ..SharedRecords::default()
@@ -152,13 +186,22 @@ impl SharedRecords {
             .view
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner));
-        self.changed.notify_waiters();
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
         r
     }
 
-    /// Waits until the view changes or `timeout` passes.
-    pub async fn changed(&self, timeout: std::time::Duration) {
-        let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
+    /// Marks now: take it before reading the view, so [`Self::changed_since`] sees every
+    /// later change.
+    pub fn seen(&self) -> Seen {
+        Seen(self.changed.subscribe())
+    }
+
+    /// Waits until the view changed after `seen` was taken, or `timeout` passes; whether it
+    /// changed.
+    pub async fn changed_since(&self, seen: &mut Seen, timeout: std::time::Duration) -> bool {
+        // A change made since `seen` is remembered by the channel (unlike a `Notify` waiter
+        // registered after the fact), so it returns at once.
+        matches!(tokio::time::timeout(timeout, seen.0.changed()).await, Ok(Ok(())))
     }
 
     /// Applies an added or modified pod. Returns why its record is ignored, the first time
@@ -166,30 +209,33 @@ impl SharedRecords {
     pub fn apply(&self, pod: &Pod, node: &str) -> Option<Ignored> {
         let k = key(pod);
         let outcome = record_of(pod, node, &self.known);
-        self.write(|v| match outcome {
-            Ok(Some(mut r)) => {
-                v.rejected.remove(&k);
-                r.arrival = match v.pods.get(&k) {
-                    Some(known) => known.arrival,
-                    None => {
-                        v.last_arrival += 1;
-                        v.last_arrival
-                    }
-                };
-                v.pods.insert(k, r);
-                None
-            }
-            Ok(None) => {
-                v.pods.remove(&k);
-                v.rejected.remove(&k);
-                None
-            }
-            Err(why) => {
-                v.pods.remove(&k);
-                let text = why.message();
-                let first = v.rejected.get(&k) != Some(&text);
-                v.rejected.insert(k, text);
-                first.then_some(why)
+        self.write(|v| {
+            v.node_pods.insert(k.clone());
+            match outcome {
+                Ok(Some(mut r)) => {
+                    v.rejected.remove(&k);
+                    r.arrival = match v.pods.get(&k) {
+                        Some(known) => known.arrival,
+                        None => {
+                            v.last_arrival += 1;
+                            v.last_arrival
+                        }
+                    };
+                    v.pods.insert(k, r);
+                    None
+                }
+                Ok(None) => {
+                    v.pods.remove(&k);
+                    v.rejected.remove(&k);
+                    None
+                }
+                Err(why) => {
+                    v.pods.remove(&k);
+                    let text = why.message();
+                    let first = v.rejected.get(&k) != Some(&text);
+                    v.rejected.insert(k, text);
+                    first.then_some(why)
+                }
             }
         })
     }
@@ -198,6 +244,7 @@ impl SharedRecords {
     pub fn delete(&self, pod: &Pod) {
         let k = key(pod);
         self.write(|v| {
+            v.node_pods.remove(&k);
             v.pods.remove(&k);
             v.rejected.remove(&k);
         });
@@ -218,11 +265,12 @@ impl SharedRecords {
         let mut new_arrivals = Vec::new();
         for p in pods {
             let k = key(p);
+            fresh.node_pods.insert(k.clone());
             match record_of(p, node, &self.known) {
                 Ok(Some(mut r)) => {
                     match arrivals.get(&k) {
                         Some(&a) => r.arrival = a,
-                        None => new_arrivals.push((r.created_ms, k.clone())),
+                        None => new_arrivals.push((r.bound_ms, r.created_ms, k.clone())),
                     }
                     fresh.pods.insert(k, r);
                 }
@@ -236,9 +284,11 @@ impl SharedRecords {
                 }
             }
         }
-        // A list says nothing about binding order: pods first seen in it arrive oldest first.
+        // A list is in name order, not binding order: pods first seen in it (all of them after
+        // a restart) arrive in the order they were bound, as the kubelet saw them, then by
+        // creation (the bind time has second resolution).
         new_arrivals.sort();
-        for (_, k) in new_arrivals {
+        for (_, _, k) in new_arrivals {
             if let Some(r) = fresh.pods.get_mut(&k) {
                 last_arrival += 1;
                 r.arrival = last_arrival;
@@ -315,10 +365,69 @@ mod tests {
         assert!(s.read(|v| v.synced && v.pods.contains_key("ns/a")));
     }
 
+    #[tokio::test]
+    async fn a_change_made_between_reading_and_waiting_is_not_missed() {
+        let s = SharedRecords::default();
+        let mut seen = s.seen();
+        assert!(s.read(|v| v.pods.is_empty()));
+        // The pod arrives after the waiter read the view but before it starts waiting.
+        s.apply(&pod("a", Some(&record("n1")), "Pending"), "n1");
+        let t0 = std::time::Instant::now();
+        assert!(
+            s.changed_since(&mut seen, std::time::Duration::from_secs(3))
+                .await
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        // Nothing changed since: the wait runs out.
+        assert!(
+            !s.changed_since(&mut seen, std::time::Duration::from_millis(50))
+                .await
+        );
+    }
+
     fn created(name: &str, at: &str) -> Pod {
         let mut p = pod(name, Some(&record("n1")), "Pending");
         p.metadata.creation_timestamp = Some(serde_json::from_value(json!(at)).unwrap());
         p
+    }
+
+    fn bound(name: &str, created_at: &str, bound_at: Option<&str>) -> Pod {
+        let mut p = created(name, created_at);
+        if let Some(at) = bound_at {
+            p.status = Some(
+                serde_json::from_value(json!({"phase": "Pending", "conditions": [
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-11-25T09:00:00Z"},
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}))
+                .unwrap(),
+            );
+        }
+        p
+    }
+
+    #[test]
+    fn after_a_restart_pods_arrive_in_binding_order() {
+        // A fresh view (the exporter restarted) lists pods in name order; the older pod waited
+        // for capacity and was bound after the newer one, which the kubelet admits first.
+        let s = SharedRecords::default();
+        s.reset(
+            &[
+                bound("a-older", "2026-11-25T10:00:00Z", Some("2026-11-25T10:00:07Z")),
+                bound("b-newer", "2026-11-25T10:00:05Z", Some("2026-11-25T10:00:06Z")),
+                // Bound without the condition (created with spec.nodeName): its creation time.
+                bound("c-direct", "2026-11-25T10:00:06Z", None),
+                // Bound in the same second as b: creation time breaks the tie.
+                bound(
+                    "d-same-second",
+                    "2026-11-25T10:00:01Z",
+                    Some("2026-11-25T10:00:06Z"),
+                ),
+            ],
+            "n1",
+        );
+        let arrival = |k: &str| s.read(|v| v.pods[k].arrival);
+        assert!(arrival("ns/d-same-second") < arrival("ns/b-newer"));
+        assert!(arrival("ns/b-newer") < arrival("ns/c-direct"));
+        assert!(arrival("ns/c-direct") < arrival("ns/a-older"));
     }
 
     #[test]
@@ -331,7 +440,8 @@ mod tests {
         s.apply(&created("newer", "2026-11-25T10:00:05Z"), "n1");
         let arrival = |k: &str| s.read(|v| v.pods[k].arrival);
         assert!(arrival("ns/newer") < arrival("ns/older"));
-        // A relist keeps known arrivals; pods first seen in it arrive oldest first, after them.
+        // A relist keeps known arrivals; pods first seen in it arrive after them, in binding
+        // order (here the creation order: no PodScheduled condition).
         s.reset(
             &[
                 created("older", "2026-11-25T10:00:00Z"),
