@@ -1057,7 +1057,12 @@ pub async fn drive(
         if !report.violations.is_empty() || !report.bad_nrts.is_empty() {
             break;
         }
-        while deletable.len() > window / 2 {
+        // Half a window of reflected pods stays alive while pods are still being created. Once
+        // every pod exists, the rest go too: otherwise the last pending pods could wait
+        // forever for capacity that only the kept pods hold (a deadlock of this driver, not of
+        // the system: seen with 2 GPU pods left and every GPU held by kept pods).
+        let keep = if report.created < pods { window / 2 } else { 0 };
+        while deletable.len() > keep {
             let key = deletable.swap_remove(pick(report.deleted, deletable.len()));
             let name = key.rsplit('/').next().unwrap_or_default();
             api.delete(name, &kube::api::DeleteParams::default().grace_period(0))
