@@ -12,7 +12,7 @@
 //! kubelets (see the tests). Written by hand: no crate renders go-spew output, and FNV-1a 32 is
 //! five lines (the `fnv` crate only offers the 64-bit variant).
 //!
-//! Parsing is pure (bytes in, assignments out); [`read_all`] reads the three files.
+//! Parsing is pure (bytes in, assignments out); [`crate::init_held::read_checkpoints`] reads the three files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -115,7 +115,7 @@ pub struct MemoryAssignments {
 
 /// Reads and parses one checkpoint: `None` when it does not exist (the manager is off, or the
 /// directory is not mounted).
-async fn read_one<T>(
+pub(crate) async fn read_one<T>(
     dir: &std::path::Path,
     file: &'static str,
     parse: fn(&[u8]) -> Result<T, CheckpointError>,
@@ -127,15 +127,6 @@ async fn read_one<T>(
             file,
             message: e.to_string(),
         })),
-    }
-}
-
-/// The three checkpoints below the kubelet's root directory (`/var/lib/kubelet`).
-pub async fn read_all(dir: &std::path::Path) -> crate::init_held::Checkpoints {
-    crate::init_held::Checkpoints {
-        cpu: read_one(dir, CPU_MANAGER_STATE, parse_cpu_manager_state).await,
-        devices: read_one(dir, DEVICE_MANAGER_CHECKPOINT, parse_device_checkpoint).await,
-        memory: read_one(dir, MEMORY_MANAGER_STATE, parse_memory_manager_state).await,
     }
 }
 

@@ -3,7 +3,6 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
-use numaplane_topology::Machine;
 
 use crate::output::{self, Format};
 
@@ -80,15 +79,7 @@ fn init_logging(log: &LogArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads the machine from `--topology-xml` or from the live system.
-pub fn load_machine(
-    topology_xml: Option<&std::path::Path>,
-) -> Result<Machine, numaplane_topology::TopologyError> {
-    match topology_xml {
-        Some(path) => Machine::from_xml_file(path),
-        None => Machine::from_system(),
-    }
-}
+pub use crate::plumbing::load_machine;
 
 /// Runs the parsed command line and maps failures to exit codes with one clear line.
 pub fn run(cli: Cli) -> ExitCode {

@@ -144,6 +144,16 @@ pub struct Checkpoints {
     pub memory: Option<Result<MemoryAssignments, CheckpointError>>,
 }
 
+/// The three checkpoints below the kubelet's root directory (`/var/lib/kubelet`).
+pub async fn read_checkpoints(dir: &std::path::Path) -> Checkpoints {
+    use crate::checkpoint::{self as ck, read_one};
+    Checkpoints {
+        cpu: read_one(dir, ck::CPU_MANAGER_STATE, ck::parse_cpu_manager_state).await,
+        devices: read_one(dir, ck::DEVICE_MANAGER_CHECKPOINT, ck::parse_device_checkpoint).await,
+        memory: read_one(dir, ck::MEMORY_MANAGER_STATE, ck::parse_memory_manager_state).await,
+    }
+}
+
 impl Checkpoints {
     /// The files that exist but could not be used.
     pub fn errors(&self) -> Vec<CheckpointError> {

@@ -340,7 +340,7 @@ impl Tracker {
             }
         }
         self.said = problem;
-        metrics.set_kubelet_config_source(self.known.source);
+        metrics.set_kubelet_config_source(self.known.source.as_str(), Source::ALL.iter().map(|s| s.as_str()));
         applied
     }
 }

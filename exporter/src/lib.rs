@@ -15,6 +15,7 @@ pub mod metrics;
 mod once;
 pub mod output;
 mod own_object;
+pub mod plumbing;
 pub mod pod_watch;
 pub mod podresources;
 pub mod publish;

@@ -237,13 +237,8 @@ pub enum RunError {
     #[error("bad --node-address")]
     NodeAddress(#[source] ConfigzError),
     /// The kubeconfig cannot be loaded.
-    #[error("cannot load the API server configuration{}", .path.as_ref().map(|p| format!(" from {}", p.display())).unwrap_or_default())]
-    KubeConfig {
-        /// The kubeconfig, if given.
-        path: Option<PathBuf>,
-        /// Why.
-        message: String,
-    },
+    #[error(transparent)]
+    KubeConfig(#[from] crate::plumbing::PlumbingError),
     /// The socket path is unusable.
     #[error("bad --podresources-socket")]
     Socket(#[source] PodResourcesError),
@@ -284,7 +279,7 @@ impl RunError {
             self,
             Self::LoadMachine(_)
                 | Self::NodeAddress(_)
-                | Self::KubeConfig { .. }
+                | Self::KubeConfig(_)
                 | Self::Socket(_)
                 | Self::Server(_)
                 | Self::NotifyFile(_)
@@ -436,29 +431,6 @@ pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> Accoun
     }
 }
 
-/// The API client and the configuration it was built from (whose credentials also reach the
-/// kubelet's /configz).
-pub(crate) async fn kube_client(path: Option<&PathBuf>) -> Result<(Client, kube::Config), RunError> {
-    let config_error = |message: String| RunError::KubeConfig {
-        path: path.cloned(),
-        message,
-    };
-    let config = match path {
-        Some(p) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| config_error(numaplane::error_chain(&e)))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| config_error(numaplane::error_chain(&e)))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| config_error(numaplane::error_chain(&e)))?,
-    };
-    let client = Client::try_from(config.clone()).map_err(|e| config_error(numaplane::error_chain(&e)))?;
-    Ok((client, config))
-}
-
 /// Logs each anomaly once per distinct detail and scan streak, with context.
 pub(crate) fn log_anomalies(node: &str, scan: &Scan, seen: &mut BTreeSet<String>) {
     let mut now = BTreeSet::new();
@@ -528,7 +500,7 @@ pub async fn run(
     let kube = if args.dry_run && args.kubeconfig.is_none() {
         None
     } else {
-        Some(kube_client(args.kubeconfig.as_ref()).await?)
+        Some(crate::plumbing::kube_client(args.kubeconfig.as_ref()).await?)
     };
     let sources = kubelet_sources(&args, kube.as_ref())?;
     if args.once {
@@ -781,7 +753,7 @@ impl Agent {
         let mut anomaly_kinds: BTreeSet<AnomalyKind> = BTreeSet::new();
         let mut last_scan_at: Option<Instant> = None;
         let mut last_printed: Option<NodeResourceTopology> = None;
-        let shutdown = shutdown_signal();
+        let shutdown = crate::plumbing::shutdown_signal();
         tokio::pin!(shutdown);
         // Liveness tells whether this loop responds, not whether triggers arrive: on an idle
         // node with `--resync-interval 0` nothing may come for hours.
@@ -1056,29 +1028,6 @@ fn schedule_retry(pending: &mut Option<tokio::task::JoinHandle<()>>, triggers: &
         tokio::time::sleep(delay).await;
         triggers.send(Trigger::Retry);
     }));
-}
-
-/// Resolves on SIGTERM (kubelet stopping the pod) or SIGINT.
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ListPodResourcesResponse};
 
 use crate::accounting::{self, Accounting, AccountingConfig, AccountingError, MachineView};
-use crate::checkpoint::{self, CheckpointError};
+use crate::checkpoint::CheckpointError;
 use crate::init_held::{self, PodFacts, PodKey, Sources};
 use crate::podresources::{KubeletClient, PodResourcesError};
 
@@ -106,7 +106,7 @@ impl Scanner {
         let kubelet_seconds = started.elapsed().as_secs_f64();
         self.warn_empty(&allocatable);
         let checkpoints = match (facts, &self.kubelet_state_dir) {
-            (Some(_), Some(dir)) => checkpoint::read_all(dir).await,
+            (Some(_), Some(dir)) => init_held::read_checkpoints(dir).await,
             _ => init_held::Checkpoints::default(),
         };
         let checkpoint_errors = checkpoints.errors();

@@ -3,7 +3,7 @@
 //! pod-resources as the truth for what is held. Hosted by `numaplane-exporter run --pools` or
 //! run alone as `numaplane-exporter device-plugin`. See docs/allocator.md.
 
-pub mod metrics;
+pub use crate::metrics::allocator as metrics;
 pub mod plugin;
 pub mod pools;
 pub mod records;
@@ -411,8 +411,10 @@ async fn rescan_loop(
         tick.tick().await;
         let path = xml.clone();
         // hwloc's topology load blocks (it walks sysfs); keep it off the runtime thread.
-        let machine = match tokio::task::spawn_blocking(move || crate::cli::load_machine(path.as_deref()))
-            .await
+        let machine = match tokio::task::spawn_blocking(move || {
+            crate::plumbing::load_machine(path.as_deref())
+        })
+        .await
         {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => {
@@ -808,7 +810,7 @@ async fn read_device_checkpoint(
 /// `numaplane-exporter device-plugin`: the allocator alone, with its own metrics server.
 pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     let machine =
-        crate::cli::load_machine(args.topology_xml.as_deref()).map_err(AllocatorError::LoadMachine)?;
+        crate::plumbing::load_machine(args.topology_xml.as_deref()).map_err(AllocatorError::LoadMachine)?;
     let pools = pools::load(&args.pools, &machine)?;
     if let Some(p) = pools.iter().find(|p| p.shared == pools::Sharing::Cluster) {
         return Err(AllocatorError::ClusterPoolNeedsRun {
@@ -828,7 +830,7 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     .await
     .map_err(AllocatorError::Server)?;
     tracing::info!(%addr, pools = pools.len(), "serving /metrics, /healthz and /readyz");
-    let (client, _) = crate::run::kube_client(args.kubeconfig.as_ref())
+    let (client, _) = crate::plumbing::kube_client(args.kubeconfig.as_ref())
         .await
         .map_err(|e| AllocatorError::Client(Box::new(e)))?;
     let kubelet = KubeletClient::new(&args.podresources_socket, args.call_timeout, metrics.clone())
@@ -869,7 +871,7 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     });
     let ended = tokio::select! {
         ended = tasks.join_next() => ended,
-        () = crate::run::shutdown_signal() => {
+        () = crate::plumbing::shutdown_signal() => {
             tracing::info!("signal received: stopping");
             tasks.abort_all();
             server.abort();

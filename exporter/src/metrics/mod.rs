@@ -14,6 +14,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::accounting::{Accounting, AnomalyKind};
 
+pub mod allocator;
+
 /// Labels of the per-zone resource gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabels {
@@ -203,7 +205,7 @@ pub struct Metrics {
     /// Constant 1 with the agent's configuration as labels.
     pub info: Family<InfoLabels, Gauge>,
     /// The node-side allocator's (zero while no pool is configured).
-    pub allocator: crate::allocator::metrics::AllocatorMetrics,
+    pub allocator: allocator::AllocatorMetrics,
 }
 
 impl Default for Metrics {
@@ -216,9 +218,7 @@ impl Metrics {
     /// Registers every family under the `numaplane_exporter` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("numaplane_exporter");
-        let allocator = crate::allocator::metrics::AllocatorMetrics::register(
-            registry.sub_registry_with_prefix("allocator"),
-        );
+        let allocator = allocator::AllocatorMetrics::register(registry.sub_registry_with_prefix("allocator"));
         let m = Self {
             allocator,
             zone_capacity: Family::default(),
@@ -419,12 +419,12 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets the kubelet configuration source gauge: 1 for `source`, 0 for the others.
-    pub fn set_kubelet_config_source(&self, source: crate::kubelet_source::Source) {
-        for candidate in crate::kubelet_source::Source::ALL {
+    /// Sets the kubelet configuration source gauge: 1 for `source`, 0 for the other `all`.
+    pub fn set_kubelet_config_source<'a>(&self, source: &str, all: impl IntoIterator<Item = &'a str>) {
+        for candidate in all {
             self.kubelet_config_source
                 .get_or_create(&SourceLabels {
-                    source: candidate.as_str().to_owned(),
+                    source: candidate.to_owned(),
                 })
                 .set(i64::from(candidate == source));
         }
