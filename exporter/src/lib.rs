@@ -12,7 +12,6 @@ pub mod kubelet_config;
 pub mod kubelet_source;
 mod kubelet_watch;
 pub mod metrics;
-mod once;
 pub mod output;
 mod own_object;
 pub mod plumbing;

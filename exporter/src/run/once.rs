@@ -15,7 +15,10 @@ use crate::metrics::Metrics;
 use crate::output::{self, Format};
 use crate::pod_watch;
 use crate::publish::{self, Publisher};
-use crate::run::{ObjectFormat, RunArgs, RunError, apply_kubelet_settings, log_anomalies};
+use crate::run::args::{ObjectFormat, RunArgs};
+use crate::run::config::apply_kubelet_settings;
+use crate::run::error::RunError;
+use crate::run::report::log_anomalies;
 use crate::scan::{ScanError, Scanner};
 
 /// `--once`: scan (waiting up to the call timeout for the socket), then print or publish.
@@ -64,7 +67,7 @@ pub(crate) async fn once(
     };
     let mut seen = BTreeSet::new();
     log_anomalies(&args.node_name, &scan, &mut seen);
-    crate::run::note_init_held(&args.node_name, &scan, &metrics, &mut BTreeSet::new());
+    crate::run::report::note_init_held(&args.node_name, &scan, &metrics, &mut BTreeSet::new());
     match kube {
         Some(client) if !args.dry_run => {
             publish::crd_served(&client).await.map_err(RunError::Publish)?;
