@@ -1,11 +1,21 @@
 //! Unit tests: one per bad-input kind (typed error or counted anomaly, never a panic), plus the
 //! accounting rules the shared vectors do not exercise.
 
-use numaplane::proto::podresources::{ContainerResources, NumaNode};
 use numaplane_topology::{Distance, HugepagePool, NumaNode as MachineNode};
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use numaplane::fingerprint::{self, Method};
+use numaplane::nrt::{self, CostInfo, NodeResourceTopology, attr};
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources,
+    ListPodResourcesResponse, NumaNode, PodResources, TopologyInfo,
+};
+use numaplane_topology::Machine;
+
 use crate::init_held::{Held, Sources};
+
+use super::*;
 
 const GI: u64 = 1 << 30;
 
