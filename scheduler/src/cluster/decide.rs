@@ -1,0 +1,377 @@
+//! The filter/score cycle over every node: verdicts, the best node, the decision and its
+//! messages.
+
+use super::*;
+use crate::{
+    admission::{self, Placement, WorkingZones},
+    allocation::{Allocation, ContainerAllocation, VERSION},
+    cache::{ShapeKey, Shapes, UNKNOWN_FAILURE},
+    fit::{self, NodeBasics},
+    pod::PodSpec,
+    prepared::PreparedPod,
+};
+use std::collections::BTreeMap;
+
+impl Cluster {
+    /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
+    /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
+    pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
+        let pod = &PreparedPod::new(pod);
+        let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
+            Some(shapes) => {
+                self.best_cached(cfg, pod, shapes);
+                let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
+                self.order.iter().map(|&s| entries[s].score).collect()
+            }
+            None => self.judge_slots(cfg, pod, &self.order),
+        });
+        self.nodes()
+            .zip(scores)
+            .map(|(n, score)| NodeVerdict {
+                node: n.name.clone(),
+                feasible: score.is_some(),
+                score,
+                reasons: vec![],
+                categories: vec![],
+            })
+            .collect()
+    }
+
+    /// Evaluates `pod` on one node: node fit, then predicted kubelet admission.
+    pub(super) fn evaluate(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        basics: &NodeBasics,
+        explain: bool,
+    ) -> NodeVerdict {
+        let mut verdict = NodeVerdict {
+            node: basics.name.clone(),
+            feasible: false,
+            score: None,
+            reasons: vec![],
+            categories: vec![],
+        };
+        let failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
+        if !failures.is_empty() {
+            if explain {
+                for f in failures {
+                    verdict.categories.push(f.category);
+                    verdict.reasons.push(f.message);
+                }
+            }
+            return verdict;
+        }
+        self.topology_verdict_into(cfg, pod, &basics.name, explain, &mut verdict);
+        verdict
+    }
+
+    /// The NUMA part of the filter alone (predicted kubelet admission from the node's NRT),
+    /// without node-level fit: what the upstream NodeResourceTopologyMatch Filter decides,
+    /// and what `kubectl numa why` style diagnostics want.
+    pub fn topology_verdict(&self, cfg: &Config, pod: &PodSpec, node: &str) -> NodeVerdict {
+        let mut verdict = NodeVerdict {
+            node: node.to_owned(),
+            feasible: false,
+            score: None,
+            reasons: vec![],
+            categories: vec![],
+        };
+        self.topology_verdict_into(cfg, &PreparedPod::new(pod), node, true, &mut verdict);
+        verdict
+    }
+
+    /// The score of `pod` on `node` alone (as upstream Score runs without Filter).
+    pub fn score_node(&self, cfg: &Config, pod: &PodSpec, node: &str) -> i64 {
+        match self.topology(node) {
+            TopologyState::Valid(t) => cfg.scorer.score(&self.res, Some(t), pod),
+            _ => cfg.scorer.score(&self.res, None, pod),
+        }
+    }
+
+    pub(super) fn topology_verdict_into(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        node: &str,
+        explain: bool,
+        verdict: &mut NodeVerdict,
+    ) {
+        match self.topology(node) {
+            TopologyState::Missing => {
+                if cfg.no_topology == NoTopology::Reject {
+                    if explain {
+                        verdict
+                            .categories
+                            .push("node(s) had no NodeResourceTopology".to_owned());
+                        verdict
+                            .reasons
+                            .push("no NodeResourceTopology published for this node".to_owned());
+                    }
+                    return;
+                }
+                verdict.feasible = true;
+                verdict.score = Some(cfg.scorer.score_prepared(&self.res, None, pod));
+            }
+            TopologyState::Invalid { reason, .. } => {
+                if explain {
+                    verdict
+                        .categories
+                        .push("node(s) had topology unknown or invalid".to_owned());
+                    verdict
+                        .reasons
+                        .push(format!("topology unknown or invalid: {reason}"));
+                }
+            }
+            TopologyState::Valid(topo) => {
+                let mut w = WorkingZones::from_topology(topo);
+                match admission::predict_prepared(&self.res, topo, &mut w, pod) {
+                    Ok(_) => {
+                        verdict.feasible = true;
+                        verdict.score = Some(cfg.scorer.score_prepared(&self.res, Some(topo), pod));
+                    }
+                    Err(r) => {
+                        if explain {
+                            verdict.categories.push(r.category);
+                            verdict.reasons.push(r.message);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Filters and scores every node (no sampling) and picks the best: highest score, then
+    /// lowest name, so the result is deterministic. Does not change the cluster (only its
+    /// verdict cache).
+    ///
+    /// With `explain`, every node is evaluated afresh and `nodes` holds every node's verdict
+    /// with reasons. Without, verdicts come from the cache (recomputed for nodes changed since)
+    /// and `nodes` holds only the chosen node's verdict; [`Self::quick_verdicts`] gives all of
+    /// them. When no node fits, the result is the explained one either way.
+    pub fn schedule(&self, cfg: &Config, pod: &PodSpec, explain: bool) -> Decision {
+        self.schedule_prepared(cfg, &PreparedPod::new(pod), explain)
+    }
+
+    /// [`Self::schedule`] for a pod prepared once.
+    pub(super) fn schedule_prepared(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        explain: bool,
+    ) -> Decision {
+        let pod = prepared.spec;
+        if !explain {
+            let best = self.with_cache(|shapes| match shapes {
+                Some(shapes) => self.best_cached(cfg, prepared, shapes),
+                None => self.best_uncached(cfg, prepared),
+            });
+            let chosen =
+                best.and_then(|(slot, score)| Some((self.slots[slot].as_ref()?.name.clone(), score)));
+            let Some((node, score)) = chosen else {
+                return self.schedule_prepared(cfg, prepared, true);
+            };
+            return self.decision_on(prepared, node, score);
+        }
+        let verdicts: Vec<NodeVerdict> = self
+            .nodes()
+            .map(|n| self.evaluate(cfg, prepared, n, explain))
+            .collect();
+        let best = verdicts
+            .iter()
+            .filter(|v| v.feasible)
+            .max_by(|a, b| a.score.cmp(&b.score).then_with(|| b.node.cmp(&a.node)))
+            .map(|v| v.node.clone());
+        let Some(node) = best else {
+            let message = aggregate_message(&verdicts);
+            return Decision {
+                pod: pod.key(),
+                node: None,
+                message,
+                placement: None,
+                allocation: None,
+                nodes: verdicts,
+            };
+        };
+        let (placement, allocation) = self.placement_on(prepared, &node);
+        Decision {
+            pod: pod.key(),
+            message: format!("Successfully assigned {} to {node}", pod.key()),
+            node: Some(node),
+            placement,
+            allocation,
+            nodes: verdicts,
+        }
+    }
+
+    pub(super) fn placement_on(
+        &self,
+        pod: &PreparedPod<'_>,
+        node: &str,
+    ) -> (Option<Placement>, Option<Allocation>) {
+        let TopologyState::Valid(topo) = self.topology(node) else {
+            return (None, None);
+        };
+        let mut w = WorkingZones::with_device_ids(topo);
+        let Ok(p) = admission::predict_prepared(&self.res, topo, &mut w, pod) else {
+            return (None, None);
+        };
+        let allocation = Allocation {
+            version: VERSION.to_owned(),
+            node: node.to_owned(),
+            policy: topo.policy.to_string(),
+            scope: topo.scope.to_string(),
+            pod_numa_nodes: p.pod_numa_nodes.clone(),
+            containers: p
+                .containers
+                .iter()
+                .map(|c| ContainerAllocation {
+                    name: c.name.clone(),
+                    kind: c.kind,
+                    numa_nodes: c.numa_nodes.clone(),
+                    devices: c.devices.clone(),
+                    device_counts: c.device_counts.clone(),
+                })
+                .collect(),
+            nrt_fingerprint: topo.fingerprint.clone(),
+        };
+        (Some(p), Some(allocation))
+    }
+
+    /// The decision for `pod` on `node`, chosen by someone else (kube-scheduler, in extender
+    /// mode): the NUMA side is predicted again against the current zones and assumptions, and
+    /// the devices are chosen. Node-level fit is the caller's; a node without an NRT is
+    /// judged as [`Self::topology_verdict`] judges it, so `filter` and `bind` agree. `Err` carries the verdict that
+    /// says why the node cannot admit the pod now.
+    pub fn decide_on(&self, cfg: &Config, pod: &PodSpec, node: &str) -> Result<Decision, NodeVerdict> {
+        let verdict = self.topology_verdict(cfg, pod, node);
+        if !verdict.feasible {
+            return Err(verdict);
+        }
+        Ok(self.decision_on(
+            &PreparedPod::new(pod),
+            node.to_owned(),
+            verdict.score.unwrap_or(0),
+        ))
+    }
+
+    /// Like [`Self::schedule`] without explanations, for a live loop that retries pods: when
+    /// no node fits, the "0/N nodes are available" message comes from per-node failure
+    /// categories cached by pod shape, so only nodes changed since the last attempt are
+    /// explained again; `nodes` is empty then.
+    pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
+        let prepared = &PreparedPod::new(pod);
+        let outcome = self.with_cache(|shapes| {
+            let shapes = shapes?;
+            if let Some(best) = self.best_cached(cfg, prepared, shapes) {
+                return Some(Ok(best));
+            }
+            Some(Err(self.cached_failure_message(cfg, prepared, shapes)))
+        });
+        match outcome {
+            Some(Ok((slot, score))) => match self.slots[slot].as_ref() {
+                Some(n) => self.decision_on(prepared, n.name.clone(), score),
+                None => self.schedule_prepared(cfg, prepared, false),
+            },
+            Some(Err(message)) => Decision {
+                pod: pod.key(),
+                node: None,
+                message,
+                placement: None,
+                allocation: None,
+                nodes: vec![],
+            },
+            // Another thread holds the cache: the uncached path.
+            None => self.schedule_prepared(cfg, prepared, false),
+        }
+    }
+
+    /// The aggregate message for a pod no node fits, from the cached categories of every
+    /// node; nodes without cached categories are explained once and remembered.
+    pub(super) fn cached_failure_message(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        shapes: &mut Shapes,
+    ) -> String {
+        let key = ShapeKey::of(cfg, pod.spec);
+        let unknown: Vec<usize> = {
+            let entries = shapes.entries(key.clone(), self.slots.len());
+            self.order
+                .iter()
+                .copied()
+                .filter(|&s| entries[s].score.is_none() && entries[s].failure == UNKNOWN_FAILURE)
+                .collect()
+        };
+        let mut fresh = Vec::with_capacity(unknown.len());
+        for slot in unknown {
+            if let Some(n) = self.slots[slot].as_ref() {
+                let v = self.evaluate(cfg, pod, n, true);
+                fresh.push((slot, shapes.intern_categories(v.categories)));
+            }
+        }
+        let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+        {
+            let entries = shapes.entries(key, self.slots.len());
+            for (slot, id) in fresh {
+                entries[slot].failure = id;
+            }
+            for &s in &self.order {
+                *counts.entry(entries[s].failure).or_default() += 1;
+            }
+        }
+        let mut per_category: BTreeMap<&str, usize> = BTreeMap::new();
+        for (&id, &n) in &counts {
+            for c in shapes.categories(id) {
+                *per_category.entry(c.as_str()).or_default() += n;
+            }
+        }
+        format_aggregate(0, self.order.len(), &per_category)
+    }
+
+    /// The decision for a chosen node (placement and allocation record predicted there).
+    pub(super) fn decision_on(&self, pod: &PreparedPod<'_>, node: String, score: i64) -> Decision {
+        let (placement, allocation) = self.placement_on(pod, &node);
+        Decision {
+            pod: pod.spec.key(),
+            message: format!("Successfully assigned {} to {node}", pod.spec.key()),
+            nodes: vec![NodeVerdict {
+                node: node.clone(),
+                feasible: true,
+                score: Some(score),
+                reasons: vec![],
+                categories: vec![],
+            }],
+            node: Some(node),
+            placement,
+            allocation,
+        }
+    }
+}
+
+/// `0/N nodes are available: 3 insufficient cpu on any single NUMA node, 2 node(s) had …`:
+/// counts per category, sorted as strings, as kube-scheduler prints them.
+pub fn aggregate_message(verdicts: &[NodeVerdict]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in verdicts.iter().filter(|v| !v.feasible) {
+        let mut cats: Vec<&str> = v.categories.iter().map(String::as_str).collect();
+        cats.sort_unstable();
+        cats.dedup();
+        for c in cats {
+            *counts.entry(c).or_default() += 1;
+        }
+    }
+    let available = verdicts.iter().filter(|v| v.feasible).count();
+    format_aggregate(available, verdicts.len(), &counts)
+}
+
+/// The kube-scheduler line from per-category node counts.
+pub(super) fn format_aggregate(available: usize, total: usize, counts: &BTreeMap<&str, usize>) -> String {
+    let mut parts: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    parts.sort();
+    if parts.is_empty() {
+        format!("{available}/{total} nodes are available.")
+    } else {
+        format!("{available}/{total} nodes are available: {}.", parts.join(", "))
+    }
+}
