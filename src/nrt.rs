@@ -86,6 +86,37 @@ pub mod attr {
     pub const DEVICES_WITHOUT_NUMA_PREFIX: &str = "numaplane.io/devices-without-numa.";
 }
 
+/// Names of the kubelet's Topology Manager policy options (`topologyManagerPolicyOptions`), read
+/// by the exporter from the kubelet configuration and by the scheduler's model.
+pub mod kubelet_option {
+    /// Prefers NUMA sets with the shortest average distance (published as
+    /// [`super::attr::TOPOLOGY_MANAGER_PREFER_CLOSEST`]).
+    pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
+    /// Caps the NUMA nodes the Topology Manager considers (published as
+    /// [`super::attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES`]).
+    pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+}
+
+/// Encodes [`attr::CPU_MANAGER_POLICY_OPTIONS`]: `name=value` pairs in name order joined by
+/// commas (`full-pcpus-only=true`).
+pub fn join_cpu_manager_options(options: &std::collections::BTreeMap<String, String>) -> String {
+    options
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Decodes [`join_cpu_manager_options`]: the `name=value` pairs, trimmed; an entry without `=`
+/// is skipped.
+pub fn split_cpu_manager_options(value: &str) -> Vec<(String, String)> {
+    value
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
 /// The value of a device-ID list attribute ([`attr::FREE_DEVICES_PREFIX`],
 /// [`attr::CLUSTER_HELD_PREFIX`]): sorted, deduplicated, comma-separated.
 pub fn join_device_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
@@ -444,6 +475,26 @@ pub fn parse_zone_name(name: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cpu_manager_options_round_trip_and_skip_entries_without_a_value() {
+        let options = std::collections::BTreeMap::from([
+            ("full-pcpus-only".to_owned(), "true".to_owned()),
+            ("align-by-socket".to_owned(), "false".to_owned()),
+        ]);
+        let encoded = super::join_cpu_manager_options(&options);
+        assert_eq!(encoded, "align-by-socket=false,full-pcpus-only=true");
+        let decoded = super::split_cpu_manager_options(&encoded);
+        assert_eq!(
+            decoded.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+            options
+        );
+        assert_eq!(
+            super::split_cpu_manager_options(" full-pcpus-only = true ,junk,"),
+            vec![("full-pcpus-only".to_owned(), "true".to_owned())]
+        );
+        assert_eq!(super::join_cpu_manager_options(&Default::default()), "");
+    }
 
     #[test]
     fn memory_groups_round_trip_and_reject_what_is_not_a_partition() {

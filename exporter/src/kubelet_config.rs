@@ -13,10 +13,10 @@ use serde::Deserialize;
 pub const POLICIES: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
 /// Topology Manager scopes the kubelet accepts.
 pub const SCOPES: [&str; 2] = ["container", "pod"];
-/// The kubelet's Topology Manager option that caps the NUMA nodes it considers.
-pub const MAX_ALLOWABLE_NUMA_NODES_OPTION: &str = "max-allowable-numa-nodes";
-/// The kubelet's Topology Manager option that prefers NUMA sets with the shortest distance.
-pub const PREFER_CLOSEST_NUMA_NODES_OPTION: &str = "prefer-closest-numa-nodes";
+pub use numaplane::nrt::kubelet_option::{
+    MAX_ALLOWABLE_NUMA_NODES as MAX_ALLOWABLE_NUMA_NODES_OPTION,
+    PREFER_CLOSEST_NUMA_NODES as PREFER_CLOSEST_NUMA_NODES_OPTION,
+};
 
 /// What the exporter publishes about the kubelet's Topology Manager.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -298,11 +298,9 @@ fn full_pcpus_threads(obj: &NodeResourceTopology) -> Option<i64> {
     if obj.attribute(nrt::attr::CPU_MANAGER_POLICY)? != "static" {
         return None;
     }
-    let on = obj
-        .attribute(nrt::attr::CPU_MANAGER_POLICY_OPTIONS)?
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .any(|(k, v)| k.trim() == "full-pcpus-only" && numaplane::parse_go_bool(v.trim()) == Some(true));
+    let on = nrt::split_cpu_manager_options(obj.attribute(nrt::attr::CPU_MANAGER_POLICY_OPTIONS)?)
+        .iter()
+        .any(|(k, v)| k == "full-pcpus-only" && numaplane::parse_go_bool(v) == Some(true));
     let threads = obj
         .attribute(nrt::attr::THREADS_PER_CORE)?
         .trim()

@@ -60,14 +60,9 @@ pub(super) fn attributes(
             value: rm.cpu_manager_policy.clone(),
         });
         if !rm.cpu_manager_policy_options.is_empty() {
-            let options: Vec<String> = rm
-                .cpu_manager_policy_options
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
             attributes.push(AttributeInfo {
                 name: attr::CPU_MANAGER_POLICY_OPTIONS.to_owned(),
-                value: options.join(","),
+                value: nrt::join_cpu_manager_options(&rm.cpu_manager_policy_options),
             });
         }
         if let Some(reserved) = &rm.reserved_cpus {

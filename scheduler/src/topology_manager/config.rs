@@ -103,10 +103,7 @@ impl FromStr for Scope {
     }
 }
 
-/// Option name of `prefer-closest-numa-nodes`.
-pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
-/// Option name of `max-allowable-numa-nodes`.
-pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+pub use numaplane::nrt::kubelet_option::{MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES};
 /// Default (and minimum) of `max-allowable-numa-nodes`.
 pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: usize = 8;
 
