@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::kubelet_config::{self, KubeletConfigError, TopologyManagerSettings};
+use crate::kubelet_config::{self, KubeletConfigError, ResourceManagerSettings};
 
 /// The kubelet's default port for its authenticated HTTPS API.
 pub const DEFAULT_KUBELET_PORT: u16 = 10250;
@@ -232,7 +232,7 @@ impl ConfigzClient {
     }
 
     /// Reads and checks the kubelet's configuration, giving up after `timeout`.
-    pub async fn fetch(&self, timeout: Duration) -> Result<TopologyManagerSettings, ConfigzError> {
+    pub async fn fetch(&self, timeout: Duration) -> Result<ResourceManagerSettings, ConfigzError> {
         let client = self.client()?;
         let request = http::Request::get(self.path.as_str())
             .body(Vec::new())

@@ -18,9 +18,10 @@ pub use numaplane::nrt::kubelet_option::{
     PREFER_CLOSEST_NUMA_NODES as PREFER_CLOSEST_NUMA_NODES_OPTION,
 };
 
-/// What the exporter publishes about the kubelet's Topology Manager.
+/// The kubelet's resource-manager settings the exporter publishes: the Topology Manager's policy,
+/// scope and options, and the CPU and memory managers' settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TopologyManagerSettings {
+pub struct ResourceManagerSettings {
     /// Policy; `None` means the kubelet default (`none`).
     pub policy: Option<String>,
     /// Scope; `None` means the kubelet default (`container`).
@@ -124,7 +125,7 @@ where
 }
 
 /// Reads the Topology Manager settings from a kubelet config file.
-pub fn read(path: &Path) -> Result<TopologyManagerSettings, KubeletConfigError> {
+pub fn read(path: &Path) -> Result<ResourceManagerSettings, KubeletConfigError> {
     read_files(Some(path), None)
 }
 
@@ -134,7 +135,7 @@ pub fn read(path: &Path) -> Result<TopologyManagerSettings, KubeletConfigError> 
 pub fn read_files(
     file: Option<&Path>,
     dir: Option<&Path>,
-) -> Result<TopologyManagerSettings, KubeletConfigError> {
+) -> Result<ResourceManagerSettings, KubeletConfigError> {
     let mut merged = serde_json::Value::Object(serde_json::Map::new());
     let mut origins = Vec::new();
     if let Some(path) = file {
@@ -212,7 +213,7 @@ fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
 
 /// Parses the body of the kubelet's `/configz` answer, `{"kubeletconfig": {...}}` (the
 /// `kubelet.config.k8s.io/v1beta1` fields, defaults filled in, without `kind`).
-pub fn parse_configz(body: &str, origin: &str) -> Result<TopologyManagerSettings, KubeletConfigError> {
+pub fn parse_configz(body: &str, origin: &str) -> Result<ResourceManagerSettings, KubeletConfigError> {
     let parse_error = |message: String| KubeletConfigError::Parse {
         path: PathBuf::from(origin),
         message,
@@ -227,7 +228,7 @@ pub fn parse_configz(body: &str, origin: &str) -> Result<TopologyManagerSettings
 }
 
 /// Parses a kubelet config document; `origin` names it in errors.
-pub fn parse(text: &str, origin: &str) -> Result<TopologyManagerSettings, KubeletConfigError> {
+pub fn parse(text: &str, origin: &str) -> Result<ResourceManagerSettings, KubeletConfigError> {
     let cfg: KubeletConfiguration = if text.trim().is_empty() {
         KubeletConfiguration::default()
     } else {
@@ -243,7 +244,7 @@ pub fn parse(text: &str, origin: &str) -> Result<TopologyManagerSettings, Kubele
 pub fn parse_value(
     value: serde_json::Value,
     origin: &str,
-) -> Result<TopologyManagerSettings, KubeletConfigError> {
+) -> Result<ResourceManagerSettings, KubeletConfigError> {
     let cfg: KubeletConfiguration = serde_json::from_value(value).map_err(|e| KubeletConfigError::Parse {
         path: PathBuf::from(origin),
         message: e.to_string(),
@@ -251,7 +252,7 @@ pub fn parse_value(
     settings(cfg, origin)
 }
 
-fn settings(cfg: KubeletConfiguration, origin: &str) -> Result<TopologyManagerSettings, KubeletConfigError> {
+fn settings(cfg: KubeletConfiguration, origin: &str) -> Result<ResourceManagerSettings, KubeletConfigError> {
     if let Some(kind) = cfg.kind.as_deref().filter(|k| *k != "KubeletConfiguration") {
         return Err(KubeletConfigError::Parse {
             path: PathBuf::from(origin),
@@ -298,7 +299,7 @@ fn settings(cfg: KubeletConfiguration, origin: &str) -> Result<TopologyManagerSe
             expected: MEMORY_MANAGER_POLICIES.join(", "),
         });
     }
-    let settings = TopologyManagerSettings {
+    let settings = ResourceManagerSettings {
         policy: cfg.topology_manager_policy.filter(|p| !p.is_empty()),
         scope: cfg.topology_manager_scope.filter(|s| !s.is_empty()),
         max_numa_nodes,
@@ -347,7 +348,7 @@ pub fn parse_option_bool(
 }
 
 /// Checks policy and scope against the values the kubelet accepts.
-pub fn validate(s: &TopologyManagerSettings, origin: &str) -> Result<(), KubeletConfigError> {
+pub fn validate(s: &ResourceManagerSettings, origin: &str) -> Result<(), KubeletConfigError> {
     if let Some(p) = s.policy.as_deref().filter(|p| !POLICIES.contains(p)) {
         return Err(KubeletConfigError::InvalidValue {
             field: "topologyManagerPolicy",
@@ -408,7 +409,7 @@ mod tests {
 
     #[test]
     fn absent_fields_mean_kubelet_defaults() {
-        let defaults = TopologyManagerSettings {
+        let defaults = ResourceManagerSettings {
             resource_managers: Some(crate::accounting::ResourceManagers {
                 cpu_manager_policy: "none".into(),
                 memory_manager_policy: "None".into(),

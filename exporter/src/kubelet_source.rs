@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::configz::ConfigzClient;
-use crate::kubelet_config::{self, KubeletConfigError, TopologyManagerSettings};
+use crate::kubelet_config::{self, KubeletConfigError, ResourceManagerSettings};
 use crate::metrics::Metrics;
 use crate::publish::NodeEvents;
 use crate::triggers::{Trigger, Triggers};
@@ -76,7 +76,7 @@ pub struct Failure {
 #[derive(Clone, Debug)]
 pub struct Reading {
     /// The settings of the first source that answered.
-    pub settings: Option<TopologyManagerSettings>,
+    pub settings: Option<ResourceManagerSettings>,
     /// That source ([`Source::Flags`] when none is configured, [`Source::None`] when none
     /// answered).
     pub source: Source,
@@ -180,7 +180,7 @@ fn file_reason(e: &KubeletConfigError) -> &'static str {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Known {
     /// The last good settings, if any source ever answered.
-    pub settings: Option<TopologyManagerSettings>,
+    pub settings: Option<ResourceManagerSettings>,
     /// Where they came from.
     pub source: Source,
 }
@@ -436,7 +436,7 @@ mod tests {
 
     fn reading(settings: Option<&str>, source: Source, failures: &[(Source, &'static str)]) -> Reading {
         Reading {
-            settings: settings.map(|p| TopologyManagerSettings {
+            settings: settings.map(|p| ResourceManagerSettings {
                 policy: Some(p.to_owned()),
                 ..Default::default()
             }),

@@ -3,7 +3,6 @@
 //! Kubernetes I/O lives here.
 
 pub mod admission;
-pub mod allocation;
 mod cache;
 pub mod cli;
 pub mod cluster;

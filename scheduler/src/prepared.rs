@@ -2,10 +2,10 @@
 //! the admission prediction and scoring, which otherwise rebuild them for every node evaluated.
 
 use crate::{
-    allocation::ContainerKind,
     pod::{ContainerSpec, PodSpec, Qos},
     resources::{CPU, PODS, ResList},
 };
+use numaplane::allocation::ContainerKind;
 
 /// One request unit the kubelet's Topology Manager admits: a container, or the whole pod in pod
 /// scope.

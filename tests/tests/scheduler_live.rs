@@ -24,13 +24,13 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt as _, watcher},
 };
+use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::{fingerprint, nrt::NodeResourceTopology};
 use numaplane_e2e::{
     fake_api::{FakeApiServer, StoreChange},
     harness::{Agent, ApiTarget, http_post, metric_value, unique_name},
 };
 use numaplane_scheduler::{
-    allocation::{ANNOTATION, Allocation},
     cluster::{Cluster, Config},
     pod::PodSpec,
 };

@@ -8,14 +8,14 @@ use numaplane::fingerprint::Method;
 
 use crate::accounting::AccountingConfig;
 use crate::configz::{ConfigzClient, ConfigzVia, KubeletTls};
-use crate::kubelet_config::TopologyManagerSettings;
+use crate::kubelet_config::ResourceManagerSettings;
 use crate::kubelet_source::{Known, Sources};
 use crate::run::args::{FingerprintArg, RunArgs};
 use crate::run::error::RunError;
 
 /// The effective Topology Manager settings: the flags over what is known of the kubelet's
 /// configuration.
-pub fn effective_settings(args: &RunArgs, known: &Known) -> TopologyManagerSettings {
+pub fn effective_settings(args: &RunArgs, known: &Known) -> ResourceManagerSettings {
     let mut s = known.settings.clone().unwrap_or_default();
     if let Some(p) = &args.topology_manager_policy {
         s.policy = Some(p.clone());
@@ -125,7 +125,7 @@ pub fn kubelet_sources(args: &RunArgs, kube: Option<&(Client, kube::Config)>) ->
 }
 
 /// The accounting configuration from the flags.
-pub fn accounting_config(args: &RunArgs, tm: &TopologyManagerSettings) -> AccountingConfig {
+pub fn accounting_config(args: &RunArgs, tm: &ResourceManagerSettings) -> AccountingConfig {
     let mut resource_exclude: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (node, res) in &args.exclude_resources {
         resource_exclude

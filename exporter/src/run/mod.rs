@@ -15,7 +15,7 @@ mod supervise;
 use std::sync::Arc;
 
 use crate::accounting::MachineView;
-use crate::kubelet_config::TopologyManagerSettings;
+use crate::kubelet_config::ResourceManagerSettings;
 use crate::metrics::Metrics;
 use crate::podresources::KubeletClient;
 use crate::scan::Scanner;
@@ -30,7 +30,7 @@ pub async fn run(
     machine_view: MachineView,
     pools: Vec<crate::allocator::pools::Pool>,
 ) -> Result<(), RunError> {
-    let mut cfg = accounting_config(&args, &TopologyManagerSettings::default());
+    let mut cfg = accounting_config(&args, &ResourceManagerSettings::default());
     cfg.cluster_shared = pools
         .iter()
         .filter(|p| p.shared == crate::allocator::pools::Sharing::Cluster)

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::admission::cpu::exclusive_cpus;
-use crate::admission::init_reuse::Held;
+use crate::admission::init_reuse::ReusableItem;
 use crate::admission::init_reuse::Reuse;
 use crate::admission::init_reuse::hold_unaligned;
 use crate::admission::init_reuse::take_reusing;
@@ -181,7 +181,7 @@ pub(super) fn allocate(
                 for (d, bits) in fresh.iter().zip(bits_of) {
                     reuse.add(
                         id,
-                        Held {
+                        ReusableItem {
                             bits,
                             amount: 1,
                             id: Some(d.clone()),
@@ -190,7 +190,7 @@ pub(super) fn allocate(
                 }
                 reuse.add(
                     id,
-                    Held {
+                    ReusableItem {
                         bits: 0,
                         amount: counted,
                         id: None,

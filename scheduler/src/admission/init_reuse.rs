@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default)]
 pub(super) struct Reuse {
     /// Per resource (exclusive `cpu` in millicores, devices in units), the reusable items.
-    pub(super) items: BTreeMap<ResId, Vec<Held>>,
+    pub(super) items: BTreeMap<ResId, Vec<ReusableItem>>,
 }
 
 /// One reusable item: an amount on one zone (CPUs, devices without published IDs) or one device
 /// ID on the zones that list it.
 #[derive(Clone, Debug)]
-pub(super) struct Held {
+pub(super) struct ReusableItem {
     /// Zone positions (subset bits) the item is attached to; 0 for a device without a NUMA
     /// node, which constrains no hint and counts towards none (§3.3 step 4: the kubelet skips
     /// reusable devices without topology).
@@ -89,7 +89,7 @@ impl Reuse {
             .fold(0, |a, h| a | h.bits)
     }
 
-    pub(super) fn add(&mut self, id: ResId, held: Held) {
+    pub(super) fn add(&mut self, id: ResId, held: ReusableItem) {
         if held.amount <= 0 {
             return;
         }
@@ -158,7 +158,7 @@ pub(super) fn hold_unaligned(reuse: &mut Reuse, id: ResId, ids: &[String], count
     for d in ids {
         reuse.add(
             id,
-            Held {
+            ReusableItem {
                 bits: 0,
                 amount: 1,
                 id: Some(d.clone()),
@@ -167,7 +167,7 @@ pub(super) fn hold_unaligned(reuse: &mut Reuse, id: ResId, ids: &[String], count
     }
     reuse.add(
         id,
-        Held {
+        ReusableItem {
             bits: 0,
             amount: counted,
             id: None,
@@ -231,7 +231,7 @@ pub(super) fn take_reusing(
                 if init {
                     reuse.add(
                         id,
-                        Held {
+                        ReusableItem {
                             bits: 1 << i,
                             amount: t,
                             id: None,

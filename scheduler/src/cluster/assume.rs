@@ -5,11 +5,11 @@ use super::*;
 use crate::cluster::shared_slots::claims_of;
 use crate::{
     admission::{self, Placement, WorkingZones},
-    allocation::Allocation,
     node::NumaTopology,
     pod::PodSpec,
     resources::{ResId, ResList, Resources},
 };
+use numaplane::allocation::Allocation;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// At most this many uncertain pods per node are tried when matching a fingerprint

@@ -4,12 +4,12 @@
 use super::*;
 use crate::{
     admission::{self, Placement, WorkingZones},
-    allocation::{Allocation, ContainerAllocation, VERSION},
     cache::{ShapeKey, Shapes, UNKNOWN_FAILURE},
     fit::{self, NodeBasics},
     pod::PodSpec,
     prepared::PreparedPod,
 };
+use numaplane::allocation::{Allocation, ContainerAllocation, VERSION};
 use std::collections::BTreeMap;
 
 impl Cluster {

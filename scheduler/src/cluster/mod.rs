@@ -11,13 +11,13 @@
 pub use crate::config::{Config, NoTopology};
 use crate::{
     admission::Placement,
-    allocation::Allocation,
     cache::VerdictCache,
     fit::NodeBasics,
     node::NumaTopology,
     pod::{PodSpec, Qos},
     resources::{ResId, ResKind, ResList, Resources},
 };
+use numaplane::allocation::Allocation;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

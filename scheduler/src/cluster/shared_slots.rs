@@ -3,11 +3,11 @@
 
 use super::*;
 use crate::{
-    allocation::Allocation,
     node::NumaTopology,
     resources::{ResId, Resources},
 };
 use k8s_openapi::api::core::v1::Pod;
+use numaplane::allocation::Allocation;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Cluster {

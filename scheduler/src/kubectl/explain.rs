@@ -13,7 +13,6 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use numaplane::{
-    allocation::{ANNOTATION, Allocation},
     fingerprint::ATTRIBUTE_FINGERPRINT,
     nrt::{self, NodeResourceTopology},
 };
@@ -27,6 +26,7 @@ use crate::{
     node::TmConfig,
     simulate::{self, ConfigFile, Explain, Inputs, Report},
 };
+use numaplane::allocation::{ANNOTATION, Allocation};
 
 /// Schema of the JSON output.
 pub const SCHEMA: &str = "numaplane.io/kubectl-numa/explain/v1";

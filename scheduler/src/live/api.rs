@@ -22,7 +22,7 @@ use kube::{
 use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
-use crate::allocation::ANNOTATION;
+use numaplane::allocation::ANNOTATION;
 
 /// The event note limit of the API server; kube-scheduler cuts there too, with " ...".
 const NOTE_LIMIT: usize = 1024;

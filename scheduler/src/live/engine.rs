@@ -24,11 +24,11 @@ use super::{
     metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{
-    allocation::{ANNOTATION, Allocation},
     cluster::{AssumptionStats, Cluster, Config, TopologyState},
     pod::PodSpec,
     queue::{SchedulingQueue, State},
 };
+use numaplane::allocation::{ANNOTATION, Allocation};
 
 /// Which watch an event came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,7 +51,7 @@ pub enum Input {
     /// An NRT event.
     Nrt(watcher::Event<NodeResourceTopology>),
     /// A bound-pod event.
-    Bound(watcher::Event<Pod>),
+    BoundPodEvent(watcher::Event<Pod>),
     /// A pending-pod event of one scheduler name.
     Pending(usize, watcher::Event<Pod>),
     /// A watch failed (it retries by itself).
@@ -59,7 +59,7 @@ pub enum Input {
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
     NrtCrdMissing,
     /// A Binding finished.
-    Bound_(Box<BindDone>),
+    BindingDone(Box<BindDone>),
     /// An extender call (extender mode).
     Extender(ExtenderCall),
     /// A Binding of an extender `bind` finished.
@@ -455,7 +455,7 @@ impl Engine {
         match input {
             Input::Node(ev) => self.on_event(Stream::Nodes, ev),
             Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
-            Input::Bound(ev) => self.on_event(Stream::Bound, ev),
+            Input::BoundPodEvent(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
             Input::WatchError(stream, message) => {
                 let reason = match stream {
@@ -468,7 +468,7 @@ impl Engine {
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
             }
             Input::NrtCrdMissing => self.on_nrt_crd_missing(),
-            Input::Bound_(done) => self.on_bound(*done),
+            Input::BindingDone(done) => self.on_bound(*done),
             Input::Extender(call) => self.on_extender(call),
             Input::ExtenderBound(done) => self.on_extender_bound(*done),
         }
@@ -822,7 +822,7 @@ impl Engine {
                             .bind(&ns, &name, uid.as_deref(), &node, annotation.as_deref())
                             .await;
                         // The loop is gone only at shutdown; nothing to report to then.
-                        let _ = tx.send(Input::Bound_(Box::new(BindDone {
+                        let _ = tx.send(Input::BindingDone(Box::new(BindDone {
                             key,
                             uid,
                             node,

@@ -169,7 +169,7 @@ pub fn spawn_watches(
         bookmarks().fields("spec.nodeName!="),
         Stream::Bound,
         tx.clone(),
-        Input::Bound,
+        Input::BoundPodEvent,
     );
     for (i, name) in names.iter().enumerate() {
         forward(
