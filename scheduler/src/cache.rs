@@ -13,7 +13,7 @@ use std::{
 };
 
 use crate::{
-    config::{Config, NoTopology},
+    model_config::{Config, NoTopology},
     pod::{PodSpec, Qos},
     resources::{ResId, ResList},
     score::Strategy,

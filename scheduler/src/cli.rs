@@ -25,10 +25,10 @@ pub enum Command {
     /// Schedule pods offline against a cluster described in files; no API server needed.
     Simulate(SimulateArgs),
     /// Serve as a secondary scheduler: watch, queue, decide, bind with the allocation record.
-    Run(Box<crate::live::config::ServeArgs>),
+    Run(Box<crate::live::daemon_config::ServeArgs>),
     /// Serve kube-scheduler's extender verbs (filter, prioritize, bind) for clusters that keep
     /// kube-scheduler; see docs/extender.md.
-    Extender(Box<crate::live::config::ServeArgs>),
+    Extender(Box<crate::live::daemon_config::ServeArgs>),
 }
 
 /// Output format of `simulate`.
@@ -84,9 +84,9 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn run_live(args: &crate::live::config::ServeArgs, extender: bool) -> ExitCode {
+fn run_live(args: &crate::live::daemon_config::ServeArgs, extender: bool) -> ExitCode {
     let cfg = match args.resolve() {
-        Ok(c) => crate::live::config::ServeConfig { extender, ..c },
+        Ok(c) => crate::live::daemon_config::ServeConfig { extender, ..c },
         Err(e) => {
             eprintln!("numaplane-scheduler: {}", numaplane::error_chain(&e));
             return ExitCode::from(EXIT_CONFIG);

@@ -6,12 +6,12 @@ use std::{collections::HashMap, fmt::Write as _, path::Path};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use numaplane::nrt::NodeResourceTopology;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{
-    cluster::{Cluster, Config, Decision, NoTopology},
+    cluster::{Cluster, Config, Decision},
     pod::PodSpec,
-    score::{Scorer, Strategy},
+    score::Scorer,
 };
 
 /// A failure that stops the simulation (bad input files); per-pod problems are results.
@@ -62,39 +62,7 @@ pub enum SimulateError {
     },
 }
 
-/// The `--config` file.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ConfigFile {
-    /// Scoring strategy and weights.
-    #[serde(default)]
-    pub scoring_strategy: ScoringStrategyFile,
-    /// Nodes without NRT: `AssumeNone` (default) or `Reject`.
-    #[serde(default)]
-    pub no_topology: NoTopology,
-}
-
-/// `scoringStrategy` section.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScoringStrategyFile {
-    /// Strategy name.
-    #[serde(default, rename = "type")]
-    pub strategy: Strategy,
-    /// Resource weights.
-    #[serde(default)]
-    pub resources: Vec<ResourceWeight>,
-}
-
-/// A weighted resource.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceWeight {
-    /// Resource name.
-    pub name: String,
-    /// Weight (values below 1 count as 1).
-    pub weight: i64,
-}
+pub use crate::config_file::{ConfigFile, ResourceWeight, ScoringStrategyFile};
 
 /// Input objects, by kind.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 //! of another group; with no mask left the memory manager gives no hint, the Topology Manager
 //! decides on the other resources, and the pod fails in Allocate (`UnexpectedAdmissionError`).
 //! The NRT shows per-zone memory only, so the model's rule for memory already in use is stated
-//! in `admission.rs` (`Groups`) and docs/scheduler.md; each case below was worked out by hand.
+//! in `admission/memory.rs` (`Groups`) and docs/scheduler.md; each case below was worked out by hand.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use k8s_openapi::api::core::v1::Pod;

@@ -633,7 +633,7 @@ fn scheduler_config_and_leases_agree_with_the_roles() {
         // The configuration file parses and resolves as the binary does.
         let path = effective(c, "--config").unwrap_or_else(|| panic!("{name}: no config file"));
         let text = config_file(objects, c, &pod, &path);
-        let file: numaplane_scheduler::live::config::FileConfig =
+        let file: numaplane_scheduler::config_file::FileConfig =
             serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {path}: {e}"));
         let lease_in_file = file.leader_election.resource_name.clone();
         let cfg = serve_args(c)
@@ -679,8 +679,8 @@ fn scheduler_config_and_leases_agree_with_the_roles() {
 }
 
 /// `ServeArgs` as the container's environment sets them (the flags merge tests need).
-fn serve_args(c: &Container) -> numaplane_scheduler::live::config::ServeArgs {
-    numaplane_scheduler::live::config::ServeArgs {
+fn serve_args(c: &Container) -> numaplane_scheduler::live::daemon_config::ServeArgs {
+    numaplane_scheduler::live::daemon_config::ServeArgs {
         config: None,
         kubeconfig: None,
         scheduler_names: Vec::new(),

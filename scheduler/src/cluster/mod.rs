@@ -8,7 +8,7 @@
 //! [`shared_slots`] (cluster-shared device claims), [`decision_cache`] (per-shape verdict reuse)
 //! and [`decide`] (the filter/score cycle and its messages); this module holds the types.
 
-pub use crate::config::{Config, NoTopology};
+pub use crate::model_config::{Config, NoTopology};
 use crate::{
     admission::Placement,
     cache::VerdictCache,

@@ -238,7 +238,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
     let sched_config = match &cli.command {
         Command::Explain(a) => Some(match &a.config {
             Some(p) => read_scheduler_config(p)?,
-            None => crate::simulate::ConfigFile::default(),
+            None => crate::config_file::ConfigFile::default(),
         }),
         Command::Top(_) => None,
     };
@@ -332,21 +332,18 @@ pub fn parse_pod_ref(given: &str, default_ns: &str) -> Result<(String, String), 
 }
 
 /// Reads the scoring and no-topology settings from the scheduler's own config file.
-pub fn read_scheduler_config(path: &std::path::Path) -> Result<crate::simulate::ConfigFile, KubectlError> {
+pub fn read_scheduler_config(path: &std::path::Path) -> Result<crate::config_file::ConfigFile, KubectlError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| KubectlError::ReadConfig {
         path: shown.clone(),
         message: e.to_string(),
     })?;
-    let file: crate::live::config::FileConfig =
+    let file: crate::config_file::FileConfig =
         serde_saphyr::from_str(&text).map_err(|e| KubectlError::ReadConfig {
             path: shown,
             message: e.to_string().lines().next().unwrap_or_default().to_owned(),
         })?;
-    Ok(crate::simulate::ConfigFile {
-        scoring_strategy: file.scoring_strategy.unwrap_or_default(),
-        no_topology: file.no_topology.unwrap_or_default(),
-    })
+    Ok(file.into_model_settings())
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub use self::extender::{BindReply, ExtenderBindDone, ExtenderCall};
 
 use super::{
     api::{BindError, Writer},
-    config::ServeConfig,
+    daemon_config::ServeConfig,
     metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{

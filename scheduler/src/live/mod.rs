@@ -8,7 +8,7 @@
 //! [`crate::cluster::Cluster`].
 
 pub mod api;
-pub mod config;
+pub mod daemon_config;
 pub mod engine;
 pub mod extender_http;
 pub mod metrics;
@@ -29,7 +29,7 @@ use tokio::{
 };
 
 use self::{
-    config::{LeaderElection, ServeConfig},
+    daemon_config::{LeaderElection, ServeConfig},
     engine::{Engine, Health, Input, Stream},
     metrics::Metrics,
 };

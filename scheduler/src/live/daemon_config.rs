@@ -1,18 +1,17 @@
-//! Configuration of the serving commands (`run`, `extender`): a YAML file plus flags and
-//! environment variables. A flag (or its variable) wins over the file, the file over the
+//! The daemon's configuration, for the serving commands (`run`, `extender`): the config file
+//! ([`crate::config_file`]) plus flags and environment variables. A flag (or its variable) wins over the file, the file over the
 //! default. Flag names follow kube-scheduler where one exists.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use serde::Deserialize;
 
 use crate::{
     cluster::{Config, NoTopology},
+    config_file::{FileConfig, ScoringStrategyFile},
     queue::Backoff,
     resources::Resources,
     score::Scorer,
-    simulate::ScoringStrategyFile,
 };
 
 /// Default port of `/metrics`, `/healthz`, `/readyz` (and the extender verbs): our own, next to
@@ -88,56 +87,6 @@ pub struct ServeArgs {
     /// Bindings in flight at once [default: 16].
     #[arg(long, env = "NUMAPLANE_BIND_CONCURRENCY")]
     pub bind_concurrency: Option<usize>,
-}
-
-/// The YAML file. Every field is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FileConfig {
-    /// Scheduler names served.
-    #[serde(default)]
-    pub scheduler_names: Vec<String>,
-    /// Scoring strategy and weights (as in `simulate --config`).
-    #[serde(default)]
-    pub scoring_strategy: Option<ScoringStrategyFile>,
-    /// Nodes without NRT: `AssumeNone` or `Reject`.
-    #[serde(default)]
-    pub no_topology: Option<NoTopology>,
-    /// Client QPS.
-    pub kube_api_qps: Option<f64>,
-    /// Client burst.
-    pub kube_api_burst: Option<u32>,
-    /// Listen address.
-    pub listen: Option<SocketAddr>,
-    /// Metrics and probes only.
-    pub metrics_listen: Option<SocketAddr>,
-    /// Backoff bounds, as kube-scheduler's `podInitialBackoffSeconds`.
-    pub pod_initial_backoff_seconds: Option<u64>,
-    /// As kube-scheduler's `podMaxBackoffSeconds`.
-    pub pod_max_backoff_seconds: Option<u64>,
-    /// Assumption timeout in seconds.
-    pub assume_timeout_seconds: Option<u64>,
-    /// Bindings in flight.
-    pub bind_concurrency: Option<usize>,
-    /// Leader election, as kube-scheduler's `leaderElection`.
-    #[serde(default)]
-    pub leader_election: FileLeaderElection,
-}
-
-/// `leaderElection` in the file; durations as `15s`, `1m`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FileLeaderElection {
-    /// On or off.
-    pub leader_elect: Option<bool>,
-    /// Lease name.
-    pub resource_name: Option<String>,
-    /// Lease namespace.
-    pub resource_namespace: Option<String>,
-    /// Lease duration.
-    pub lease_duration: Option<String>,
-    /// Renew this long before expiry.
-    pub renew_before: Option<String>,
 }
 
 /// Leader election settings.
