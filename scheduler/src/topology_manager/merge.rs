@@ -1,4 +1,7 @@
 //! Merging the providers' hints into one affinity, and the admit decision (§2.3–§2.6).
+//!
+//! Size (~660 lines of code): kept whole so that it reads side by side with the kubelet's
+//! `policy*.go` it transcribes (merge, the fast paths, and the admit decision share one state).
 
 use super::{
     DEFAULT_MAX_ALLOWABLE_NUMA_NODES, NumaDistances, NumaInfo, NumaMask, Policy, PolicyOptions,
