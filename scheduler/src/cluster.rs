@@ -223,6 +223,8 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
+    /// hook(volumes): PersistentVolumeClaims, PersistentVolumes and StorageClasses.
+    pub volumes: crate::volume_binding::VolumeIndex,
 }
 
 /// Below this many nodes to evaluate, a second thread costs more than it saves.
@@ -669,6 +671,8 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
+        // hook(volumes)
+        self.volumes.forget(key);
         if self.pods.get(key).is_some_and(|p| p.assumed_only) {
             let old = self.unbind(key);
             self.index_claims(key, old, None);
@@ -977,6 +981,10 @@ impl Cluster {
         if !fit::fits(&self.res, basics, pod.spec, &pod.fit_request) {
             return None;
         }
+        // hook(volumes)
+        if !pod.volumes.admits(&basics.name, &basics.labels) {
+            return None;
+        }
         match self.topology(&basics.name) {
             TopologyState::Missing => (cfg.no_topology != NoTopology::Reject)
                 .then(|| cfg.scorer.score_prepared(&self.res, None, pod)),
@@ -1018,7 +1026,7 @@ impl Cluster {
     /// the nodes changed since their entry was made, and returns the best slot and score:
     /// highest score, then lowest name.
     fn best_cached(&self, cfg: &Config, pod: &PreparedPod<'_>, shapes: &mut Shapes) -> Option<(usize, i64)> {
-        let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
+        let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
         // One pass: the best valid entry, and the stale slots with their position in name
         // order; the best is the highest score, then the lowest position.
         let mut best: Option<(i64, usize)> = None;
@@ -1082,11 +1090,11 @@ impl Cluster {
     /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
     /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
     pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
-        let pod = &PreparedPod::new(pod);
+        let pod = &self.prepare(pod);
         let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
             Some(shapes) => {
                 self.best_cached(cfg, pod, shapes);
-                let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
+                let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
                 self.order.iter().map(|&s| entries[s].score).collect()
             }
             None => self.judge_slots(cfg, pod, &self.order),
@@ -1118,7 +1126,11 @@ impl Cluster {
             reasons: vec![],
             categories: vec![],
         };
-        let failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
+        let mut failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
+        // hook(volumes): after node fit, as kube-scheduler's filter order has it.
+        if failures.is_empty() {
+            failures = pod.volumes.failures(&basics.name, &basics.labels);
+        }
         if !failures.is_empty() {
             if explain {
                 for f in failures {
@@ -1216,12 +1228,23 @@ impl Cluster {
     /// and `nodes` holds only the chosen node's verdict; [`Self::quick_verdicts`] gives all of
     /// them. When no node fits, the result is the explained one either way.
     pub fn schedule(&self, cfg: &Config, pod: &PodSpec, explain: bool) -> Decision {
-        self.schedule_prepared(cfg, &PreparedPod::new(pod), explain)
+        self.schedule_prepared(cfg, &self.prepare(pod), explain)
+    }
+
+    /// hook(volumes): [`PreparedPod::new`] with what the pod's volumes allow.
+    fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
+        let mut prepared = PreparedPod::new(pod);
+        prepared.volumes = self.volumes.filter(pod);
+        prepared
     }
 
     /// [`Self::schedule`] for a pod prepared once.
     fn schedule_prepared(&self, cfg: &Config, prepared: &PreparedPod<'_>, explain: bool) -> Decision {
         let pod = prepared.spec;
+        // hook(volumes): kube-scheduler's PreFilter rejects the pod once, not per node.
+        if let Some(reason) = prepared.volumes.blocked() {
+            return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+        }
         if !explain {
             let best = self.with_cache(|shapes| match shapes {
                 Some(shapes) => self.best_cached(cfg, prepared, shapes),
@@ -1308,6 +1331,8 @@ impl Cluster {
     pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
         let key = pod.key();
+        // hook(volumes): its WaitForFirstConsumer claims now select the node.
+        self.volumes.assume(pod, &node);
         // Predicted on the zones the decision saw, before an earlier placement under this
         // name (a recreated pod's predecessor) is dropped: the assumption is then the
         // decision, and the allocation record, rather than a new choice on freed zones.
@@ -1421,7 +1446,13 @@ impl Cluster {
     /// categories cached by pod shape, so only nodes changed since the last attempt are
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
-        let prepared = &PreparedPod::new(pod);
+        let prepared = &self.prepare(pod);
+        // hook(volumes)
+        if let Some(reason) = prepared.volumes.blocked() {
+            let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+            d.nodes.clear();
+            return d;
+        }
         let outcome = self.with_cache(|shapes| {
             let shapes = shapes?;
             if let Some(best) = self.best_cached(cfg, prepared, shapes) {
@@ -1450,7 +1481,7 @@ impl Cluster {
     /// The aggregate message for a pod no node fits, from the cached categories of every
     /// node; nodes without cached categories are explained once and remembered.
     fn cached_failure_message(&self, cfg: &Config, pod: &PreparedPod<'_>, shapes: &mut Shapes) -> String {
-        let key = ShapeKey::of(cfg, pod.spec);
+        let key = ShapeKey::of_prepared(cfg, pod);
         let unknown: Vec<usize> = {
             let entries = shapes.entries(key.clone(), self.slots.len());
             self.order
