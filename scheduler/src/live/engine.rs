@@ -64,7 +64,7 @@ pub enum Input {
     /// A pending-pod event of one scheduler name.
     Pending(usize, watcher::Event<Pod>),
     /// hook(volumes): a claim, volume or class event.
-    Storage(volumes::StorageEvent),
+    Storage(Box<volumes::StorageEvent>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
@@ -475,7 +475,7 @@ impl Engine {
             Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
             Input::Bound(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
-            Input::Storage(ev) => self.on_storage(ev),
+            Input::Storage(ev) => self.on_storage(*ev),
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",

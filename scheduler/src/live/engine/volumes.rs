@@ -19,8 +19,9 @@ use crate::live::api::{BindError, Writer};
 /// The streams of this module (what the engine waits for before scheduling).
 pub const STREAMS: usize = 3;
 
-/// A storage watch event.
+/// A storage watch event (boxed in [`Input`] as a whole, so its variants' sizes do not matter).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum StorageEvent {
     /// A PersistentVolumeClaim event.
     Claim(watcher::Event<PersistentVolumeClaim>),
@@ -61,7 +62,7 @@ pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mp
         cfg(),
         Stream::Claims,
         tx.clone(),
-        |ev| Input::Storage(StorageEvent::Claim(ev)),
+        |ev| Input::Storage(Box::new(StorageEvent::Claim(ev))),
     );
     crate::live::forward(
         tasks,
@@ -70,7 +71,7 @@ pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mp
         cfg(),
         Stream::Volumes,
         tx.clone(),
-        |ev| Input::Storage(StorageEvent::Volume(ev)),
+        |ev| Input::Storage(Box::new(StorageEvent::Volume(ev))),
     );
     crate::live::forward(
         tasks,
@@ -79,7 +80,7 @@ pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mp
         cfg(),
         Stream::Classes,
         tx.clone(),
-        |ev| Input::Storage(StorageEvent::Class(ev)),
+        |ev| Input::Storage(Box::new(StorageEvent::Class(ev))),
     );
 }
 
