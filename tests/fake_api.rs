@@ -3,7 +3,8 @@
 //! server-side apply, `kube::runtime::watcher`, discovery, the event recorder) without a cluster.
 //!
 //! # What is emulated
-//! - Resources: core `v1` pods, nodes, namespaces, events; `events.k8s.io/v1` events;
+//! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
+//!   persistentvolumes; `storage.k8s.io/v1` storageclasses; `events.k8s.io/v1` events;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
 //!   [`FakeApiServer::install_nrt_crd`]. More kinds can be added with
@@ -286,6 +287,14 @@ fn builtin_resources() -> Vec<ResourceDef> {
         ResourceDef::new("", "v1", "events", "Event", true).with_short_names(&["ev"]),
         ResourceDef::new("events.k8s.io", "v1", "events", "Event", true).with_short_names(&["ev"]),
         ResourceDef::new("coordination.k8s.io", "v1", "leases", "Lease", true),
+        ResourceDef::new("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true)
+            .with_short_names(&["pvc"])
+            .with_status(),
+        ResourceDef::new("", "v1", "persistentvolumes", "PersistentVolume", false)
+            .with_short_names(&["pv"])
+            .with_status(),
+        ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
+            .with_short_names(&["sc"]),
         ResourceDef::new(
             "apiextensions.k8s.io",
             "v1",

@@ -40,6 +40,8 @@ pub struct ShapeKey {
     strategy: Strategy,
     weights: Vec<(ResId, i64)>,
     no_topology: NoTopology,
+    /// hook(volumes): the rules the pod's volumes impose ([`crate::volume_binding::VolumeFilter::shape`]).
+    volumes: String,
 }
 
 impl ShapeKey {
@@ -70,7 +72,15 @@ impl ShapeKey {
             strategy: cfg.scorer.strategy,
             weights,
             no_topology: cfg.no_topology,
+            volumes: String::new(),
         }
+    }
+
+    /// hook(volumes): the shape of a prepared pod, its volume rules included.
+    pub fn of_prepared(cfg: &Config, pod: &crate::prepared::PreparedPod<'_>) -> Self {
+        let mut key = Self::of(cfg, pod.spec);
+        key.volumes = pod.volumes.shape();
+        key
     }
 
     fn hash_value(&self) -> u64 {

@@ -61,6 +61,8 @@ pub struct PodSpec {
     pub scheduler_name: Option<String>,
     /// Phase is Succeeded or Failed.
     pub terminal: bool,
+    /// hook(volumes): the PersistentVolumeClaims its volumes use.
+    pub claims: Vec<crate::volume_binding::ClaimRef>,
 }
 
 /// A pod that cannot be modelled.
@@ -242,6 +244,8 @@ impl PodSpec {
             .unwrap_or_else(|| "default".to_owned());
         let key = format!("{namespace}/{name}");
         let spec = pod.spec.clone().unwrap_or_default();
+        // hook(volumes)
+        let claims = crate::volume_binding::claims_of(&name, Some(&spec));
         let mut qos = QosAcc::default();
         let mut init_containers = Vec::new();
         for c in spec.init_containers.iter().flatten() {
@@ -282,6 +286,7 @@ impl PodSpec {
             tolerations: spec.tolerations.unwrap_or_default(),
             scheduler_name: spec.scheduler_name,
             terminal,
+            claims,
         })
     }
 

@@ -75,6 +75,8 @@ pub struct Inputs {
     pub pods: Vec<Pod>,
     /// Documents skipped, with the reason (unknown kinds).
     pub skipped: Vec<String>,
+    /// hook(volumes): PersistentVolumeClaims, PersistentVolumes, StorageClasses.
+    pub storage: crate::volume_binding::StorageObjects,
 }
 
 /// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; parsing
@@ -189,6 +191,10 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
+                // hook(volumes)
+                k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
+                    inputs.storage.read(k, doc).map_err(bad)?;
+                }
                 k if k.ends_with("List") => match doc.get_mut("items").map(serde_json::Value::take) {
                     Some(serde_json::Value::Array(items)) => stack.push(items.into_iter()),
                     Some(serde_json::Value::Null) | None => {}
@@ -232,6 +238,12 @@ pub struct PodResult {
     /// Set when the pod itself is malformed (then no node is evaluated).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// hook(gates): the pod has scheduling gates, so it is not decided (no node is evaluated).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gated: bool,
+    /// hook(unsupported): fields the pod sets that the model does not enforce.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<crate::unsupported::Unsupported>,
 }
 
 /// The whole report.
@@ -276,6 +288,8 @@ pub enum Explain {
 pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
     let mut cluster = Cluster::new();
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
+    // hook(volumes)
+    cluster_inputs.storage.load_into(&mut cluster.volumes);
     for n in &cluster_inputs.nodes {
         if let Err(e) = cluster.apply_node(n) {
             warnings.push(format!("node skipped: {}", numaplane::error_chain(&e)));
@@ -322,6 +336,18 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     };
     let mut results = Vec::new();
     for p in &pods {
+        // hook(unsupported): listed in the pod's result (and its table line).
+        let unsupported = crate::unsupported::detect(p);
+        // hook(gates): not decided, not assumed.
+        if crate::gates::gated(p) {
+            results.push(PodResult {
+                decision: crate::gates::gated_decision(p),
+                error: None,
+                gated: true,
+                unsupported,
+            });
+            continue;
+        }
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
                 // Without `All`, a pod that fits nowhere is still explained by `schedule`.
@@ -333,6 +359,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                 results.push(PodResult {
                     decision,
                     error: None,
+                    gated: false,
+                    unsupported,
                 });
             }
             Err(e) => {
@@ -352,6 +380,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                         nodes: Vec::new(),
                     },
                     error: Some(msg),
+                    gated: false,
+                    unsupported,
                 });
             }
         }
@@ -384,6 +414,10 @@ pub fn render_table(report: &Report) -> String {
                     .unwrap_or(0);
                 let _ = writeln!(out, "POD {:<32} -> {node} (score {score})", d.pod);
             }
+            // hook(gates)
+            None if r.gated => {
+                let _ = writeln!(out, "POD {:<32} -> GATED", d.pod);
+            }
             None => {
                 let _ = writeln!(out, "POD {:<32} -> UNSCHEDULABLE", d.pod);
             }
@@ -411,6 +445,10 @@ pub fn render_table(report: &Report) -> String {
         }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "    error: {e}");
+        }
+        // hook(unsupported)
+        for u in &r.unsupported {
+            let _ = writeln!(out, "    not enforced: {} ({})", u.field, u.rule);
         }
         let width = d.nodes.iter().map(|v| v.node.len()).max().unwrap_or(4).max(4);
         for v in &d.nodes {

@@ -1531,6 +1531,36 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     )
     .await
     .unwrap();
+    // A pod whose WaitForFirstConsumer claim gets its selected node before the Binding (the
+    // scheduler's claim `patch`; the storage watches are its `list`/`watch` grants).
+    let class_name = format!("{ns}-wffc");
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": class_name},
+                "provisioner": "csi.example.com", "volumeBindingMode": "WaitForFirstConsumer"}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data"},
+                "spec": {"storageClassName": class_name, "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut with_claim = pod_json("with-claim", "numaplane-scheduler", "100m", 0);
+    with_claim.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(json!({"name": "data", "persistentVolumeClaim": {"claimName": "data"}}))
+            .unwrap(),
+    ]);
+    pods.create(&PostParams::default(), &with_claim).await.unwrap();
     let deadline = Instant::now() + WAIT;
     let record = loop {
         let p = pods.get("fits").await.unwrap();
@@ -1541,6 +1571,22 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         assert!(Instant::now() < deadline, "`fits` not bound:\n{}", slog());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    until(
+        "with-claim is bound, its claim's node selected",
+        &slog,
+        || async {
+            let bound = pods.get("with-claim").await.unwrap().spec.unwrap().node_name;
+            let selected = claims
+                .get("data")
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .and_then(|a| a.get("volume.kubernetes.io/selected-node").cloned());
+            bound.as_deref() == Some(node.as_str()) && selected.as_deref() == Some(node.as_str())
+        },
+    )
+    .await;
     // The kubelet admits it on the recorded NUMA node; pod-resources then reports it, so the
     // exporter publishes the license as held here.
     let c = &record.containers[0];
@@ -1648,6 +1694,13 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             {
                 missing.push("numaplane-scheduler: pods/status".to_owned());
             }
+            if !reqs.iter().any(|r| {
+                r.bearer_token() == Some("numaplane-scheduler")
+                    && r.method == "PATCH"
+                    && r.path.ends_with("/persistentvolumeclaims/data")
+            }) {
+                missing.push("numaplane-scheduler: persistentvolumeclaims patch".to_owned());
+            }
             if missing.is_empty() {
                 break;
             }
@@ -1707,6 +1760,9 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             &kube::api::DeleteParams::default().grace_period(0),
             &ListParams::default(),
         )
+        .await;
+    let _ = classes
+        .delete(&class_name, &kube::api::DeleteParams::default())
         .await;
     target.cleanup(&node, &ns).await;
     drop(podres);

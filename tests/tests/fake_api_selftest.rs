@@ -1138,3 +1138,92 @@ async fn fact_nrt_crd_refuses_bad_quantities_with_422_and_prunes_unknown_fields(
     assert!(stored["zones"][0]["resources"][0].get("vendorExtra").is_none());
     assert_eq!(stored["zones"][0]["resources"][0]["capacity"], "4");
 }
+
+/// The storage kinds the scheduler watches and writes: StorageClasses, PersistentVolumes and
+/// PersistentVolumeClaims are listed, watched (through kube's watcher) and patched (the merge
+/// patch of a claim's `volume.kubernetes.io/selected-node`), with the claim's status a
+/// subresource and a missing claim a 404 naming `persistentvolumeclaims`.
+#[tokio::test]
+async fn storage_kinds_are_served_listed_watched_and_patched() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let (server, client, _dir) = setup().await;
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let sc: StorageClass = serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass", "metadata": {"name": "wffc"}, "provisioner": "csi.example.com",
+        "volumeBindingMode": "WaitForFirstConsumer"}))
+    .unwrap();
+    classes.create(&PostParams::default(), &sc).await.unwrap();
+    let pv: PersistentVolume = serde_json::from_value(json!({"apiVersion": "v1",
+        "kind": "PersistentVolume", "metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "1Gi"}}}))
+    .unwrap();
+    volumes.create(&PostParams::default(), &pv).await.unwrap();
+    assert_eq!(classes.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    assert_eq!(volumes.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    let missing = api_status(claims.get("data").await.unwrap_err());
+    assert_eq!(missing.code, 404);
+    assert_eq!(missing.message, "persistentvolumeclaims \"data\" not found");
+
+    let mut stream = watcher(claims.clone(), watcher::Config::default()).boxed();
+    let init = tokio::time::timeout(SOON, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(init, Some(watcher::Event::Init)), "{init:?}");
+    let done = tokio::time::timeout(SOON, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(done, Some(watcher::Event::InitDone)), "{done:?}");
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({"apiVersion": "v1",
+        "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"storageClassName": "wffc", "accessModes": ["ReadWriteOnce"]},
+        "status": {"phase": "Pending"}}))
+    .unwrap();
+    claims.create(&PostParams::default(), &pvc).await.unwrap();
+    let added = tokio::time::timeout(SOON, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&added, Some(watcher::Event::Apply(c)) if c.metadata.name.as_deref() == Some("data")),
+        "{added:?}"
+    );
+    let patch = json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}});
+    let patched = claims
+        .patch("data", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        "n1"
+    );
+    let modified = tokio::time::timeout(SOON, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(watcher::Event::Apply(c)) = modified else {
+        panic!("{modified:?}")
+    };
+    assert_eq!(
+        c.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        "n1"
+    );
+    // The status is a subresource: a main-resource write keeps it.
+    let mut again = claims.get("data").await.unwrap();
+    again.status = None;
+    let replaced = claims
+        .replace("data", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(replaced.status.unwrap().phase.as_deref(), Some("Pending"));
+    let path = "/api/v1/namespaces/default/persistentvolumeclaims/data";
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r: &RecordedRequest| r.method == "PATCH" && r.path == path && r.status == 200)
+    );
+}

@@ -571,3 +571,120 @@ async fn kubeconfig_from_the_environment_and_contexts() {
         .assert_fails(64, &["np-no-such-context"]);
     env.cleanup().await;
 }
+
+/// `explain` of a pending pod with a claim reads the claim, its PersistentVolume and the
+/// StorageClasses, so the volume's node affinity decides as in the scheduler; a gated pod is
+/// said gated, with no node evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
+    let mut env = Env::new().await;
+    if env.target.is_real() {
+        // Creating PersistentVolumes on a shared cluster is left to the fake.
+        env.cleanup().await;
+        return;
+    }
+    let a = env.node("a", [4, 4], [&["g00"], &[]]).await;
+    let b = env.node("b", [4, 4], [&["g00"], &[]]).await;
+    let client = env.target.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in [&a, &b] {
+        nodes
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"kubernetes.io/hostname": n}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    volumes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("{}-pv", env.ns)},
+                "spec": {"capacity": {"storage": "1Gi"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [b]}]}]}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &env.ns);
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data",
+                    "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "spec": {"volumeName": format!("{}-pv", env.ns)}, "status": {"phase": "Bound"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns);
+    let pod = |name: &str, extra: Value| -> Pod {
+        let mut spec = json!({
+            "schedulerName": "numaplane-e2e-nobody",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi", GPU: "1"},
+                "limits": {"cpu": "2", "memory": "1Gi", GPU: "1"}}}]
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "with-volume",
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "gated",
+            json!({"schedulingGates": [{"name": "example.com/wait"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let run = env
+        .run(&["explain", &format!("{}/with-volume", env.ns), "-o", "json"])
+        .await;
+    run.assert_ok();
+    let v = run.json();
+    let result = &v["report"]["results"][0];
+    assert_eq!(result["node"], b.as_str(), "{v}");
+    let rejected = result["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["node"] == a.as_str())
+        .unwrap();
+    assert_eq!(rejected["feasible"], false);
+    assert_eq!(
+        result["unsupported"][0]["field"], "spec.volumes",
+        "attach limits are named: {v}"
+    );
+
+    let table = env.run(&["explain", &format!("{}/gated", env.ns)]).await;
+    table.assert_ok();
+    assert!(table.stdout.contains("-> GATED"), "{}", table.stdout);
+    assert!(
+        table
+            .stdout
+            .contains("Scheduling is blocked due to non-empty scheduling gates: example.com/wait"),
+        "{}",
+        table.stdout
+    );
+    let json = env
+        .run(&["explain", &format!("{}/gated", env.ns), "-o", "json"])
+        .await;
+    assert_eq!(json.json()["report"]["results"][0]["gated"], true);
+    env.cleanup().await;
+}

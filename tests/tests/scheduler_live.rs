@@ -1193,3 +1193,315 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     assert_not_oversubscribed(&env.bound().await);
     env.cleanup().await;
 }
+
+/// Events of `reason` about the pod `name` (events.k8s.io/v1).
+async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect()
+}
+
+/// A gated pod is never decided: no Binding, no `FailedScheduling`, and its
+/// `PodScheduled=False, SchedulingGated` condition is written once although the pod is updated
+/// while gated (a real API server sets it at creation, and then nothing is written). Once an
+/// update removes its gates it is placed in one decision, at once (no backoff).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_pod_gets_its_condition_once_no_event_and_one_decision_once_ungated() {
+    let env = Env::new(1).await;
+    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    let gated: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "gated", "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {
+            "schedulerName": "numaplane-scheduler",
+            "schedulingGates": [{"name": "example.com/quota"}],
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &gated).await.unwrap();
+    // A long backoff: were the ungated pod put in backoff, it would not be bound in time.
+    let sched = env
+        .start(&["--pod-initial-backoff", "20s", "--pod-max-backoff", "60s"])
+        .await;
+    let gated_condition = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned())
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let c = gated_condition(&pods.get("gated").await.unwrap());
+        if let Some(c) = c {
+            assert_eq!(c.status, "False");
+            assert_eq!(c.reason.as_deref(), Some("SchedulingGated"));
+            assert_eq!(
+                c.message.as_deref(),
+                Some("Scheduling is blocked due to non-empty scheduling gates")
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no SchedulingGated condition\n{}",
+            sched.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Updates while gated: nothing is written again, nothing decided.
+    for i in 0..3 {
+        pods.patch(
+            "gated",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touch": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let attempts = |result: &str| {
+        metric_value(
+            &sched.metrics().unwrap_or_default(),
+            "numaplane_scheduler_schedule_attempts_total",
+            &[("result", result)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(
+        attempts("unschedulable") + attempts("scheduled") + attempts("error"),
+        0.0
+    );
+    assert!(events_about(&env, "gated", "FailedScheduling").await.is_empty());
+    if let Some(fake) = env.target.fake() {
+        assert_eq!(bindings_of(fake, &env.ns, "gated"), [], "a gated pod was bound");
+        let status_path = format!("/api/v1/namespaces/{}/pods/gated/status", env.ns);
+        let writes = fake
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == status_path)
+            .count();
+        assert_eq!(writes, 1, "the SchedulingGated condition is written once");
+    }
+    let ungated = Instant::now();
+    pods.patch(
+        "gated",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    env.wait_bound(1, &sched).await;
+    assert!(
+        ungated.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        ungated.elapsed()
+    );
+    assert_eq!(attempts("scheduled"), 1.0, "one decision");
+    assert_eq!(attempts("unschedulable") + attempts("error"), 0.0);
+    if let Some(fake) = env.target.fake() {
+        let tries = bindings_of(fake, &env.ns, "gated");
+        assert_eq!(tries.iter().map(|t| t.0).collect::<Vec<_>>(), [201], "{tries:?}");
+    }
+    assert!(events_about(&env, "gated", "FailedScheduling").await.is_empty());
+    env.cleanup().await;
+}
+
+/// A StorageClass (cluster-scoped: a unique name per test) and a claim in `env`'s namespace.
+async fn storage(env: &Env, class: &str, mode: &str, claim: Option<&str>) {
+    let client = env.target.client();
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
+    if classes.get_opt(class).await.unwrap().is_none() {
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": class, "labels": {"numaplane.io/e2e": "true"}},
+                    "provisioner": "csi.example.com", "volumeBindingMode": mode}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    if let Some(claim) = claim {
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(client, &env.ns);
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": claim},
+                    "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Creates the pod `name` (1 CPU) whose volume uses `claim`.
+async fn create_pod_with_claim(env: &Env, name: &str, claim: &str) {
+    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {
+            "schedulerName": "numaplane-scheduler",
+            "tolerations": [{"operator": "Exists"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+async fn delete_class(env: &Env, class: &str) {
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(env.target.client());
+    let _ = classes.delete(class, &DeleteParams::default()).await;
+}
+
+/// kube-scheduler's VolumeBinding PreBind: the unbound WaitForFirstConsumer claim gets
+/// `volume.kubernetes.io/selected-node` before the Binding is sent (the order of the requests
+/// the API server received), and a failed write is a failed Binding: no Binding is sent for
+/// that decision, the pod is retried and bound once the write succeeds. The pod also gets its
+/// `UnsupportedConstraint` warning (volume attach limits are not counted) once, and its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_first_consumer_claim_is_given_its_node_before_the_binding() {
+    let env = Env::new(2).await;
+    let class = format!("{}-wffc", env.ns);
+    storage(&env, &class, "WaitForFirstConsumer", Some("data")).await;
+    create_pod_with_claim(&env, "with-claim", "data").await;
+    let claim_path = format!("/api/v1/namespaces/{}/persistentvolumeclaims/data", env.ns);
+    if let Some(fake) = env.target.fake() {
+        fake.fail_next("PATCH", &claim_path, 500, 1);
+    }
+    let sched = env.start(&[]).await;
+    let bound = env.wait_bound(1, &sched).await;
+    let node = node_of(&bound[0]);
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(env.target.client(), &env.ns);
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        node
+    );
+    if let Some(fake) = env.target.fake() {
+        let binding_path = format!("/api/v1/namespaces/{}/pods/with-claim/binding", env.ns);
+        let order: Vec<(String, u16)> = fake
+            .requests()
+            .iter()
+            .filter(|r| {
+                (r.method == "PATCH" && r.path == claim_path)
+                    || (r.method == "POST" && r.path == binding_path)
+            })
+            .map(|r| (r.method.clone(), r.status))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("PATCH".to_owned(), 500),
+                ("PATCH".to_owned(), 200),
+                ("POST".to_owned(), 201)
+            ],
+            "the failed write sent no Binding; the next decision wrote, then bound"
+        );
+        sched
+            .wait_metric(
+                "numaplane_scheduler_binding_errors_total",
+                &[("reason", "volume_binding")],
+                WAIT,
+                |v| v == 1.0,
+            )
+            .await
+            .unwrap();
+    }
+    sched
+        .wait_metric(
+            "numaplane_scheduler_unsupported_constraints_total",
+            &[("field", "spec.volumes")],
+            WAIT,
+            |v| v == 1.0,
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while events_about(&env, "with-claim", "UnsupportedConstraint")
+        .await
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no UnsupportedConstraint event\n{}",
+            sched.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let warned = events_about(&env, "with-claim", "UnsupportedConstraint").await;
+    assert_eq!(warned.len(), 1, "once, though the pod was decided twice");
+    assert!(
+        warned[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("spec.volumes (NodeVolumeLimits"),
+        "{:?}",
+        warned[0].note
+    );
+    delete_class(&env, &class).await;
+    env.cleanup().await;
+}
+
+/// A pod whose claim does not exist stays pending with kube-scheduler's reason in its
+/// `FailedScheduling` event and `PodScheduled` condition; creating the claim (a watch event) lets
+/// it bind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_claim_is_missing_waits_and_binds_once_the_claim_exists() {
+    let env = Env::new(1).await;
+    let class = format!("{}-wffc", env.ns);
+    storage(&env, &class, "WaitForFirstConsumer", None).await;
+    create_pod_with_claim(&env, "needs-claim", "later").await;
+    let sched = env.start(&[]).await;
+    let reason = "0/1 nodes are available: persistentvolumeclaim \"later\" not found.";
+    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let p = pods.get("needs-claim").await.unwrap();
+        let condition = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned());
+        let events = events_about(&env, "needs-claim", "FailedScheduling").await;
+        if let Some(c) = condition
+            && !events.is_empty()
+        {
+            assert_eq!(c.reason.as_deref(), Some("Unschedulable"));
+            assert_eq!(c.message.as_deref(), Some(reason));
+            assert_eq!(events[0].note.as_deref(), Some(reason));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FailedScheduling\n{}",
+            sched.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.bound().await.is_empty());
+    storage(&env, &class, "WaitForFirstConsumer", Some("later")).await;
+    let bound = env.wait_bound(1, &sched).await;
+    assert_eq!(key(&bound[0]), format!("{}/needs-claim", env.ns));
+    delete_class(&env, &class).await;
+    env.cleanup().await;
+}

@@ -138,6 +138,8 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
+        // hook(volumes)
+        self.volumes.forget(key);
         if self.pods.get(key).is_some_and(|p| p.assumed_only) {
             let old = self.unbind(key);
             self.index_claims(key, old, None);
@@ -193,6 +195,8 @@ impl Cluster {
     pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
         let key = pod.key();
+        // hook(volumes): its WaitForFirstConsumer claims now select the node.
+        self.volumes.assume(pod, &node);
         // Predicted on the zones the decision saw, before an earlier placement under this
         // name (a recreated pod's predecessor) is dropped: the assumption is then the
         // decision, and the allocation record, rather than a new choice on freed zones.

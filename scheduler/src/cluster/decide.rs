@@ -16,11 +16,11 @@ impl Cluster {
     /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
     /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
     pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
-        let pod = &PreparedPod::new(pod);
+        let pod = &self.prepare(pod);
         let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
             Some(shapes) => {
                 self.best_cached(cfg, pod, shapes);
-                let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
+                let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
                 self.order.iter().map(|&s| entries[s].score).collect()
             }
             None => self.judge_slots(cfg, pod, &self.order),
@@ -52,7 +52,11 @@ impl Cluster {
             reasons: vec![],
             categories: vec![],
         };
-        let failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
+        let mut failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
+        // hook(volumes): after node fit, as kube-scheduler's filter order has it.
+        if failures.is_empty() {
+            failures = pod.volumes.failures(&basics.name, &basics.labels);
+        }
         if !failures.is_empty() {
             if explain {
                 for f in failures {
@@ -150,7 +154,14 @@ impl Cluster {
     /// and `nodes` holds only the chosen node's verdict; [`Self::quick_verdicts`] gives all of
     /// them. When no node fits, the result is the explained one either way.
     pub fn schedule(&self, cfg: &Config, pod: &PodSpec, explain: bool) -> Decision {
-        self.schedule_prepared(cfg, &PreparedPod::new(pod), explain)
+        self.schedule_prepared(cfg, &self.prepare(pod), explain)
+    }
+
+    /// hook(volumes): [`PreparedPod::new`] with what the pod's volumes allow.
+    fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
+        let mut prepared = PreparedPod::new(pod);
+        prepared.volumes = self.volumes.filter(pod);
+        prepared
     }
 
     /// [`Self::schedule`] for a pod prepared once.
@@ -161,6 +172,10 @@ impl Cluster {
         explain: bool,
     ) -> Decision {
         let pod = prepared.spec;
+        // hook(volumes): kube-scheduler's PreFilter rejects the pod once, not per node.
+        if let Some(reason) = prepared.volumes.blocked() {
+            return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+        }
         if !explain {
             let best = self.with_cache(|shapes| match shapes {
                 Some(shapes) => self.best_cached(cfg, prepared, shapes),
@@ -260,7 +275,13 @@ impl Cluster {
     /// categories cached by pod shape, so only nodes changed since the last attempt are
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
-        let prepared = &PreparedPod::new(pod);
+        let prepared = &self.prepare(pod);
+        // hook(volumes)
+        if let Some(reason) = prepared.volumes.blocked() {
+            let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+            d.nodes.clear();
+            return d;
+        }
         let outcome = self.with_cache(|shapes| {
             let shapes = shapes?;
             if let Some(best) = self.best_cached(cfg, prepared, shapes) {
@@ -294,7 +315,7 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         shapes: &mut Shapes,
     ) -> String {
-        let key = ShapeKey::of(cfg, pod.spec);
+        let key = ShapeKey::of_prepared(cfg, pod);
         let unknown: Vec<usize> = {
             let entries = shapes.entries(key.clone(), self.slots.len());
             self.order

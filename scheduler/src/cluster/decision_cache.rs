@@ -35,6 +35,10 @@ impl Cluster {
         if !fit::fits(&self.res, basics, pod.spec, &pod.fit_request) {
             return None;
         }
+        // hook(volumes)
+        if !pod.volumes.admits(&basics.name, &basics.labels) {
+            return None;
+        }
         match self.topology(&basics.name) {
             TopologyState::Missing => (cfg.no_topology != NoTopology::Reject)
                 .then(|| cfg.scorer.score_prepared(&self.res, None, pod)),
@@ -86,7 +90,7 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         shapes: &mut Shapes,
     ) -> Option<(usize, i64)> {
-        let entries = shapes.entries(ShapeKey::of(cfg, pod.spec), self.slots.len());
+        let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
         // One pass: the best valid entry, and the stale slots with their position in name
         // order; the best is the highest score, then the lowest position.
         let mut best: Option<(i64, usize)> = None;

@@ -223,6 +223,8 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
+    /// hook(volumes): PersistentVolumeClaims, PersistentVolumes and StorageClasses.
+    pub volumes: crate::volume_binding::VolumeIndex,
 }
 
 /// One node's verdict for one pod.

@@ -154,6 +154,18 @@ pub fn pending(
     pods: Vec<Pod>,
     cfg: &ConfigFile,
 ) -> ExplainReport {
+    pending_with_storage(pod, nodes, listed, pods, Default::default(), cfg)
+}
+
+/// hook(volumes): [`pending`] with the claims, volumes and classes the pod's volumes read.
+pub fn pending_with_storage(
+    pod: Pod,
+    nodes: Vec<Node>,
+    listed: &ListedNrts,
+    pods: Vec<Pod>,
+    storage: crate::volume_binding::StorageObjects,
+    cfg: &ConfigFile,
+) -> ExplainReport {
     let mut problems = listed.undecodable.clone();
     problems.extend(listed.nrts.iter().filter_map(|t| top::check_nrt(t).err()));
     if listed.nrts.is_empty() && listed.undecodable.is_empty() {
@@ -173,6 +185,7 @@ pub fn pending(
         nrts: listed.nrts.clone(),
         pods: pods.into_iter().filter(|p| pod_key(p) != key).collect(),
         skipped: Vec::new(),
+        storage,
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
     if let Some(e) = report.results.first().and_then(|r| r.error.as_ref()) {

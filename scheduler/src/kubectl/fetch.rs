@@ -150,3 +150,36 @@ pub async fn list_bound_pods(client: &Client) -> Result<Vec<Pod>, KubectlError> 
         })
         .collect())
 }
+
+/// hook(volumes): the PersistentVolumeClaims of `namespace`, every PersistentVolume and
+/// StorageClass: what the scheduler's volume rules read for a pod with claims.
+pub async fn list_storage(
+    client: &Client,
+    namespace: &str,
+) -> Result<crate::volume_binding::StorageObjects, KubectlError> {
+    use k8s_openapi::api::{
+        core::v1::{PersistentVolume, PersistentVolumeClaim},
+        storage::v1::StorageClass,
+    };
+    let lp = ListParams::default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    Ok(crate::volume_binding::StorageObjects {
+        claims: claims
+            .list(&lp)
+            .await
+            .map_err(|e| request_error(format!("list persistentvolumeclaims in {namespace}"), e))?
+            .items,
+        volumes: volumes
+            .list(&lp)
+            .await
+            .map_err(|e| request_error("list persistentvolumes".to_owned(), e))?
+            .items,
+        classes: classes
+            .list(&lp)
+            .await
+            .map_err(|e| request_error("list storageclasses.storage.k8s.io".to_owned(), e))?
+            .items,
+    })
+}

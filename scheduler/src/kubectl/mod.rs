@@ -278,7 +278,14 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
                     let cfg = sched_config.unwrap_or_default();
-                    explain::pending(pod, nodes, &listed, pods, &cfg)
+                    // hook(volumes): only a pod with claims needs the storage objects.
+                    let claims = crate::volume_binding::claims_of(&name, pod.spec.as_ref());
+                    let storage = if claims.is_empty() {
+                        Default::default()
+                    } else {
+                        fetch::list_storage(&client, &ns).await?
+                    };
+                    explain::pending_with_storage(pod, nodes, &listed, pods, storage, &cfg)
                 }
             };
             let stdout = match a.output {

@@ -56,6 +56,18 @@ pub enum BindError {
         /// Server message.
         message: String,
     },
+    /// hook(volumes): the claim's `volume.kubernetes.io/selected-node` could not be written,
+    /// so the Binding was not sent.
+    #[error("binding {pod}: writing the selected node on PersistentVolumeClaim {claim}")]
+    SelectNode {
+        /// `namespace/name`.
+        pod: String,
+        /// Claim name.
+        claim: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
     /// 404: the pod is gone.
     #[error("binding {pod}: pod not found")]
     NotFound {
@@ -81,6 +93,7 @@ impl BindError {
             BindError::Replaced { .. } => "pod_replaced",
             BindError::Gated { .. } => "scheduling_gated",
             BindError::NotFound { .. } => "not_found",
+            BindError::SelectNode { .. } => "volume_binding",
             BindError::Api { source, .. } => match source {
                 kube::Error::Api(s) if s.code >= 500 => "server_error",
                 kube::Error::Api(s) if s.code == 429 => "throttled",
@@ -105,6 +118,8 @@ enum Aux {
     Unschedulable {
         namespace: String,
         name: String,
+        /// hook(gates): `Unschedulable` or `SchedulingGated`.
+        reason: &'static str,
         message: String,
     },
 }
@@ -250,10 +265,50 @@ impl Writer {
             Aux::Unschedulable {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
+                reason: "Unschedulable",
                 message,
             },
             "status",
         );
+    }
+
+    /// hook(gates): queues `PodScheduled=False, reason SchedulingGated`.
+    pub fn scheduling_gated(&self, namespace: &str, name: &str) {
+        self.enqueue(
+            Aux::Unschedulable {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: crate::gates::REASON,
+                message: crate::gates::MESSAGE.to_owned(),
+            },
+            "status",
+        );
+    }
+
+    /// hook(volumes): writes `volume.kubernetes.io/selected-node: node` on the claim (a merge
+    /// patch, under the Bindings' budget: it is part of the Binding), as kube-scheduler's
+    /// VolumeBinding PreBind does before the pod is bound.
+    pub async fn select_node(&self, namespace: &str, claim: &str, node: &str) -> Result<(), kube::Error> {
+        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
+        self.limiter.until_ready().await;
+        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
+        let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            crate::volume_binding::SELECTED_NODE: node}}});
+        Metrics::count(&self.metrics.api_writes, "volume");
+        match tokio::time::timeout(
+            self.timeout,
+            api.patch(claim, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer within 30s",
+            )))),
+        }
     }
 
     async fn run_aux(self, mut rx: mpsc::Receiver<Aux>, identity: String) {
@@ -298,11 +353,12 @@ impl Writer {
                 Aux::Unschedulable {
                     namespace,
                     name,
+                    reason,
                     message,
                 } => {
                     let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
                     let patch = serde_json::json!({"status": {"conditions": [{
-                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "type": "PodScheduled", "status": "False", "reason": reason,
                         "message": message,
                         "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
                     }]}});

@@ -20,6 +20,9 @@ use numaplane::nrt::NodeResourceTopology;
 use tokio::sync::{mpsc, watch};
 
 mod extender;
+// hook(volumes, gates, unsupported)
+mod pod_checks;
+pub mod volumes;
 
 pub use self::extender::{BindReply, ExtenderBindDone, ExtenderCall};
 
@@ -46,6 +49,12 @@ pub enum Stream {
     Bound,
     /// Unbound pods of the scheduler name with this index.
     Pending(usize),
+    /// hook(volumes): PersistentVolumeClaims.
+    Claims,
+    /// hook(volumes): PersistentVolumes.
+    Volumes,
+    /// hook(volumes): StorageClasses.
+    Classes,
 }
 
 /// Something the loop reacts to.
@@ -59,6 +68,8 @@ pub enum Input {
     BoundPodEvent(watcher::Event<Pod>),
     /// A pending-pod event of one scheduler name.
     Pending(usize, watcher::Event<Pod>),
+    /// hook(volumes): a claim, volume or class event.
+    Storage(Box<volumes::StorageEvent>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
@@ -155,6 +166,10 @@ pub struct Engine {
     reported: AssumptionStats,
     anomalies_reported: (u64, u64, u64, std::collections::BTreeMap<String, u64>),
     last_gauges: Option<Instant>,
+    /// hook(gates): gated pods whose `SchedulingGated` condition we wrote, with their UID.
+    gated_written: HashMap<String, Option<String>>,
+    /// hook(unsupported): pods checked for unenforced fields, with their UID.
+    warned: HashMap<String, Option<String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -213,7 +228,8 @@ impl Engine {
         let streams = 3 + if cfg.extender {
             0
         } else {
-            cfg.scheduler_names.len()
+            // hook(volumes): the storage watches.
+            cfg.scheduler_names.len() + volumes::STREAMS
         };
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
@@ -249,6 +265,8 @@ impl Engine {
             reported: AssumptionStats::default(),
             anomalies_reported: Default::default(),
             last_gauges: None,
+            gated_written: HashMap::new(),
+            warned: HashMap::new(),
             cfg,
         }
     }
@@ -462,12 +480,17 @@ impl Engine {
             Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
             Input::BoundPodEvent(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
+            Input::Storage(ev) => self.on_storage(*ev),
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",
                     Stream::Nrts => "noderesourcetopologies",
                     Stream::Bound => "bound_pods",
                     Stream::Pending(_) => "pending_pods",
+                    // hook(volumes)
+                    Stream::Claims | Stream::Volumes | Stream::Classes => {
+                        volumes::stream_label(stream).unwrap_or_default()
+                    }
                 };
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
@@ -568,15 +591,13 @@ impl Engine {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        // A pod with scheduling gates cannot be bound (409): as kube-scheduler, it is not
-        // decided until an update removes the gates, which brings it back here.
-        let gated = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduling_gates.as_ref())
-            .is_some_and(|g| !g.is_empty());
-        if bound || finished || deleting || gated {
+        if bound || finished || deleting {
             self.drop_pending(&key);
+            return;
+        }
+        // hook(gates): a pod with scheduling gates cannot be bound (409): as kube-scheduler, it
+        // is not decided until an update removes the gates, which brings it back here.
+        if self.gated_pod(&key, &pod) {
             return;
         }
         let profile = self
@@ -650,6 +671,8 @@ impl Engine {
     fn drop_pending(&mut self, key: &str) {
         self.pending.remove(key);
         self.queue.remove(key);
+        // hook(gates, unsupported)
+        self.forget_pod_checks(key);
     }
 
     fn reset_pending(&mut self, profile_index: usize, pods: Vec<Pod>) {
@@ -801,10 +824,16 @@ impl Engine {
                 self.queue.remove(&q.key);
                 continue;
             };
-            let Some(spec) = p.spec.as_ref() else {
+            if p.spec.is_none() {
                 self.queue.remove(&q.key);
                 continue;
+            }
+            // hook(unsupported): once per pod, when first decided.
+            self.warn_unsupported(&q.key);
+            let Some(p) = self.pending.get(&q.key) else {
+                continue;
             };
+            let Some(spec) = p.spec.as_ref() else { continue };
             let t0 = Instant::now();
             let decision = self.cluster.decide(&self.model, spec);
             self.metrics.decision_latency.observe(t0.elapsed().as_secs_f64());
@@ -812,6 +841,8 @@ impl Engine {
             match decision.node.clone() {
                 Some(node) => {
                     let annotation = self.annotation_of(&q.key, &decision);
+                    // hook(volumes): claims whose selected node is written before the Binding.
+                    let claims = self.cluster.volumes.claims_to_select(spec, &node);
                     let spec = spec.clone();
                     self.cluster.assume_at(&spec, &decision, self.now_ms());
                     let (ns, name) = (spec.namespace.clone(), spec.name.clone());
@@ -823,9 +854,17 @@ impl Engine {
                     let key = q.key.clone();
                     let enqueued = q.enqueued;
                     tokio::spawn(async move {
-                        let result = writer
-                            .bind(&ns, &name, uid.as_deref(), &node, annotation.as_deref())
-                            .await;
+                        // hook(volumes)
+                        let result = volumes::bind_with_volumes(
+                            &writer,
+                            &ns,
+                            &name,
+                            uid.as_deref(),
+                            &node,
+                            annotation.as_deref(),
+                            &claims,
+                        )
+                        .await;
                         // The loop is gone only at shutdown; nothing to report to then.
                         let _ = tx.send(Input::BindingDone(Box::new(BindDone {
                             key,
@@ -982,6 +1021,8 @@ pub enum InitBuffer {
     Nrts(Vec<NodeResourceTopology>),
     /// Pods (bound or pending).
     Pods(Vec<Pod>),
+    /// hook(volumes): claims, volumes or classes.
+    Storage(volumes::Buffer),
 }
 
 /// How a watched kind changes the loop's state.

@@ -62,6 +62,13 @@ pub struct VerbLabels {
     pub verb: &'static str,
 }
 
+/// hook(unsupported): one bounded label named `field` (a pod field path).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FieldLabels {
+    /// One of [`crate::unsupported::ALL`]'s fields.
+    pub field: &'static str,
+}
+
 /// `version` of the build.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -108,6 +115,8 @@ pub struct Metrics {
     pub extender_requests: Family<ExtenderLabels, Counter>,
     /// Extender call latency by verb.
     pub extender_latency: Family<VerbLabels, Histogram>,
+    /// hook(unsupported): pods warned of a field the model does not enforce, by field.
+    pub unsupported_constraints: Family<FieldLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -138,6 +147,7 @@ impl Metrics {
             nrt_crd_installed: Gauge::default(),
             watch_errors: Family::default(),
             extender_requests: Family::default(),
+            unsupported_constraints: Family::default(),
             extender_latency: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
             }),
@@ -235,6 +245,12 @@ impl Metrics {
             "Time to answer one extender call, by verb",
             Unit::Seconds,
             m.extender_latency.clone(),
+        );
+        // hook(unsupported)
+        registry.register(
+            "unsupported_constraints",
+            "Pods given an UnsupportedConstraint warning, by the pod field the model does not enforce",
+            m.unsupported_constraints.clone(),
         );
         let build = Family::<BuildLabels, Gauge>::default();
         build

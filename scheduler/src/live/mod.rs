@@ -275,6 +275,10 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let pending_names: &[String] = if cfg.extender { &[] } else { &cfg.scheduler_names };
     spawn_watches(&mut tasks, &client, pending_names, &tx);
+    // hook(volumes): kube-scheduler binds volumes itself in extender mode.
+    if !cfg.extender {
+        engine::volumes::spawn_watches(&mut tasks, &client, &tx);
+    }
     tasks.spawn(async move {
         aux_task.await;
         "event writer"

@@ -1,0 +1,1133 @@
+//! A pod's PersistentVolumeClaims, as kube-scheduler's VolumeBinding and VolumeZone plugins
+//! judge them: the claims, volumes and storage classes the index knows (fed by watches, or read
+//! from `simulate`'s input), the pod-level verdicts of their PreFilters (a missing or lost
+//! claim, an unbound claim of an `Immediate` class), the per-node rules of their Filters (the
+//! bound volume's `nodeAffinity`, its zone labels, a `WaitForFirstConsumer` claim's selected
+//! node and its class's `allowedTopologies`), and the claims whose
+//! `volume.kubernetes.io/selected-node` annotation the scheduler writes before the Binding (the
+//! VolumeBinding PreBind), so a provisioner creates the volume where the pod lands.
+//!
+//! Pure and synchronous: the live loop feeds the index and writes the annotations.
+//!
+//! Not modelled (the pod stays pending with kube-scheduler's reason rather than be placed
+//! where the volume cannot follow): binding a `WaitForFirstConsumer` claim to a pre-provisioned
+//! volume (a class without a provisioner, such as local volumes: kube-scheduler writes the
+//! volume's `claimRef` itself), and storage capacity (`CSIStorageCapacity`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::{
+    core::v1::{NodeSelector, PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm},
+    storage::v1::StorageClass,
+};
+
+use crate::{
+    cluster::{Decision, NodeVerdict},
+    fit::FitFailure,
+    pod::PodSpec,
+};
+
+/// The annotation through which the scheduler tells the provisioner where the pod goes.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// Set by the PV controller once a claim's binding is complete.
+const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// The storage class of a claim before `spec.storageClassName` existed; it still wins.
+const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// The provisioner of classes whose volumes are all created by hand (local volumes).
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+/// kube-scheduler's VolumeBinding reason: a bound volume's node affinity excludes the node.
+pub const NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+/// kube-scheduler's VolumeBinding reason: an unbound claim cannot get a volume on the node.
+pub const BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// kube-scheduler's VolumeZone reason: a bound volume's zone labels exclude the node.
+pub const ZONE_CONFLICT: &str = "node(s) had no available volume zone";
+/// kube-scheduler's VolumeBinding PreFilter reason for unbound `Immediate` claims.
+pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+/// The zone and region labels VolumeZone compares (beta and GA).
+const ZONE_LABELS: [&str; 4] = [
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+];
+
+/// A claim a pod's volume names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// Claim name in the pod's namespace.
+    pub name: String,
+    /// A generic ephemeral volume: the claim is `<pod>-<volume>` and must be owned by the pod.
+    pub ephemeral: bool,
+}
+
+/// The claims `pod`'s volumes use, in volume order: `persistentVolumeClaim` volumes and generic
+/// ephemeral volumes (whose claim the ephemeral volume controller names `<pod>-<volume>`).
+pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<ClaimRef> {
+    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or(&[]);
+    volumes
+        .iter()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(ClaimRef {
+                    name: c.claim_name.clone(),
+                    ephemeral: false,
+                })
+            } else {
+                v.ephemeral.as_ref().map(|_| ClaimRef {
+                    name: format!("{pod_name}-{}", v.name),
+                    ephemeral: true,
+                })
+            }
+        })
+        .collect()
+}
+
+/// What the index keeps of a claim.
+#[derive(Clone, Debug, PartialEq)]
+struct Claim {
+    volume_name: Option<String>,
+    /// `spec.volumeName` set and the PV controller finished binding.
+    bound: bool,
+    class: Option<String>,
+    selected_node: Option<String>,
+    /// `status.phase: Lost`.
+    lost: bool,
+    deleting: bool,
+    /// The UID of the controller owner, if any (an ephemeral claim's pod).
+    controller: Option<String>,
+}
+
+impl Claim {
+    fn of(c: &PersistentVolumeClaim) -> Self {
+        let annotations = c.metadata.annotations.as_ref();
+        let volume_name = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        let class = annotations
+            .and_then(|a| a.get(BETA_CLASS).cloned())
+            .or_else(|| c.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+            .filter(|s| !s.is_empty());
+        Claim {
+            bound: volume_name.is_some() && annotations.is_some_and(|a| a.contains_key(BIND_COMPLETED)),
+            volume_name,
+            class,
+            selected_node: annotations
+                .and_then(|a| a.get(SELECTED_NODE).cloned())
+                .filter(|n| !n.is_empty()),
+            lost: c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost"),
+            deleting: c.metadata.deletion_timestamp.is_some(),
+            controller: c
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone()),
+        }
+    }
+}
+
+/// What the index keeps of a volume.
+#[derive(Clone, Debug, PartialEq)]
+struct Volume {
+    node_affinity: Option<NodeSelector>,
+    /// VolumeZone: per zone/region label, the values it allows (`a__b` lists several).
+    zones: Vec<(String, BTreeSet<String>)>,
+}
+
+impl Volume {
+    fn of(v: &PersistentVolume) -> Self {
+        let labels = v.metadata.labels.as_ref();
+        let zones = ZONE_LABELS
+            .iter()
+            .filter_map(|k| {
+                let value = labels?.get(*k)?;
+                let set: BTreeSet<String> = value
+                    .split("__")
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                Some(((*k).to_owned(), set))
+            })
+            .collect();
+        Volume {
+            node_affinity: v
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_affinity.as_ref())
+                .and_then(|a| a.required.clone()),
+            zones,
+        }
+    }
+}
+
+/// What the index keeps of a storage class.
+#[derive(Clone, Debug, PartialEq)]
+struct Class {
+    wait_for_first_consumer: bool,
+    /// Volumes of the class can be created on demand.
+    provisions: bool,
+    allowed_topologies: Vec<TopologySelectorTerm>,
+}
+
+impl Class {
+    fn of(c: &StorageClass) -> Self {
+        Class {
+            wait_for_first_consumer: c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
+            provisions: !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER,
+            allowed_topologies: c.allowed_topologies.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// One node-level rule a pod's volumes impose.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeRule {
+    /// A bound volume's `spec.nodeAffinity.required` (matched against the node's labels only, as
+    /// upstream's `CheckNodeAffinity`).
+    VolumeAffinity(NodeSelector),
+    /// A bound volume's zone or region label: the node's label (beta or GA) must be one of the
+    /// values, when the node has any zone or region label at all.
+    Zone {
+        /// Label key on the volume.
+        key: String,
+        /// Allowed values.
+        values: BTreeSet<String>,
+    },
+    /// An unbound `WaitForFirstConsumer` claim already selected this node.
+    SelectedNode(String),
+    /// An unbound `WaitForFirstConsumer` claim whose class restricts where it provisions.
+    AllowedTopologies(Vec<TopologySelectorTerm>),
+    /// An unbound `WaitForFirstConsumer` claim of a class that provisions nothing: it needs a
+    /// pre-provisioned volume bound by the scheduler, which numaplane does not do.
+    NeedsStaticBinding,
+}
+
+/// The verdict of a pod's volumes before any node is looked at.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum VolumeFilter {
+    /// No claims: nothing to check.
+    #[default]
+    None,
+    /// Infeasible everywhere, with kube-scheduler's PreFilter reason.
+    Unschedulable(String),
+    /// Feasible where every rule holds.
+    Nodes(Vec<NodeRule>),
+}
+
+impl VolumeFilter {
+    /// Part of the verdict cache's shape key: pods whose volumes impose the same rules share
+    /// verdicts. Empty for pods without claims.
+    pub fn shape(&self) -> String {
+        match self {
+            VolumeFilter::None => String::new(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// The pod-level reason, when the pod fits nowhere because of its volumes.
+    pub fn blocked(&self) -> Option<&str> {
+        match self {
+            VolumeFilter::Unschedulable(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether the node `name` with `labels` passes every rule (the hot path).
+    pub fn admits(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            VolumeFilter::None => true,
+            VolumeFilter::Unschedulable(_) => false,
+            VolumeFilter::Nodes(rules) => rules.iter().all(|r| rule_holds(r, name, labels)),
+        }
+    }
+
+    /// The failures on the node `name` with `labels`, one per kube-scheduler reason.
+    pub fn failures(&self, name: &str, labels: &BTreeMap<String, String>) -> Vec<FitFailure> {
+        let rules = match self {
+            VolumeFilter::None => return vec![],
+            VolumeFilter::Unschedulable(r) => {
+                return vec![FitFailure {
+                    category: r.clone(),
+                    message: r.clone(),
+                }];
+            }
+            VolumeFilter::Nodes(rules) => rules,
+        };
+        let mut out: Vec<FitFailure> = Vec::new();
+        for rule in rules.iter().filter(|r| !rule_holds(r, name, labels)) {
+            let (category, message) = match rule {
+                NodeRule::VolumeAffinity(_) => (
+                    NODE_CONFLICT,
+                    "a bound PersistentVolume's node affinity does not match the node's labels".to_owned(),
+                ),
+                NodeRule::Zone { key, values } => (
+                    ZONE_CONFLICT,
+                    format!(
+                        "a bound PersistentVolume is in {key} {}",
+                        values.iter().cloned().collect::<Vec<_>>().join(",")
+                    ),
+                ),
+                NodeRule::SelectedNode(n) => (
+                    BIND_CONFLICT,
+                    format!("a WaitForFirstConsumer claim already selected node {n}"),
+                ),
+                NodeRule::AllowedTopologies(_) => (
+                    BIND_CONFLICT,
+                    "the StorageClass's allowedTopologies exclude the node".to_owned(),
+                ),
+                NodeRule::NeedsStaticBinding => (
+                    BIND_CONFLICT,
+                    "a WaitForFirstConsumer claim's StorageClass has no provisioner; binding it to \
+                     a pre-provisioned PersistentVolume is not done by numaplane"
+                        .to_owned(),
+                ),
+            };
+            if !out.iter().any(|f| f.category == category) {
+                out.push(FitFailure {
+                    category: category.to_owned(),
+                    message,
+                });
+            }
+        }
+        out
+    }
+}
+
+fn rule_holds(rule: &NodeRule, name: &str, labels: &BTreeMap<String, String>) -> bool {
+    match rule {
+        // Upstream matches a node that has only labels (no name): `matchFields` never match.
+        NodeRule::VolumeAffinity(sel) => crate::fit::affinity_matches(sel, "", labels),
+        NodeRule::Zone { key, values } => {
+            if !ZONE_LABELS.iter().any(|k| labels.contains_key(*k)) {
+                // A node without any zone label (a one-zone cluster) takes any volume.
+                return true;
+            }
+            let value = labels.get(key).or_else(|| labels.get(ga_label(key)));
+            value.is_some_and(|v| values.contains(v))
+        }
+        NodeRule::SelectedNode(n) => n == name,
+        NodeRule::AllowedTopologies(terms) => topology_terms_match(terms, labels),
+        NodeRule::NeedsStaticBinding => false,
+    }
+}
+
+/// The GA label of a beta zone/region label (VolumeZone's `translateToGALabel`).
+fn ga_label(key: &str) -> &str {
+    match key {
+        "failure-domain.beta.kubernetes.io/zone" => "topology.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region" => "topology.kubernetes.io/region",
+        other => other,
+    }
+}
+
+/// `MatchTopologySelectorTerms`: no terms match everything; terms are ORed, requirements inside
+/// a term ANDed, each a label whose value is one of the listed values.
+fn topology_terms_match(terms: &[TopologySelectorTerm], labels: &BTreeMap<String, String>) -> bool {
+    if terms.is_empty() {
+        return true;
+    }
+    terms.iter().any(|t| {
+        t.match_label_expressions
+            .iter()
+            .flatten()
+            .all(|r| labels.get(&r.key).is_some_and(|v| r.values.contains(v)))
+    })
+}
+
+/// The claims, volumes and classes the scheduler knows, and the selected nodes it assumed.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeIndex {
+    /// `namespace/name` → claim.
+    claims: HashMap<String, Claim>,
+    volumes: HashMap<String, Volume>,
+    classes: HashMap<String, Class>,
+    /// Claim key → (pod key, node): selected nodes of our decisions the claim does not show
+    /// yet, so the next pod sharing the claim goes to the same node.
+    assumed: HashMap<String, (String, String)>,
+}
+
+fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    let name = meta.name.as_deref()?;
+    Some(format!(
+        "{}/{name}",
+        meta.namespace.as_deref().unwrap_or("default")
+    ))
+}
+
+impl VolumeIndex {
+    /// Adds or replaces a claim. An assumed selected node ends once the claim shows one (or is
+    /// bound).
+    pub fn apply_claim(&mut self, c: &PersistentVolumeClaim) {
+        let Some(key) = object_key(&c.metadata) else {
+            return;
+        };
+        let claim = Claim::of(c);
+        if claim.selected_node.is_some() || claim.volume_name.is_some() {
+            self.assumed.remove(&key);
+        }
+        self.claims.insert(key, claim);
+    }
+
+    /// Removes a claim.
+    pub fn delete_claim(&mut self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.claims.remove(&key);
+        self.assumed.remove(&key);
+    }
+
+    /// Replaces every claim (after a relist).
+    pub fn reset_claims(&mut self, all: &[PersistentVolumeClaim]) {
+        self.claims.clear();
+        let assumed = std::mem::take(&mut self.assumed);
+        for c in all {
+            self.apply_claim(c);
+        }
+        // Assumptions for claims that still exist and show no selected node stay.
+        for (k, v) in assumed {
+            if self
+                .claims
+                .get(&k)
+                .is_some_and(|c| c.selected_node.is_none() && c.volume_name.is_none())
+            {
+                self.assumed.insert(k, v);
+            }
+        }
+    }
+
+    /// Adds or replaces a PersistentVolume.
+    pub fn apply_volume(&mut self, v: &PersistentVolume) {
+        if let Some(name) = v.metadata.name.clone() {
+            self.volumes.insert(name, Volume::of(v));
+        }
+    }
+
+    /// Removes a PersistentVolume.
+    pub fn delete_volume(&mut self, name: &str) {
+        self.volumes.remove(name);
+    }
+
+    /// Replaces every PersistentVolume.
+    pub fn reset_volumes(&mut self, all: &[PersistentVolume]) {
+        self.volumes.clear();
+        for v in all {
+            self.apply_volume(v);
+        }
+    }
+
+    /// Adds or replaces a StorageClass.
+    pub fn apply_class(&mut self, c: &StorageClass) {
+        if let Some(name) = c.metadata.name.clone() {
+            self.classes.insert(name, Class::of(c));
+        }
+    }
+
+    /// Removes a StorageClass.
+    pub fn delete_class(&mut self, name: &str) {
+        self.classes.remove(name);
+    }
+
+    /// Replaces every StorageClass.
+    pub fn reset_classes(&mut self, all: &[StorageClass]) {
+        self.classes.clear();
+        for c in all {
+            self.apply_class(c);
+        }
+    }
+
+    /// Whether the claim's class binds on the first consumer (a missing class, or none, means
+    /// `Immediate`, as upstream's `IsDelayBindingMode`).
+    fn delayed(&self, claim: &Claim) -> Option<&Class> {
+        let class = self.classes.get(claim.class.as_deref()?)?;
+        class.wait_for_first_consumer.then_some(class)
+    }
+
+    /// The selected node of a claim: on the object, or assumed by our own decision.
+    fn selected_node<'a>(&'a self, key: &str, claim: &'a Claim) -> Option<&'a str> {
+        claim
+            .selected_node
+            .as_deref()
+            .or_else(|| self.assumed.get(key).map(|(_, n)| n.as_str()))
+    }
+
+    /// The verdict of `pod`'s volumes before nodes are looked at: kube-scheduler's VolumeBinding
+    /// PreFilter (claims missing, lost, being deleted, not the pod's; unbound `Immediate`
+    /// claims) and VolumeZone's (the bound volume must exist), then the rules its Filters apply
+    /// per node.
+    pub fn filter(&self, pod: &PodSpec) -> VolumeFilter {
+        if pod.claims.is_empty() {
+            return VolumeFilter::None;
+        }
+        let ns = &pod.namespace;
+        let mut found = Vec::with_capacity(pod.claims.len());
+        for r in &pod.claims {
+            let key = format!("{ns}/{}", r.name);
+            let Some(claim) = self.claims.get(&key) else {
+                return VolumeFilter::Unschedulable(if r.ephemeral {
+                    format!(
+                        "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{}\"",
+                        r.name
+                    )
+                } else {
+                    format!("persistentvolumeclaim \"{}\" not found", r.name)
+                });
+            };
+            if claim.lost {
+                return VolumeFilter::Unschedulable(format!(
+                    "persistentvolumeclaim \"{}\" bound to non-existent persistentvolume \"{}\"",
+                    r.name,
+                    claim.volume_name.as_deref().unwrap_or_default()
+                ));
+            }
+            if claim.deleting {
+                return VolumeFilter::Unschedulable(format!(
+                    "persistentvolumeclaim \"{}\" is being deleted",
+                    r.name
+                ));
+            }
+            if r.ephemeral && (pod.uid.is_none() || claim.controller != pod.uid) {
+                return VolumeFilter::Unschedulable(format!(
+                    "PVC {ns}/{} was not created for pod {ns}/{} (pod is not owner)",
+                    r.name, pod.name
+                ));
+            }
+            found.push((key, claim));
+        }
+        // Unbound claims that are not delayed (pre-bound ones included) wait for the PV
+        // controller.
+        if found
+            .iter()
+            .any(|(_, c)| !c.bound && (c.volume_name.is_some() || self.delayed(c).is_none()))
+        {
+            return VolumeFilter::Unschedulable(UNBOUND_IMMEDIATE.to_owned());
+        }
+        let mut rules = Vec::new();
+        for (key, claim) in &found {
+            if claim.bound {
+                let name = claim.volume_name.as_deref().unwrap_or_default();
+                let Some(v) = self.volumes.get(name) else {
+                    return VolumeFilter::Unschedulable(format!("persistentvolume \"{name}\" not found"));
+                };
+                if let Some(sel) = &v.node_affinity {
+                    rules.push(NodeRule::VolumeAffinity(sel.clone()));
+                }
+                for (k, values) in &v.zones {
+                    rules.push(NodeRule::Zone {
+                        key: k.clone(),
+                        values: values.clone(),
+                    });
+                }
+                continue;
+            }
+            let Some(class) = self.delayed(claim) else {
+                continue;
+            };
+            if let Some(node) = self.selected_node(key, claim) {
+                rules.push(NodeRule::SelectedNode(node.to_owned()));
+            }
+            if !class.provisions {
+                rules.push(NodeRule::NeedsStaticBinding);
+            } else if !class.allowed_topologies.is_empty() {
+                rules.push(NodeRule::AllowedTopologies(class.allowed_topologies.clone()));
+            }
+        }
+        let mut deduped: Vec<NodeRule> = Vec::with_capacity(rules.len());
+        for r in rules {
+            if !deduped.contains(&r) {
+                deduped.push(r);
+            }
+        }
+        VolumeFilter::Nodes(deduped)
+    }
+
+    /// The claims of `pod` whose selected node must be written (to `node`) before its Binding:
+    /// unbound `WaitForFirstConsumer` claims that do not name `node` already.
+    pub fn claims_to_select(&self, pod: &PodSpec, node: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &pod.claims {
+            let key = format!("{}/{}", pod.namespace, r.name);
+            let Some(claim) = self.claims.get(&key) else {
+                continue;
+            };
+            let unbound = !claim.bound && claim.volume_name.is_none();
+            if unbound
+                && self.delayed(claim).is_some()
+                && claim.selected_node.as_deref() != Some(node)
+                && !out.contains(&r.name)
+            {
+                out.push(r.name.clone());
+            }
+        }
+        out
+    }
+
+    /// Records that `pod` was placed on `node`: its unbound `WaitForFirstConsumer` claims have
+    /// that node selected until the claims show it (or [`Self::forget`]).
+    pub fn assume(&mut self, pod: &PodSpec, node: &str) {
+        let key = pod.key();
+        for name in self.claims_to_select(pod, node) {
+            self.assumed.insert(
+                format!("{}/{name}", pod.namespace),
+                (key.clone(), node.to_owned()),
+            );
+        }
+    }
+
+    /// Drops the selected nodes assumed for `pod_key` (its Binding or annotation write failed).
+    pub fn forget(&mut self, pod_key: &str) {
+        self.assumed.retain(|_, (p, _)| p != pod_key);
+    }
+
+    /// Whether any claim, volume or class is known (for tests and reports).
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty() && self.volumes.is_empty() && self.classes.is_empty()
+    }
+}
+
+/// The decision for a pod whose volumes fit nowhere: kube-scheduler's PreFilter message
+/// (`0/N nodes are available: <reason>.`, the reason once, not per node), every node rejected
+/// with it.
+pub fn blocked_decision<'a>(pod: &PodSpec, reason: &str, nodes: impl Iterator<Item = &'a str>) -> Decision {
+    let verdicts: Vec<NodeVerdict> = nodes
+        .map(|n| NodeVerdict {
+            node: n.to_owned(),
+            feasible: false,
+            score: None,
+            reasons: vec![reason.to_owned()],
+            categories: vec![reason.to_owned()],
+        })
+        .collect();
+    Decision {
+        pod: pod.key(),
+        node: None,
+        message: format!("0/{} nodes are available: {reason}.", verdicts.len()),
+        placement: None,
+        allocation: None,
+        nodes: verdicts,
+    }
+}
+
+/// Storage objects read from `simulate`'s input or listed by `kubectl numa explain`.
+#[derive(Clone, Debug, Default)]
+pub struct StorageObjects {
+    /// PersistentVolumeClaims.
+    pub claims: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Vec<StorageClass>,
+}
+
+impl StorageObjects {
+    /// Takes `doc` if it is one of the storage kinds; `Ok(false)` for any other kind.
+    pub fn read(&mut self, kind: &str, doc: serde_json::Value) -> Result<bool, serde_json::Error> {
+        match kind {
+            "PersistentVolumeClaim" => self.claims.push(serde_json::from_value(doc)?),
+            "PersistentVolume" => self.volumes.push(serde_json::from_value(doc)?),
+            "StorageClass" => self.classes.push(serde_json::from_value(doc)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Whether `kind` is one of the storage kinds.
+    pub fn is_storage_kind(kind: &str) -> bool {
+        matches!(
+            kind,
+            "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass"
+        )
+    }
+
+    /// Loads them into `index`.
+    pub fn load_into(&self, index: &mut VolumeIndex) {
+        index.reset_claims(&self.claims);
+        index.reset_volumes(&self.volumes);
+        index.reset_classes(&self.classes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn spec_of(pod: &Pod) -> PodSpec {
+        let mut res = crate::resources::Resources::default();
+        PodSpec::from_pod(&mut res, pod).expect("a pod")
+    }
+
+    fn pod(volumes: serde_json::Value) -> PodSpec {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "ns", "uid": "pod-uid"},
+            "spec": {"containers": [{"name": "c"}], "volumes": volumes}
+        }))
+        .expect("pod");
+        spec_of(&p)
+    }
+
+    fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
+        let mut v = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
+        merge(&mut v, extra);
+        serde_json::from_value(v).expect("pvc")
+    }
+
+    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (slot, v) => *slot = v,
+        }
+    }
+
+    fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
+        pvc(
+            name,
+            json!({"metadata": {"annotations": {BIND_COMPLETED: "yes"}}, "spec": {"volumeName": pv},
+                   "status": {"phase": "Bound"}}),
+        )
+    }
+
+    fn pv(name: &str, extra: serde_json::Value) -> PersistentVolume {
+        let mut v = json!({"metadata": {"name": name}, "spec": {}});
+        merge(&mut v, extra);
+        serde_json::from_value(v).expect("pv")
+    }
+
+    fn class(name: &str, mode: &str, provisioner: &str, extra: serde_json::Value) -> StorageClass {
+        let mut v =
+            json!({"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode});
+        merge(&mut v, extra);
+        serde_json::from_value(v).expect("class")
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn claim_volume(name: &str) -> serde_json::Value {
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": name}}])
+    }
+
+    fn categories(f: &VolumeFilter, node: &str, l: &BTreeMap<String, String>) -> Vec<String> {
+        f.failures(node, l).into_iter().map(|f| f.category).collect()
+    }
+
+    #[test]
+    fn pods_without_claims_are_not_filtered() {
+        let idx = VolumeIndex::default();
+        let p = pod(json!([{"name": "tmp", "emptyDir": {}}]));
+        assert!(p.claims.is_empty());
+        assert_eq!(idx.filter(&p), VolumeFilter::None);
+        assert!(idx.filter(&p).admits("n", &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_missing_claim_blocks_the_pod_everywhere_with_upstreams_words() {
+        let idx = VolumeIndex::default();
+        let f = idx.filter(&pod(claim_volume("data-web-0")));
+        assert_eq!(
+            f.blocked(),
+            Some("persistentvolumeclaim \"data-web-0\" not found")
+        );
+        assert!(!f.admits("n", &BTreeMap::new()));
+        let eph = pod(json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]));
+        assert_eq!(eph.claims[0].name, "web-0-scratch");
+        assert_eq!(
+            idx.filter(&eph).blocked(),
+            Some(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"web-0-scratch\""
+            )
+        );
+    }
+
+    #[test]
+    fn an_ephemeral_claim_must_be_owned_by_the_pod() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "fast",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        let owned = |uid: &str| {
+            pvc(
+                "web-0-scratch",
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web-0",
+                    "uid": uid, "controller": true}]}, "spec": {"storageClassName": "fast"}}),
+            )
+        };
+        let eph = pod(json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]));
+        idx.apply_claim(&owned("someone-else"));
+        assert_eq!(
+            idx.filter(&eph).blocked(),
+            Some("PVC ns/web-0-scratch was not created for pod ns/web-0 (pod is not owner)")
+        );
+        idx.apply_claim(&owned("pod-uid"));
+        assert_eq!(idx.filter(&eph), VolumeFilter::Nodes(vec![]));
+    }
+
+    #[test]
+    fn lost_and_deleted_claims_block_the_pod() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_claim(&pvc(
+            "c",
+            json!({"spec": {"volumeName": "gone"}, "status": {"phase": "Lost"}}),
+        ));
+        assert_eq!(
+            idx.filter(&pod(claim_volume("c"))).blocked(),
+            Some("persistentvolumeclaim \"c\" bound to non-existent persistentvolume \"gone\"")
+        );
+        idx.apply_claim(&pvc(
+            "c",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        ));
+        assert_eq!(
+            idx.filter(&pod(claim_volume("c"))).blocked(),
+            Some("persistentvolumeclaim \"c\" is being deleted")
+        );
+    }
+
+    #[test]
+    fn unbound_immediate_claims_block_the_pod() {
+        let mut idx = VolumeIndex::default();
+        let p = pod(claim_volume("c"));
+        // No class at all.
+        idx.apply_claim(&pvc("c", json!({})));
+        assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
+        // An Immediate class.
+        idx.apply_class(&class("std", "Immediate", "csi.example.com", json!({})));
+        idx.apply_claim(&pvc("c", json!({"spec": {"storageClassName": "std"}})));
+        assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
+        // A class that does not exist counts as Immediate.
+        idx.apply_claim(&pvc("c", json!({"spec": {"storageClassName": "nowhere"}})));
+        assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
+        // Pre-bound (volumeName set, binding not completed), even in a delayed class.
+        idx.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        idx.apply_claim(&pvc(
+            "c",
+            json!({"spec": {"storageClassName": "wffc", "volumeName": "pv1"}}),
+        ));
+        assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
+        // The beta annotation names the class and wins over the field.
+        idx.apply_claim(&pvc(
+            "c",
+            json!({"metadata": {"annotations": {BETA_CLASS: "wffc"}}, "spec": {"storageClassName": "std"}}),
+        ));
+        assert_eq!(idx.filter(&p), VolumeFilter::Nodes(vec![]));
+    }
+
+    #[test]
+    fn a_bound_volumes_node_affinity_restricts_the_nodes() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_claim(&bound_pvc("c", "pv1"));
+        let p = pod(claim_volume("c"));
+        assert_eq!(
+            idx.filter(&p).blocked(),
+            Some("persistentvolume \"pv1\" not found")
+        );
+        idx.apply_volume(&pv(
+            "pv1",
+            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}}),
+        ));
+        let f = idx.filter(&p);
+        assert!(f.admits("n1", &labels(&[("kubernetes.io/hostname", "n1")])));
+        let n2 = labels(&[("kubernetes.io/hostname", "n2")]);
+        assert!(!f.admits("n2", &n2));
+        assert_eq!(categories(&f, "n2", &n2), [NODE_CONFLICT]);
+        // A volume without node affinity goes anywhere.
+        idx.apply_volume(&pv("pv1", json!({})));
+        assert!(idx.filter(&p).admits("n2", &n2));
+    }
+
+    #[test]
+    fn volume_affinity_matches_labels_only_as_upstream() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_claim(&bound_pvc("c", "pv1"));
+        idx.apply_volume(&pv(
+            "pv1",
+            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}),
+        ));
+        assert!(!idx.filter(&pod(claim_volume("c"))).admits("n1", &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_bound_volumes_zone_labels_restrict_zoned_nodes() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_claim(&bound_pvc("c", "pv1"));
+        idx.apply_volume(&pv(
+            "pv1",
+            json!({"metadata": {"labels": {"failure-domain.beta.kubernetes.io/zone": "us-a__us-b"}}}),
+        ));
+        let f = idx.filter(&pod(claim_volume("c")));
+        // The beta label on the volume is matched against the node's GA label.
+        assert!(f.admits("n", &labels(&[("topology.kubernetes.io/zone", "us-b")])));
+        let c = labels(&[("topology.kubernetes.io/zone", "us-c")]);
+        assert!(!f.admits("n", &c));
+        assert_eq!(categories(&f, "n", &c), [ZONE_CONFLICT]);
+        // A node with a region label but no zone label fails; one with no such label passes.
+        assert!(!f.admits("n", &labels(&[("topology.kubernetes.io/region", "us")])));
+        assert!(f.admits("n", &labels(&[("other", "x")])));
+    }
+
+    #[test]
+    fn wait_for_first_consumer_claims_fit_anywhere_their_class_allows() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "zonal",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({"allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.kubernetes.io/zone", "values": ["a", "b"]}]}]}),
+        ));
+        idx.apply_claim(&pvc("c", json!({"spec": {"storageClassName": "zonal"}})));
+        let p = pod(claim_volume("c"));
+        let f = idx.filter(&p);
+        assert!(f.admits("n1", &labels(&[("topology.kubernetes.io/zone", "a")])));
+        let c = labels(&[("topology.kubernetes.io/zone", "c")]);
+        assert!(!f.admits("n3", &c));
+        assert_eq!(categories(&f, "n3", &c), [BIND_CONFLICT]);
+        assert!(!f.admits("n4", &BTreeMap::new()));
+        assert_eq!(idx.claims_to_select(&p, "n1"), ["c"]);
+        // Without allowedTopologies: any node.
+        idx.apply_class(&class(
+            "zonal",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        assert!(idx.filter(&p).admits("n4", &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_selected_node_pins_the_claim_and_is_not_written_again() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        idx.apply_claim(&pvc(
+            "c",
+            json!({"metadata": {"annotations": {SELECTED_NODE: "n1"}}, "spec": {"storageClassName": "wffc"}}),
+        ));
+        let p = pod(claim_volume("c"));
+        let f = idx.filter(&p);
+        assert!(f.admits("n1", &BTreeMap::new()));
+        assert!(!f.admits("n2", &BTreeMap::new()));
+        assert_eq!(categories(&f, "n2", &BTreeMap::new()), [BIND_CONFLICT]);
+        assert!(idx.claims_to_select(&p, "n1").is_empty());
+    }
+
+    #[test]
+    fn an_assumed_selected_node_holds_until_the_claim_shows_one_or_it_is_forgotten() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        idx.apply_claim(&pvc("shared", json!({"spec": {"storageClassName": "wffc"}})));
+        let first = pod(claim_volume("shared"));
+        idx.assume(&first, "n1");
+        // A second pod sharing the claim goes where the first went.
+        let f = idx.filter(&first);
+        assert!(f.admits("n1", &BTreeMap::new()));
+        assert!(!f.admits("n2", &BTreeMap::new()));
+        // An update that does not show the annotation keeps the assumption; one that does
+        // replaces it.
+        idx.apply_claim(&pvc(
+            "shared",
+            json!({"metadata": {"labels": {"x": "y"}}, "spec": {"storageClassName": "wffc"}}),
+        ));
+        assert!(!idx.filter(&first).admits("n2", &BTreeMap::new()));
+        idx.forget(&first.key());
+        assert!(idx.filter(&first).admits("n2", &BTreeMap::new()));
+        idx.assume(&first, "n1");
+        idx.apply_claim(&pvc(
+            "shared",
+            json!({"metadata": {"annotations": {SELECTED_NODE: "n1"}}, "spec": {"storageClassName": "wffc"}}),
+        ));
+        assert!(idx.assumed.is_empty());
+    }
+
+    #[test]
+    fn a_class_without_provisioner_is_not_bound_by_numaplane() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class("local", "WaitForFirstConsumer", NO_PROVISIONER, json!({})));
+        idx.apply_claim(&pvc("c", json!({"spec": {"storageClassName": "local"}})));
+        let f = idx.filter(&pod(claim_volume("c")));
+        assert!(!f.admits("n1", &BTreeMap::new()));
+        assert_eq!(categories(&f, "n1", &BTreeMap::new()), [BIND_CONFLICT]);
+    }
+
+    #[test]
+    fn shapes_differ_by_rules_not_by_claim_names() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        idx.apply_claim(&pvc("a", json!({"spec": {"storageClassName": "wffc"}})));
+        idx.apply_claim(&pvc("b", json!({"spec": {"storageClassName": "wffc"}})));
+        let a = idx.filter(&pod(claim_volume("a")));
+        let b = idx.filter(&pod(claim_volume("b")));
+        assert_eq!(a.shape(), b.shape());
+        idx.apply_claim(&pvc(
+            "b",
+            json!({"metadata": {"annotations": {SELECTED_NODE: "n1"}}, "spec": {"storageClassName": "wffc"}}),
+        ));
+        assert_ne!(a.shape(), idx.filter(&pod(claim_volume("b"))).shape());
+        assert_eq!(VolumeFilter::None.shape(), "");
+    }
+
+    #[test]
+    fn relists_replace_everything_but_live_assumptions() {
+        let mut idx = VolumeIndex::default();
+        idx.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        let c = pvc("c", json!({"spec": {"storageClassName": "wffc"}}));
+        idx.apply_claim(&c);
+        idx.apply_claim(&pvc("old", json!({})));
+        let p = pod(claim_volume("c"));
+        idx.assume(&p, "n1");
+        idx.reset_claims(std::slice::from_ref(&c));
+        assert!(!idx.filter(&p).admits("n2", &BTreeMap::new()));
+        assert!(idx.filter(&pod(claim_volume("old"))).blocked().is_some());
+        idx.reset_classes(&[]);
+        assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
+        idx.delete_claim("ns", "c");
+        assert!(idx.filter(&p).blocked().is_some_and(|r| r.contains("not found")));
+    }
+
+    #[test]
+    fn blocked_decisions_carry_the_reason_once() {
+        let p = pod(claim_volume("c"));
+        let d = blocked_decision(
+            &p,
+            "persistentvolumeclaim \"c\" not found",
+            ["a", "b"].into_iter(),
+        );
+        assert_eq!(
+            d.message,
+            "0/2 nodes are available: persistentvolumeclaim \"c\" not found."
+        );
+        assert_eq!(d.nodes.len(), 2);
+        assert!(d.nodes.iter().all(|v| !v.feasible));
+    }
+
+    /// Through the cluster index: the volume rules decide the node, the verdict cache keeps
+    /// pods of one resource shape but different volumes apart, and explained verdicts name
+    /// kube-scheduler's reason.
+    #[test]
+    fn the_cluster_places_pods_where_their_volumes_are() {
+        use crate::cluster::{Cluster, Config};
+        use k8s_openapi::api::core::v1::Node;
+        let mut c = Cluster::new();
+        for n in ["n1", "n2"] {
+            let node: Node = serde_json::from_value(json!({"metadata": {"name": n,
+                "labels": {"kubernetes.io/hostname": n}},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10"}}}))
+            .expect("node");
+            c.apply_node(&node).expect("indexed");
+        }
+        let on = |node: &str| {
+            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+        };
+        c.volumes.apply_claim(&bound_pvc("on-n2", "pv2"));
+        c.volumes.apply_volume(&pv("pv2", on("n2")));
+        c.volumes.apply_claim(&bound_pvc("on-n1", "pv1"));
+        c.volumes.apply_volume(&pv("pv1", on("n1")));
+        let cfg = Config::default();
+        let decide = |c: &Cluster, claim: Option<&str>| {
+            let volumes = claim.map_or(json!([]), claim_volume);
+            c.decide(&cfg, &pod(volumes)).node
+        };
+        // The same pod shape, three times: without volumes n1 wins the tie by name.
+        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
+        assert_eq!(decide(&c, None).as_deref(), Some("n1"));
+        assert_eq!(decide(&c, Some("on-n1")).as_deref(), Some("n1"));
+        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
+        let explained = c.schedule(&cfg, &pod(claim_volume("on-n2")), true);
+        let n1 = explained.nodes.iter().find(|v| v.node == "n1").expect("n1");
+        assert!(!n1.feasible);
+        assert_eq!(n1.categories, [NODE_CONFLICT]);
+        // A missing claim: one message, as kube-scheduler's PreFilter gives it.
+        let d = c.decide(&cfg, &pod(claim_volume("missing")));
+        assert_eq!(d.node, None);
+        assert_eq!(
+            d.message,
+            "0/2 nodes are available: persistentvolumeclaim \"missing\" not found."
+        );
+        // A WaitForFirstConsumer claim: assumed on the chosen node, so a second pod sharing it
+        // follows even where it would not have gone.
+        c.volumes.apply_class(&class(
+            "wffc",
+            "WaitForFirstConsumer",
+            "csi.example.com",
+            json!({}),
+        ));
+        c.volumes
+            .apply_claim(&pvc("shared", json!({"spec": {"storageClassName": "wffc"}})));
+        let first = pod(claim_volume("shared"));
+        let d = c.decide(&cfg, &first);
+        assert_eq!(d.node.as_deref(), Some("n1"));
+        assert_eq!(c.volumes.claims_to_select(&first, "n1"), ["shared"]);
+        c.assume(&first, &d);
+        let mut second = first.clone();
+        second.name = "web-1".into();
+        second.uid = Some("other".into());
+        // n1 is fuller now, so LeastAllocated-style ties do not matter: the claim decides.
+        assert!(
+            c.schedule(&cfg, &second, true)
+                .nodes
+                .iter()
+                .any(|v| v.node == "n2" && !v.feasible)
+        );
+        c.forget(&first.key(), first.uid.as_deref());
+        assert!(c.schedule(&cfg, &second, true).nodes.iter().all(|v| v.feasible));
+    }
+
+    #[test]
+    fn storage_kinds_are_read_from_documents() {
+        let mut s = StorageObjects::default();
+        assert!(
+            s.read(
+                "PersistentVolumeClaim",
+                json!({"metadata": {"name": "c", "namespace": "ns"}})
+            )
+            .expect("claim")
+        );
+        assert!(!s.read("Secret", json!({})).expect("other kinds are not ours"));
+        let mut idx = VolumeIndex::default();
+        s.load_into(&mut idx);
+        assert!(!idx.is_empty());
+    }
+}
