@@ -25,6 +25,9 @@ use crate::{
 
 pub use crate::config::{Config, NoTopology};
 
+mod preemption;
+pub use preemption::{Hold, Preemption};
+
 /// A node's topology as the index knows it.
 #[derive(Clone, Debug)]
 pub enum TopologyState {
@@ -223,6 +226,8 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
+    /// Victim candidates, disruption budgets and preemptors' holds.
+    preemption: preemption::State,
 }
 
 /// Below this many nodes to evaluate, a second thread costs more than it saves.
@@ -537,6 +542,9 @@ impl Cluster {
                 take(&mut topo, a);
             }
         }
+        for a in self.preemption.holds_on(node) {
+            take(&mut topo, a);
+        }
         for rid in base.cluster_held.keys() {
             let taken = self.taken_in_cluster(*rid, node);
             if !taken.is_empty() {
@@ -741,6 +749,7 @@ impl Cluster {
                 .or_default()
                 .insert(key.clone());
             self.pods.insert(key.clone(), bound);
+            self.preemption.note_pod(&mut self.res, &key, pod, &spec);
             self.settle(&node);
         }
         self.index_claims(&key, old, new);
@@ -806,6 +815,7 @@ impl Cluster {
     /// [`Self::index_claims`]).
     fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
+        self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);
             if set.is_empty() {
@@ -1269,6 +1279,16 @@ impl Cluster {
         let TopologyState::Valid(topo) = self.topology(node) else {
             return (None, None);
         };
+        self.placement_in(pod, node, topo)
+    }
+
+    /// The predicted placement of `pod` in `topo` (the zones of `node`) and its record.
+    fn placement_in(
+        &self,
+        pod: &PreparedPod<'_>,
+        node: &str,
+        topo: &NumaTopology,
+    ) -> (Option<Placement>, Option<Allocation>) {
         let mut w = WorkingZones::with_device_ids(topo);
         let Ok(p) = admission::predict_prepared(&self.res, topo, &mut w, pod) else {
             return (None, None);

@@ -14,6 +14,7 @@ pub mod kubectl;
 pub mod live;
 pub mod node;
 pub mod pod;
+pub mod preempt;
 pub mod prepared;
 pub mod queue;
 pub mod resources;

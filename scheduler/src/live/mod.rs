@@ -10,6 +10,7 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+pub mod eviction;
 pub mod extender_http;
 pub mod metrics;
 pub mod server;
