@@ -86,6 +86,8 @@ pub struct BindDone {
     pub result: Result<(), BindError>,
 }
 
+mod preemption;
+
 /// A pod waiting to be scheduled.
 #[derive(Debug)]
 struct Pending {
@@ -324,6 +326,8 @@ impl Engine {
         let now = self.now_ms();
         let timeout = u64::try_from(self.cfg.assume_timeout.as_millis()).unwrap_or(u64::MAX);
         let expired = self.cluster.expire_assumptions(now, timeout);
+        // A preemptor retried meanwhile ends its hold itself; this catches one that is not.
+        self.cluster.expire_holds(now, timeout.saturating_mul(2));
         if !expired.is_empty() {
             tracing::warn!(
                 pods = ?expired,
@@ -643,6 +647,7 @@ impl Engine {
     }
 
     fn drop_pending(&mut self, key: &str) {
+        self.cluster.release_hold(key);
         self.pending.remove(key);
         self.queue.remove(key);
     }
@@ -792,6 +797,7 @@ impl Engine {
             }
             let now = Instant::now();
             let Some(q) = self.queue.pop(now) else { return };
+            let hold = self.take_hold(&q.key);
             let Some(p) = self.pending.get(&q.key) else {
                 self.queue.remove(&q.key);
                 continue;
@@ -837,7 +843,18 @@ impl Engine {
                 None => {
                     self.metrics.attempt("unschedulable", &profile);
                     self.queue.unschedulable(&q.key, now);
-                    self.report_unschedulable(&q.key, decision.message);
+                    let message = match self.after_unschedulable(&q.key, hold) {
+                        preemption::Outcome::None => decision.message,
+                        preemption::Outcome::Started { node, victims } => format!(
+                            "{} preemption: evicting {victims} lower-priority pod(s) on node {node}.",
+                            decision.message
+                        ),
+                        preemption::Outcome::Waiting { node } => format!(
+                            "{} Waiting for the pods preempted on node {node} to leave.",
+                            decision.message
+                        ),
+                    };
+                    self.report_unschedulable(&q.key, message);
                 }
             }
         }
