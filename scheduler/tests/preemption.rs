@@ -290,3 +290,126 @@ fn preemption_frees_the_right_zone_with_a_minimal_set_of_lower_priority_victims(
     assert!(preempted > 20, "too few preemptions exercised: {preempted}");
     assert!(none_possible > 5, "too few impossible cases exercised: {none_possible}");
 }
+
+/// One node, zones of 4 CPUs: zone 0 holds `a` (3 CPUs, priority 0) and `c` (1 CPU, priority
+/// 500); zone 1 holds `b` and `d` (2 CPUs each, priority 0).
+fn two_zone_case() -> (Vec<NodeDef>, Vec<Placed>) {
+    let nodes = vec![NodeDef {
+        name: "n0".into(),
+        zones: vec![
+            Zone { cpus: 4, gpus: vec![] },
+            Zone { cpus: 4, gpus: vec![] },
+        ],
+    }];
+    let mut placed = Vec::new();
+    for (name, zone, cpus, priority) in [("a", 0, 3, 0), ("c", 0, 1, 500), ("b", 1, 2, 0), ("d", 1, 2, 0)] {
+        let record = json!({"version": "v1", "node": "n0", "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "c", "kind": "app", "numaNodes": [zone]}]});
+        placed.push(Placed {
+            name: name.into(),
+            node: "n0".into(),
+            zone,
+            cpus,
+            gpus: vec![],
+            priority,
+            record: record.to_string(),
+        });
+    }
+    (nodes, placed)
+}
+
+#[test]
+fn the_victims_free_one_whole_zone_not_the_cheapest_cpus_anywhere() {
+    let (nodes, placed) = two_zone_case();
+    let refs: Vec<&Placed> = placed.iter().collect();
+    let mut c = index(&nodes, &refs);
+    let pod = pod_json("high", 4, 0, 1000);
+    let spec = spec_of(&mut c, &pod);
+    assert!(c.decide(&Config::default(), &spec).node.is_none());
+    let p = c.preempt(&Config::default(), &spec, 1000).expect("a preemption");
+    let victims: Vec<&str> = p.victims.iter().map(|v| v.name.as_str()).collect();
+    // Node-level, evicting a (3 CPUs) and b would free 5 CPUs but no whole zone; c has the
+    // highest priority, so zone 1 (b and d) is emptied.
+    assert_eq!(victims, vec!["b", "d"]);
+    let record = p.decision.allocation.expect("a record");
+    assert_eq!(record.containers[0].numa_nodes, Some(vec![1]));
+}
+
+#[test]
+fn a_hold_keeps_the_freed_zone_for_the_preemptor_until_it_is_placed() {
+    let (nodes, placed) = two_zone_case();
+    let refs: Vec<&Placed> = placed.iter().collect();
+    let mut c = index(&nodes, &refs);
+    let cfg = Config::default();
+    let high = pod_json("high", 4, 0, 1000);
+    let high_spec = spec_of(&mut c, &high);
+    let p = c.preempt(&cfg, &high_spec, 1000).expect("a preemption");
+    c.hold_for(&high_spec, &p, 1_000);
+    // The victims are deleted; the NRT shows them gone a little later.
+    for v in ["b", "d"] {
+        c.delete_pod(&format!("ns/{v}"));
+    }
+    let kept: Vec<&Placed> = placed.iter().filter(|x| x.zone == 0).collect();
+    c.apply_nrt(&nrt_obj(&nodes[0], &kept)).unwrap();
+    // A low-priority pod that would fit the freed zone does not get it.
+    let low = pod_json("low", 2, 0, 0);
+    let low_spec = spec_of(&mut c, &low);
+    let d = c.decide(&cfg, &low_spec);
+    assert_eq!(d.node, None, "the held zone went to another pod: {d:?}");
+    // The preemptor, its hold taken off for its own decision, fits there.
+    let hold = c.release_hold("ns/high").expect("the hold");
+    assert_eq!(hold.node, "n0");
+    let d = c.decide(&cfg, &high_spec);
+    assert_eq!(d.node.as_deref(), Some("n0"), "{}", d.message);
+    c.assume_at(&high_spec, &d, 2_000);
+    assert_eq!(c.decide(&cfg, &low_spec).node, None, "zone 1 is the preemptor's now");
+    // Without a hold the low pod would have taken the zone (the test can fail).
+    let mut bare = index(&nodes, &kept);
+    let s = spec_of(&mut bare, &low);
+    assert_eq!(bare.decide(&cfg, &s).node.as_deref(), Some("n0"));
+}
+
+#[test]
+fn budgets_steer_the_choice_and_never_policy_is_read_from_the_pod() {
+    let (nodes, placed) = two_zone_case();
+    let refs: Vec<&Placed> = placed.iter().collect();
+    let budget = |app: &str| -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": app, "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+        }))
+        .unwrap()
+    };
+    // b is protected: rather than break its budget, zone 0 is emptied, although that evicts
+    // c, of higher priority (budget violators are reprieved first, as upstream).
+    let mut c = index(&nodes, &refs);
+    c.apply_pdb(&budget("b"));
+    let spec = spec_of(&mut c, &pod_json("high", 4, 0, 1000));
+    let p = c.preempt(&Config::default(), &spec, 1000).expect("a preemption");
+    let mut victims: Vec<&str> = p.victims.iter().map(|v| v.name.as_str()).collect();
+    victims.sort_unstable();
+    assert_eq!(victims, vec!["a", "c"]);
+    assert_eq!(p.budget_violations, 0);
+    // b and c both protected: one budget breaks either way; the lower priorities go (zone 1)
+    // and the violation is counted.
+    let mut c = index(&nodes, &refs);
+    c.apply_pdb(&budget("b"));
+    c.apply_pdb(&budget("c"));
+    let p = c.preempt(&Config::default(), &spec, 1000).expect("a preemption");
+    let mut victims: Vec<&str> = p.victims.iter().map(|v| v.name.as_str()).collect();
+    victims.sort_unstable();
+    assert_eq!(victims, vec!["b", "d"]);
+    assert_eq!(p.budget_violations, 1);
+    // Deleting the budget of b makes zone 1 free to take again without violation.
+    c.delete_pdb("ns/b");
+    let p = c.preempt(&Config::default(), &spec, 1000).expect("a preemption");
+    assert_eq!(p.budget_violations, 0);
+    let never: Pod = serde_json::from_value({
+        let mut v = pod_json("never", 4, 0, 1000);
+        v["spec"]["preemptionPolicy"] = json!("Never");
+        v
+    })
+    .unwrap();
+    assert!(!numaplane_scheduler::preempt::may_preempt(&never));
+}
