@@ -5,6 +5,7 @@
 //! # What is emulated
 //! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
 //!   persistentvolumes; `storage.k8s.io/v1` storageclasses; `events.k8s.io/v1` events;
+//!   `policy/v1` poddisruptionbudgets;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
 //!   [`FakeApiServer::install_nrt_crd`]. More kinds can be added with
@@ -295,6 +296,15 @@ fn builtin_resources() -> Vec<ResourceDef> {
             .with_status(),
         ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
             .with_short_names(&["sc"]),
+        ResourceDef::new(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+        )
+        .with_short_names(&["pdb"])
+        .with_status(),
         ResourceDef::new(
             "apiextensions.k8s.io",
             "v1",

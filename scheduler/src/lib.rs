@@ -15,6 +15,7 @@ pub mod live;
 pub mod model_config;
 pub mod node;
 pub mod pod;
+pub mod preempt;
 pub mod prepared;
 pub mod queue;
 pub mod resources;

@@ -1587,6 +1587,57 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         },
     )
     .await;
+    // Preemption (the scheduler's pod `delete`, the PodDisruptionBudget watch): a pod bound
+    // here by someone else holds nearly all the node's memory; a higher-priority pod that
+    // needs some evicts exactly it and is bound.
+    let mut hog = pod_json("hog", "default-scheduler", "100m", 0);
+    {
+        let spec = hog.spec.as_mut().unwrap();
+        spec.node_name = Some(node.clone());
+        let r = spec.containers[0].resources.as_mut().unwrap();
+        r.requests.as_mut().unwrap().insert(
+            "memory".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("126Gi".into()),
+        );
+        r.limits = None;
+    }
+    pods.create(&PostParams::default(), &hog).await.unwrap();
+    let mut urgent = pod_json("urgent", "numaplane-scheduler", "100m", 0);
+    {
+        let spec = urgent.spec.as_mut().unwrap();
+        let r = spec.containers[0].resources.as_mut().unwrap();
+        r.requests.as_mut().unwrap().insert(
+            "memory".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("4Gi".into()),
+        );
+        r.limits = None;
+        if target.fake().is_some() {
+            spec.priority = Some(1000);
+        } else {
+            // A real API server takes the priority from a PriorityClass only.
+            let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+            let name = format!("{ns}-urgent");
+            let _ = classes
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": name}, "value": 1000})).unwrap(),
+                )
+                .await;
+            spec.priority_class_name = Some(name);
+        }
+    }
+    pods.create(&PostParams::default(), &urgent).await.unwrap();
+    until("urgent evicts the hog and is bound", &slog, || async {
+        let hog_gone = pods.get_opt("hog").await.unwrap().is_none();
+        let bound = pods.get("urgent").await.unwrap().spec.unwrap().node_name;
+        hog_gone && bound.as_deref() == Some(node.as_str())
+    })
+    .await;
+    assert!(
+        pods.get_opt("fits").await.unwrap().is_some() && pods.get_opt("with-claim").await.unwrap().is_some(),
+        "only the hog is a victim"
+    );
+
     // The kubelet admits it on the recorded NUMA node; pod-resources then reports it, so the
     // exporter publishes the license as held here.
     let c = &record.containers[0];

@@ -227,6 +227,16 @@ impl Cluster {
         let TopologyState::Valid(topo) = self.topology(node) else {
             return (None, None);
         };
+        self.placement_in(pod, node, topo)
+    }
+
+    /// The predicted placement of `pod` in `topo` (the zones of `node`) and its record.
+    pub(super) fn placement_in(
+        &self,
+        pod: &PreparedPod<'_>,
+        node: &str,
+        topo: &NumaTopology,
+    ) -> (Option<Placement>, Option<Allocation>) {
         let mut w = WorkingZones::with_device_ids(topo);
         let Ok(p) = admission::predict_prepared(&self.res, topo, &mut w, pod) else {
             return (None, None);

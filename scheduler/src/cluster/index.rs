@@ -177,6 +177,9 @@ impl Cluster {
                 take(&mut topo, a);
             }
         }
+        for a in self.preemption.holds_on(node) {
+            take(&mut topo, a);
+        }
         for rid in base.cluster_held.keys() {
             let taken = self.taken_in_cluster(*rid, node);
             if !taken.is_empty() {
@@ -227,6 +230,7 @@ impl Cluster {
                 .or_default()
                 .insert(key.clone());
             self.pods.insert(key.clone(), bound);
+            self.preemption.note_pod(&mut self.res, &key, pod, &spec);
             self.settle(&node);
         }
         self.index_claims(&key, old, new);
@@ -263,6 +267,7 @@ impl Cluster {
     /// [`Self::index_claims`]).
     pub(super) fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
+        self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);
             if set.is_empty() {

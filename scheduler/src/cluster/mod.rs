@@ -25,7 +25,10 @@ mod assume;
 mod decide;
 mod decision_cache;
 mod index;
+mod preemption;
 mod shared_slots;
+
+pub use preemption::{Hold, Preemption};
 
 pub use decide::aggregate_message;
 
@@ -225,6 +228,8 @@ pub struct Cluster {
     verdicts: VerdictCache,
     /// hook(volumes): PersistentVolumeClaims, PersistentVolumes and StorageClasses.
     pub volumes: crate::volume_binding::VolumeIndex,
+    /// Victim candidates, disruption budgets and preemptors' holds.
+    preemption: preemption::State,
 }
 
 /// One node's verdict for one pod.

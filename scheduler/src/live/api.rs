@@ -220,6 +220,23 @@ impl Writer {
         }
     }
 
+    /// The API client (for writes made outside this module under the same budget).
+    pub(super) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The metrics the writes count in.
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Waits for one request of the budget, ahead of events and conditions (as a Binding).
+    pub(super) async fn priority_budget(&self) {
+        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
+        self.limiter.until_ready().await;
+        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
     fn enqueue(&self, aux: Aux, kind: &'static str) {
         if self.aux.try_send(aux).is_err() {
             Metrics::count(&self.metrics.writes_dropped, kind);

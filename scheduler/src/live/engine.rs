@@ -55,6 +55,8 @@ pub enum Stream {
     Volumes,
     /// hook(volumes): StorageClasses.
     Classes,
+    /// hook(preemption): PodDisruptionBudgets.
+    Budgets,
 }
 
 /// Something the loop reacts to.
@@ -70,6 +72,8 @@ pub enum Input {
     Pending(usize, watcher::Event<Pod>),
     /// hook(volumes): a claim, volume or class event.
     Storage(Box<volumes::StorageEvent>),
+    /// hook(preemption): a PodDisruptionBudget event.
+    Budget(watcher::Event<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
@@ -101,6 +105,8 @@ pub struct BindDone {
     /// Outcome.
     pub result: Result<(), BindError>,
 }
+
+pub mod preemption;
 
 /// A pod waiting to be scheduled.
 #[derive(Debug)]
@@ -229,7 +235,7 @@ impl Engine {
             0
         } else {
             // hook(volumes): the storage watches.
-            cfg.scheduler_names.len() + volumes::STREAMS
+            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS
         };
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
@@ -347,6 +353,8 @@ impl Engine {
         let now = self.now_ms();
         let timeout = u64::try_from(self.cfg.assume_timeout.as_millis()).unwrap_or(u64::MAX);
         let expired = self.cluster.expire_assumptions(now, timeout);
+        // A preemptor retried meanwhile ends its hold itself; this catches one that is not.
+        self.cluster.expire_holds(now, timeout.saturating_mul(2));
         if !expired.is_empty() {
             tracing::warn!(
                 pods = ?expired,
@@ -481,6 +489,7 @@ impl Engine {
             Input::BoundPodEvent(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
             Input::Storage(ev) => self.on_storage(*ev),
+            Input::Budget(ev) => self.on_event(Stream::Budgets, ev),
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",
@@ -491,6 +500,7 @@ impl Engine {
                     Stream::Claims | Stream::Volumes | Stream::Classes => {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
+                    Stream::Budgets => "poddisruptionbudgets",
                 };
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
@@ -669,6 +679,7 @@ impl Engine {
     }
 
     fn drop_pending(&mut self, key: &str) {
+        self.cluster.release_hold(key);
         self.pending.remove(key);
         self.queue.remove(key);
         // hook(gates, unsupported)
@@ -820,6 +831,7 @@ impl Engine {
             }
             let now = Instant::now();
             let Some(q) = self.queue.pop(now) else { return };
+            let hold = self.take_hold(&q.key);
             let Some(p) = self.pending.get(&q.key) else {
                 self.queue.remove(&q.key);
                 continue;
@@ -881,7 +893,18 @@ impl Engine {
                 None => {
                     self.metrics.attempt("unschedulable", &profile);
                     self.queue.unschedulable(&q.key, now);
-                    self.report_unschedulable(&q.key, decision.message);
+                    let message = match self.after_unschedulable(&q.key, hold) {
+                        preemption::Outcome::None => decision.message,
+                        preemption::Outcome::Started { node, victims } => format!(
+                            "{} preemption: evicting {victims} lower-priority pod(s) on node {node}.",
+                            decision.message
+                        ),
+                        preemption::Outcome::Waiting { node } => format!(
+                            "{} Waiting for the pods preempted on node {node} to leave.",
+                            decision.message
+                        ),
+                    };
+                    self.report_unschedulable(&q.key, message);
                 }
             }
         }
@@ -1023,6 +1046,8 @@ pub enum InitBuffer {
     Pods(Vec<Pod>),
     /// hook(volumes): claims, volumes or classes.
     Storage(volumes::Buffer),
+    /// hook(preemption): PodDisruptionBudgets.
+    Budgets(Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
 }
 
 /// How a watched kind changes the loop's state.

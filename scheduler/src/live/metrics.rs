@@ -32,6 +32,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// One bounded label named `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// A bounded outcome.
+    pub result: &'static str,
+}
+
 /// One bounded label named `kind`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -117,6 +124,12 @@ pub struct Metrics {
     pub extender_latency: Family<VerbLabels, Histogram>,
     /// hook(unsupported): pods warned of a field the model does not enforce, by field.
     pub unsupported_constraints: Family<FieldLabels, Counter>,
+    /// Preemption attempts by result.
+    pub preemption_attempts: Family<ResultLabels, Counter>,
+    /// Pods chosen as preemption victims.
+    pub preemption_victims: Counter,
+    /// Victims whose deletion failed.
+    pub eviction_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -151,8 +164,26 @@ impl Metrics {
             extender_latency: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
             }),
+            preemption_attempts: Family::default(),
+            preemption_victims: Counter::default(),
+            eviction_errors: Counter::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "preemption_attempts",
+            "Preemption attempts for pods that fit nowhere, by result (victims_chosen, no_victims, waiting_for_victims)",
+            m.preemption_attempts.clone(),
+        );
+        registry.register(
+            "preemption_victims",
+            "Pods chosen as preemption victims",
+            m.preemption_victims.clone(),
+        );
+        registry.register(
+            "eviction_errors",
+            "Preemption victims whose deletion failed",
+            m.eviction_errors.clone(),
+        );
         registry.register(
             "schedule_attempts",
             "Scheduling attempts by result (scheduled, unschedulable, error) and profile",

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod daemon_config;
 pub mod engine;
+pub mod eviction;
 pub mod extender_http;
 pub mod metrics;
 pub mod server;
@@ -278,6 +279,8 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     // hook(volumes): kube-scheduler binds volumes itself in extender mode.
     if !cfg.extender {
         engine::volumes::spawn_watches(&mut tasks, &client, &tx);
+        // hook(preemption): in extender mode kube-scheduler preempts.
+        engine::preemption::spawn_watches(&mut tasks, &client, &tx);
     }
     tasks.spawn(async move {
         aux_task.await;
