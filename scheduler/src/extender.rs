@@ -1,5 +1,5 @@
 //! The kube-scheduler extender protocol (`kube-scheduler/extender/v1`): wire types and the pure
-//! decisions behind the `filter` and `prioritize` verbs, for clusters that keep kube-scheduler
+//! decisions behind the `filter`, `prioritize` and `preempt` verbs, for clusters that keep kube-scheduler
 //! and call numaplane only for the NUMA side (`docs/extender.md`). The HTTP server and the
 //! `bind` side effect live elsewhere; everything here is synchronous and does no I/O.
 //!
@@ -11,7 +11,7 @@
 //! mode kube-scheduler continues with the Node objects we return, so they must come back with
 //! every field it sent, including fields newer than our `k8s_openapi`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -251,6 +251,157 @@ impl ExtenderBindingResult {
         ExtenderBindingResult {
             error: message.into(),
         }
+    }
+}
+
+/// `MetaPod`: a victim by UID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaPod {
+    /// The pod's UID.
+    #[serde(rename = "UID", alias = "uid", alias = "Uid", default)]
+    pub uid: String,
+}
+
+/// `MetaVictims`: one node's victims by UID (what a `nodeCacheCapable` extender gets and gives).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaVictims {
+    /// The victims.
+    #[serde(rename = "Pods", alias = "pods", default, deserialize_with = "nullable")]
+    pub pods: Vec<MetaPod>,
+    /// How many of them exceed a PodDisruptionBudget.
+    #[serde(
+        rename = "NumPDBViolations",
+        alias = "numPDBViolations",
+        alias = "numpdbviolations",
+        default
+    )]
+    pub num_pdb_violations: i64,
+}
+
+/// `Victims`: one node's victims as pod objects (an extender that is not `nodeCacheCapable`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Victims {
+    /// The victims (v1 Pod JSON).
+    #[serde(rename = "Pods", alias = "pods", default, deserialize_with = "nullable")]
+    pub pods: Vec<Value>,
+    /// How many of them exceed a PodDisruptionBudget.
+    #[serde(
+        rename = "NumPDBViolations",
+        alias = "numPDBViolations",
+        alias = "numpdbviolations",
+        default
+    )]
+    pub num_pdb_violations: i64,
+}
+
+/// `ExtenderPreemptionArgs`: the body of `preempt`, kube-scheduler's candidate nodes with the
+/// victims it chose on each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExtenderPreemptionArgs {
+    /// The preemptor (v1 Pod JSON).
+    #[serde(rename = "Pod", alias = "pod", default)]
+    pub pod: Option<Value>,
+    /// Victims as objects (`nodeCacheCapable: false`).
+    #[serde(
+        rename = "NodeNameToVictims",
+        alias = "nodeNameToVictims",
+        default,
+        deserialize_with = "nullable"
+    )]
+    pub node_name_to_victims: BTreeMap<String, Victims>,
+    /// Victims by UID (`nodeCacheCapable: true`).
+    #[serde(
+        rename = "NodeNameToMetaVictims",
+        alias = "nodeNameToMetaVictims",
+        default,
+        deserialize_with = "nullable"
+    )]
+    pub node_name_to_meta_victims: BTreeMap<String, MetaVictims>,
+}
+
+impl ExtenderPreemptionArgs {
+    /// Per candidate node, the victims' UIDs, whichever form kube-scheduler sent.
+    pub fn victim_uids(&self) -> BTreeMap<String, (BTreeSet<String>, i64)> {
+        let mut out: BTreeMap<String, (BTreeSet<String>, i64)> = BTreeMap::new();
+        for (node, v) in &self.node_name_to_meta_victims {
+            out.insert(
+                node.clone(),
+                (
+                    v.pods.iter().map(|p| p.uid.clone()).collect(),
+                    v.num_pdb_violations,
+                ),
+            );
+        }
+        for (node, v) in &self.node_name_to_victims {
+            let uids = v
+                .pods
+                .iter()
+                .filter_map(|p| p.get("metadata")?.get("uid")?.as_str().map(str::to_owned))
+                .collect();
+            out.entry(node.clone()).or_insert((uids, v.num_pdb_violations));
+        }
+        out
+    }
+}
+
+/// `ExtenderPreemptionResult`: the reply to `preempt`, the nodes (a subset of the request's)
+/// where the victims make room, with the victims to evict there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtenderPreemptionResult {
+    /// Victims by UID per node kept.
+    #[serde(
+        rename = "NodeNameToMetaVictims",
+        alias = "nodeNameToMetaVictims",
+        default,
+        deserialize_with = "nullable"
+    )]
+    pub node_name_to_meta_victims: BTreeMap<String, MetaVictims>,
+}
+
+/// Decodes a `preempt` request body.
+pub fn parse_preemption(body: &[u8]) -> Result<ExtenderPreemptionArgs, ExtenderError> {
+    serde_json::from_slice(body).map_err(|source| ExtenderError::DecodeArgs { source })
+}
+
+/// kube-scheduler's preemption candidates checked for NUMA room: a node stays when its
+/// victims leave room that the pod's predicted admission accepts; when they do not, but
+/// numaplane's own choice on that node (kube-scheduler's victims plus the lower-priority pods
+/// whose zones the pod needs) does, the node stays with that larger set; otherwise it goes
+/// (kube-scheduler's victims would be evicted for nothing: the kubelet would reject the pod).
+pub fn preempt(
+    cluster: &Cluster,
+    cfg: &Config,
+    pod: &PodSpec,
+    priority: i32,
+    args: &ExtenderPreemptionArgs,
+) -> ExtenderPreemptionResult {
+    let mut out = BTreeMap::new();
+    for (node, (uids, violations)) in args.victim_uids() {
+        let victims = if cluster.fits_after_evicting(cfg, pod, &node, &uids) {
+            Some((uids, violations))
+        } else {
+            cluster
+                .preempt_among(cfg, pod, priority, |n| n == node)
+                .map(|p| {
+                    let mut all = uids.clone();
+                    all.extend(p.victims.iter().filter_map(|v| v.uid.clone()));
+                    let extra = i64::try_from(p.budget_violations).unwrap_or(i64::MAX);
+                    (all, violations.max(extra))
+                })
+                .filter(|(all, _)| cluster.fits_after_evicting(cfg, pod, &node, all))
+        };
+        if let Some((uids, num_pdb_violations)) = victims {
+            out.insert(
+                node,
+                MetaVictims {
+                    pods: uids.into_iter().map(|uid| MetaPod { uid }).collect(),
+                    num_pdb_violations,
+                },
+            );
+        }
+    }
+    ExtenderPreemptionResult {
+        node_name_to_meta_victims: out,
     }
 }
 
@@ -677,6 +828,83 @@ mod tests {
             nodes: None,
             node_names: Some(names.iter().map(|n| (*n).to_owned()).collect()),
         }
+    }
+
+    /// A bound Guaranteed pod of `cpus` CPUs on `node`, recorded on NUMA node `zone`.
+    fn bound(name: &str, node: &str, cpus: u32, zone: u32) -> k8s_openapi::api::core::v1::Pod {
+        let r = json!({"cpu": cpus.to_string(), "memory": "1Gi"});
+        let record = json!({"version": "v1", "node": node, "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "c", "kind": "app", "numaNodes": [zone]}]});
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"),
+                         "annotations": {numaplane::allocation::ANNOTATION: record.to_string()}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": r, "limits": r}}]},
+            "status": {"phase": "Running"}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn preempt_keeps_nodes_whose_victims_free_a_zone_and_adds_the_zone_kube_scheduler_missed() {
+        let mut c = Cluster::new();
+        // `busy`: a (6 CPUs) on zone 0, b and c (3 each) on zone 1; 2 CPUs free per zone, so
+        // 4 CPUs fit node-wide and kube-scheduler finds no victim needed. `small`: zones of 2.
+        c.apply_node(&serde_json::from_value::<Node>(node("busy")).unwrap())
+            .unwrap();
+        c.apply_nrt(&nrt("busy", [2, 2])).unwrap();
+        for (name, cpus, zone) in [("a", 6, 0), ("b", 3, 1), ("c", 3, 1)] {
+            c.apply_pod(&bound(name, "busy", cpus, zone)).unwrap();
+        }
+        c.apply_node(&serde_json::from_value::<Node>(node("small")).unwrap())
+            .unwrap();
+        let small: NodeResourceTopology = serde_json::from_value(json!({
+            "metadata": {"name": "small"},
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                           {"name": "topologyManagerScope", "value": "container"}],
+            "zones": [{"name": "node-0", "type": "Node", "resources": [
+                {"name": "cpu", "capacity": "2", "allocatable": "2", "available": "2"}]}]}))
+        .unwrap();
+        c.apply_nrt(&small).unwrap();
+        let mut pod = pod_json();
+        pod["spec"]["priority"] = json!(100);
+        let spec = model_pod(&mut c.res, &serde_json::from_value(pod.clone()).unwrap()).unwrap();
+        let ask = |victims: &[(&str, &[&str])]| -> ExtenderPreemptionResult {
+            let body = json!({"Pod": pod, "NodeNameToVictims": null, "NodeNameToMetaVictims":
+                victims.iter().map(|(n, uids)| ((*n).to_owned(), json!({
+                    "Pods": uids.iter().map(|u| json!({"UID": u})).collect::<Vec<_>>(),
+                    "NumPDBViolations": 0}))).collect::<serde_json::Map<String, Value>>()});
+            let args = parse_preemption(body.to_string().as_bytes()).unwrap();
+            preempt(&c, &Config::default(), &spec, 100, &args)
+        };
+        let uids = |r: &ExtenderPreemptionResult, node: &str| -> Vec<String> {
+            r.node_name_to_meta_victims[node]
+                .pods
+                .iter()
+                .map(|p| p.uid.clone())
+                .collect()
+        };
+        // Evicting a frees zone 0: kept as proposed.
+        let r = ask(&[("busy", &["u-a"])]);
+        assert_eq!(uids(&r, "busy"), vec!["u-a"]);
+        // No victim (node-level room): the zone needs some; numaplane adds them.
+        let r = ask(&[("busy", &[])]);
+        let added = uids(&r, "busy");
+        assert!(!added.is_empty());
+        assert!(c.fits_after_evicting(
+            &Config::default(),
+            &spec,
+            "busy",
+            &added.iter().cloned().collect()
+        ));
+        // b alone leaves zone 1 at 5 free: enough. Nothing helps on `small`: dropped.
+        let r = ask(&[("busy", &["u-b"]), ("small", &[])]);
+        assert_eq!(uids(&r, "busy"), vec!["u-b"]);
+        assert!(!r.node_name_to_meta_victims.contains_key("small"));
+        // The reply as kube-scheduler decodes it.
+        let wire = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            wire,
+            json!({"NodeNameToMetaVictims": {"busy": {"Pods": [{"UID": "u-b"}], "NumPDBViolations": 0}}})
+        );
     }
 
     fn decode(c: &mut Cluster, args: &ExtenderArgs) -> PodSpec {

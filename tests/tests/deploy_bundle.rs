@@ -716,7 +716,7 @@ fn extender_runs_next_to_kube_scheduler_on_loopback() {
     assert_eq!(e["filterVerb"], "filter");
     assert_eq!(e["prioritizeVerb"], "prioritize");
     assert_eq!(e["bindVerb"], "bind");
-    assert!(e["preemptVerb"].is_null(), "preemption is not served");
+    assert_eq!(e["preemptVerb"], "preempt");
     assert_eq!(e["nodeCacheCapable"], true);
     // kube-scheduler goes on without it while it is down (docs/extender.md, failure modes).
     assert_eq!(e["ignorable"], true);

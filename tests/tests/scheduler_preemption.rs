@@ -185,17 +185,27 @@ async fn a_high_priority_pod_evicts_exactly_its_zone_and_keeps_it() {
     // Exactly b and d go; a and c stay.
     let deadline = Instant::now() + WAIT;
     while env.pod("b").await.is_some() || env.pod("d").await.is_some() {
-        assert!(Instant::now() < deadline, "victims not evicted\n{}", sched.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "victims not evicted\n{}",
+            sched.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(env.pod("a").await.is_some() && env.pod("c").await.is_some());
     let high = env.pod("high").await.unwrap();
     assert_eq!(
-        high.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()),
+        high.status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref()),
         Some(env.node.as_str()),
         "the preemptor is nominated"
     );
-    assert_eq!(node_of(&high), None, "not bound while the NRT still shows the victims");
+    assert_eq!(
+        node_of(&high),
+        None,
+        "not bound while the NRT still shows the victims"
+    );
 
     // A low-priority pod arrives while the victims' room is not yet published, and stays
     // pending after it is: the room is the preemptor's.
@@ -208,7 +218,11 @@ async fn a_high_priority_pod_evicts_exactly_its_zone_and_keeps_it() {
         if node_of(&high).is_some() {
             break high;
         }
-        assert!(Instant::now() < deadline, "preemptor not bound\n{}", sched.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "preemptor not bound\n{}",
+            sched.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(node_of(&high).as_deref(), Some(env.node.as_str()));
@@ -219,9 +233,17 @@ async fn a_high_priority_pod_evicts_exactly_its_zone_and_keeps_it() {
         .and_then(|a| a.get(numaplane::allocation::ANNOTATION))
         .map(|a| Allocation::parse(a).unwrap())
         .expect("the record");
-    assert_eq!(record.containers[0].numa_nodes, Some(vec![1]), "zone 1, the freed one");
+    assert_eq!(
+        record.containers[0].numa_nodes,
+        Some(vec![1]),
+        "zone 1, the freed one"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(node_of(&env.pod("low").await.unwrap()), None, "low took the preemptor's zone");
+    assert_eq!(
+        node_of(&env.pod("low").await.unwrap()),
+        None,
+        "low took the preemptor's zone"
+    );
 
     if let Some(fake) = env.target.fake() {
         let reqs = fake.requests();

@@ -254,10 +254,21 @@ impl Cluster {
     /// lets it pass node fit and predicted admission, PodDisruptionBudgets respected where
     /// possible; then the best node by upstream's order. `None` when no eviction helps.
     pub fn preempt(&self, cfg: &Config, pod: &PodSpec, priority: i32) -> Option<Preemption> {
+        self.preempt_among(cfg, pod, priority, |_| true)
+    }
+
+    /// [`Self::preempt`] over the nodes `consider` accepts.
+    pub fn preempt_among(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        priority: i32,
+        consider: impl Fn(&str) -> bool,
+    ) -> Option<Preemption> {
         let prepared = PreparedPod::new(pod);
         let budgets: Vec<Budget> = self.preemption.budgets.values().cloned().collect();
         let mut options: Vec<(NodeVictims, Vec<&VictimInfo>)> = Vec::new();
-        for basics in self.nodes() {
+        for basics in self.nodes().filter(|b| consider(&b.name)) {
             let candidates = self.candidates(&basics.name);
             if !candidates.iter().any(|c| c.priority < priority) {
                 continue;
@@ -283,6 +294,36 @@ impl Cluster {
             budget_violations: chosen.budget_violations,
             decision,
         })
+    }
+
+    /// Whether `pod` fits `node` once the bound pods with UIDs `uids` are gone (node fit and
+    /// predicted admission on the zones they leave): kube-scheduler's victims checked for NUMA
+    /// room (the extender's `preempt` verb).
+    pub fn fits_after_evicting(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        node: &str,
+        uids: &BTreeSet<String>,
+    ) -> bool {
+        let Some(basics) = self.node_basics(node) else {
+            return false;
+        };
+        let removed: BTreeSet<&str> = self
+            .node_pods
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|k| {
+                self.preemption
+                    .victims
+                    .get(*k)
+                    .and_then(|(v, _)| v.uid.as_ref())
+                    .is_some_and(|u| uids.contains(u))
+            })
+            .map(String::as_str)
+            .collect();
+        self.fits_without(cfg, &PreparedPod::new(pod), basics, &removed)
     }
 
     /// The decision for `pod` on `node` once `removed` are gone.

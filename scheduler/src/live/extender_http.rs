@@ -1,11 +1,12 @@
 //! The extender verbs over HTTP: `POST <prefix>/filter`, `<prefix>/prioritize`,
-//! `<prefix>/bind`, where `<prefix>` is the path of kube-scheduler's `urlPrefix` (any, the
+//! `<prefix>/preempt`, `<prefix>/bind`, where `<prefix>` is the path of kube-scheduler's `urlPrefix` (any, the
 //! verb is the last segment). Bodies are decoded here; the answers come from the loop.
 //!
 //! As kube-scheduler expects, a request that cannot be answered still gets HTTP 200 with the
 //! reply's `Error` field set (it then fails that attempt and retries the pod), except
-//! `prioritize`, whose reply has no error field: it gets a 500, which kube-scheduler ignores
-//! (no extender score for that pod).
+//! `prioritize` and `preempt`, whose replies have no error field: they get a 500, which
+//! kube-scheduler ignores for `prioritize` (no extender score for that pod) and, for an
+//! `ignorable` extender, for `preempt` (its own candidates stand).
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -66,8 +67,9 @@ impl Ctx {
             Some("filter") => self.filter(body).await,
             Some("prioritize") => self.prioritize(body).await,
             Some("bind") => self.bind(body).await,
+            Some("preempt") => self.preempt(body).await,
             _ => text(
-                format!("no extender verb at {path}: serving filter, prioritize, bind\n"),
+                format!("no extender verb at {path}: serving filter, prioritize, preempt, bind\n"),
                 StatusCode::NOT_FOUND,
             ),
         }
@@ -127,6 +129,27 @@ impl Ctx {
             .await;
         match answer {
             Ok(Ok(list)) => json(&list, StatusCode::OK),
+            Ok(Err(e)) | Err(e) => text(format!("{e}\n"), StatusCode::INTERNAL_SERVER_ERROR),
+        }
+    }
+
+    async fn preempt(&self, body: &[u8]) -> Reply {
+        let args = match extender::parse_preemption(body) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e.message(), "extender preempt request rejected");
+                self.metrics.extender_call("preempt", false, 0.0);
+                return text(format!("{}\n", e.message()), StatusCode::BAD_REQUEST);
+            }
+        };
+        let answer = self
+            .ask(|reply| ExtenderCall::Preempt {
+                args: Box::new(args),
+                reply,
+            })
+            .await;
+        match answer {
+            Ok(Ok(result)) => json(&result, StatusCode::OK),
             Ok(Err(e)) | Err(e) => text(format!("{e}\n"), StatusCode::INTERNAL_SERVER_ERROR),
         }
     }

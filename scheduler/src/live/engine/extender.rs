@@ -11,7 +11,10 @@ use tokio::sync::oneshot;
 
 use super::{Engine, Input, key_of};
 use crate::{
-    extender::{self, ExtenderArgs, ExtenderBindingArgs, ExtenderError, ExtenderFilterResult, HostPriority},
+    extender::{
+        self, ExtenderArgs, ExtenderBindingArgs, ExtenderError, ExtenderFilterResult, ExtenderPreemptionArgs,
+        ExtenderPreemptionResult, HostPriority,
+    },
     live::{api::BindError, metrics::KindLabels},
 };
 
@@ -41,6 +44,13 @@ pub enum ExtenderCall {
         args: Box<ExtenderArgs>,
         /// The reply, or why there is none.
         reply: oneshot::Sender<Result<Vec<HostPriority>, String>>,
+    },
+    /// `preempt`.
+    Preempt {
+        /// The request.
+        args: Box<ExtenderPreemptionArgs>,
+        /// The reply, or why there is none.
+        reply: oneshot::Sender<Result<ExtenderPreemptionResult, String>>,
     },
     /// `bind`.
     Bind {
@@ -112,6 +122,13 @@ impl Engine {
                     .extender_call("prioritize", result.is_ok(), t0.elapsed().as_secs_f64());
                 let _ = reply.send(result);
             }
+            ExtenderCall::Preempt { args, reply } => {
+                let t0 = Instant::now();
+                let result = self.extender_preempt(&args).map_err(|e| e.message());
+                self.metrics
+                    .extender_call("preempt", result.is_ok(), t0.elapsed().as_secs_f64());
+                let _ = reply.send(result);
+            }
             ExtenderCall::Bind { args, pod, reply } => self.extender_bind(args, pod, reply),
         }
     }
@@ -131,6 +148,26 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// kube-scheduler's preemption candidates, kept where the victims make NUMA room.
+    fn extender_preempt(
+        &mut self,
+        args: &ExtenderPreemptionArgs,
+    ) -> Result<ExtenderPreemptionResult, ExtenderError> {
+        let as_args = ExtenderArgs {
+            pod: args.pod.clone(),
+            ..ExtenderArgs::default()
+        };
+        let (pod, spec) = self.model_request(&as_args)?;
+        let priority = crate::preempt::priority_of(&pod);
+        Ok(extender::preempt(
+            &self.cluster,
+            &self.model,
+            &spec,
+            priority,
+            args,
+        ))
     }
 
     fn extender_filter(&mut self, args: &ExtenderArgs) -> ExtenderFilterResult {
