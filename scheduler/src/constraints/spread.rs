@@ -1,0 +1,257 @@
+//! kube-scheduler's PodTopologySpread: `DoNotSchedule` constraints in the filter (maxSkew against
+//! the global minimum over eligible domains, minDomains, the node inclusion policies) and
+//! `ScheduleAnyway` ones in the score; the default constraints for pods that set none.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{
+    facts::{PodFacts, SpreadConstraint, SpreadSelector},
+    index::{ConstraintIndex, Entry},
+};
+use crate::fit::{self, NodeBasics};
+
+/// kube-scheduler's reason text.
+pub const CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
+/// kube-scheduler's reason text for a node without a constraint's topology key.
+pub const NODE_LABEL_NOT_MATCH: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// The constraints of `pod` for one action (`hard`: filter), explicit ones if the pod has any,
+/// else the defaults with its controller's pods as the selector (none without a controller).
+fn constraints(ix: &ConstraintIndex, pod: &PodFacts, hard: bool) -> Vec<SpreadConstraint> {
+    if !pod.spread.is_empty() {
+        return pod.spread.iter().filter(|c| c.hard == hard).cloned().collect();
+    }
+    let Some(owner) = &pod.owner else {
+        return Vec::new();
+    };
+    ix.defaults
+        .constraints
+        .iter()
+        .filter(|c| c.hard == hard)
+        .map(|c| SpreadConstraint {
+            selector: SpreadSelector::Owner(owner.id.clone()),
+            ..c.clone()
+        })
+        .collect()
+}
+
+/// Whether `pod` has any spread constraint to apply (explicit or default).
+pub fn applies(ix: &ConstraintIndex, pod: &PodFacts) -> bool {
+    !pod.spread.is_empty() || (pod.owner.is_some() && !ix.defaults.constraints.is_empty())
+}
+
+/// `countPodsMatchSelector` per node name: pods of the pod's namespace, not terminating, that
+/// the selector selects (an empty label selector counts none, as upstream).
+fn counts_per_node<'a>(
+    ix: &'a ConstraintIndex,
+    c: &'a SpreadConstraint,
+    namespace: &str,
+) -> HashMap<&'a str, i64> {
+    let mut out: HashMap<&str, i64> = HashMap::new();
+    let mut add = |e: &'a Entry| {
+        if e.facts.namespace == namespace && !e.facts.terminating {
+            *out.entry(e.node.as_str()).or_default() += 1;
+        }
+    };
+    match &c.selector {
+        SpreadSelector::Labels(s) if s.is_everything() => {}
+        SpreadSelector::Labels(s) => ix
+            .candidates(s, Some(namespace))
+            .filter(|e| s.matches(&e.facts.labels))
+            .for_each(&mut add),
+        SpreadSelector::Owner(o) => ix.owned(o).for_each(&mut add),
+    }
+    out
+}
+
+fn self_match(c: &SpreadConstraint, pod: &PodFacts) -> bool {
+    match &c.selector {
+        SpreadSelector::Labels(s) => s.matches(&pod.labels),
+        SpreadSelector::Owner(_) => true,
+    }
+}
+
+fn has_all_keys(labels: &BTreeMap<String, String>, cs: &[SpreadConstraint]) -> bool {
+    cs.iter().all(|c| labels.contains_key(&c.topology_key))
+}
+
+/// `matchNodeInclusionPolicies`.
+fn included(c: &SpreadConstraint, pod: &PodFacts, node: &NodeBasics) -> bool {
+    (!c.honor_node_affinity || pod.node_affinity.matches(&node.name, &node.labels))
+        && (!c.honor_node_taints || fit::untolerated_taint(&node.taints, &pod.tolerations).is_none())
+}
+
+/// One filter constraint with its domain counts.
+#[derive(Debug)]
+struct Domains {
+    c: SpreadConstraint,
+    counts: HashMap<String, i64>,
+    min: i64,
+    self_match: i64,
+}
+
+/// The filter's pre-computed state.
+#[derive(Debug)]
+pub struct Filter {
+    domains: Vec<Domains>,
+}
+
+impl Filter {
+    /// PreFilter over every node; `None` when the pod has no `DoNotSchedule` constraint.
+    pub fn new(ix: &ConstraintIndex, pod: &PodFacts, nodes: &[&NodeBasics]) -> Option<Self> {
+        let cs = constraints(ix, pod, true);
+        if cs.is_empty() {
+            return None;
+        }
+        let per_node: Vec<HashMap<&str, i64>> = cs
+            .iter()
+            .map(|c| counts_per_node(ix, c, &pod.namespace))
+            .collect();
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for n in nodes.iter().filter(|n| has_all_keys(&n.labels, &cs)) {
+            for (i, c) in cs.iter().enumerate() {
+                if !included(c, pod, n) {
+                    continue;
+                }
+                let Some(value) = n.labels.get(&c.topology_key) else {
+                    continue;
+                };
+                let here = per_node[i].get(n.name.as_str()).copied().unwrap_or(0);
+                let slot = counts[i].entry(value.clone()).or_default();
+                *slot = slot.saturating_add(here);
+            }
+        }
+        let domains = cs
+            .into_iter()
+            .zip(counts)
+            .map(|(c, counts)| {
+                let smallest = counts.values().min().copied().unwrap_or(i64::from(i32::MAX));
+                let few = i64::try_from(counts.len()).unwrap_or(i64::MAX) < i64::from(c.min_domains);
+                Domains {
+                    self_match: i64::from(self_match(&c, pod)),
+                    min: if few { 0 } else { smallest },
+                    counts,
+                    c,
+                }
+            })
+            .collect();
+        Some(Filter { domains })
+    }
+
+    /// Filter: the reason the node fails, if it does.
+    pub fn check(&self, node: &NodeBasics) -> Option<&'static str> {
+        for d in &self.domains {
+            let Some(value) = node.labels.get(&d.c.topology_key) else {
+                return Some(NODE_LABEL_NOT_MATCH);
+            };
+            let here = d.counts.get(value).copied().unwrap_or(0);
+            let skew = here.saturating_add(d.self_match).saturating_sub(d.min);
+            if skew > i64::from(d.c.max_skew) {
+                return Some(CONSTRAINTS_NOT_MATCH);
+            }
+        }
+        None
+    }
+}
+
+/// The score over the feasible nodes, normalised to 0..=100 as upstream's NormalizeScore
+/// (nodes ignored for lacking a topology key get 0); `None` when the pod has no
+/// `ScheduleAnyway` constraint.
+pub fn score(
+    ix: &ConstraintIndex,
+    pod: &PodFacts,
+    feasible: &[&NodeBasics],
+    all: &[&NodeBasics],
+) -> Option<Vec<i64>> {
+    if feasible.is_empty() || all.is_empty() {
+        return None;
+    }
+    let cs = constraints(ix, pod, false);
+    if cs.is_empty() {
+        return None;
+    }
+    // Only the system defaults spare nodes without every key (hostname spreading then
+    // still applies to nodes without a zone).
+    let require_all = !pod.spread.is_empty() || !ix.defaults.system;
+    let ignored: Vec<bool> = feasible
+        .iter()
+        .map(|n| require_all && !has_all_keys(&n.labels, &cs))
+        .collect();
+    let mut domains: Vec<HashMap<&str, i64>> = vec![HashMap::new(); cs.len()];
+    for (n, _) in feasible.iter().zip(&ignored).filter(|(_, i)| !**i) {
+        for (i, c) in cs.iter().enumerate() {
+            if c.topology_key != HOSTNAME {
+                domains[i]
+                    .entry(n.labels.get(&c.topology_key).map_or("", String::as_str))
+                    .or_insert(0);
+            }
+        }
+    }
+    let kept = ignored.iter().filter(|i| !**i).count();
+    let weights: Vec<f64> = cs
+        .iter()
+        .zip(&domains)
+        .map(|(c, d)| {
+            let size = if c.topology_key == HOSTNAME { kept } else { d.len() };
+            (size as f64 + 2.0).ln()
+        })
+        .collect();
+    let per_node: Vec<HashMap<&str, i64>> = cs
+        .iter()
+        .map(|c| counts_per_node(ix, c, &pod.namespace))
+        .collect();
+    for n in all
+        .iter()
+        .filter(|n| !require_all || has_all_keys(&n.labels, &cs))
+    {
+        for (i, c) in cs.iter().enumerate() {
+            if c.topology_key == HOSTNAME || !included(c, pod, n) {
+                continue;
+            }
+            let value = n.labels.get(&c.topology_key).map_or("", String::as_str);
+            if let Some(slot) = domains[i].get_mut(value) {
+                *slot = slot.saturating_add(per_node[i].get(n.name.as_str()).copied().unwrap_or(0));
+            }
+        }
+    }
+    let raw: Vec<Option<i64>> = feasible
+        .iter()
+        .zip(&ignored)
+        .map(|(n, ignored)| {
+            if *ignored {
+                return None;
+            }
+            let mut s = 0.0f64;
+            for (i, c) in cs.iter().enumerate() {
+                let Some(value) = n.labels.get(&c.topology_key) else {
+                    continue;
+                };
+                let cnt = if c.topology_key == HOSTNAME {
+                    per_node[i].get(n.name.as_str()).copied().unwrap_or(0)
+                } else {
+                    domains[i].get(value.as_str()).copied().unwrap_or(0)
+                };
+                s += cnt as f64 * weights[i] + f64::from(c.max_skew.saturating_sub(1));
+            }
+            Some(s.round() as i64)
+        })
+        .collect();
+    let valid = raw.iter().flatten();
+    let min = valid.clone().min().copied().unwrap_or(i64::MAX);
+    let max = valid.max().copied().unwrap_or(0).max(0);
+    Some(
+        raw.iter()
+            .map(|s| match s {
+                None => 0,
+                Some(_) if max == 0 => 100,
+                Some(s) => 100i64
+                    .saturating_mul(max.saturating_add(min).saturating_sub(*s))
+                    .checked_div(max)
+                    .unwrap_or(0),
+            })
+            .collect(),
+    )
+}
