@@ -25,6 +25,9 @@ use crate::{
 
 pub use crate::config::{Config, NoTopology};
 
+// hook (issue 19): kube-scheduler's constraint plugins on the decision path.
+mod constrained;
+
 /// A node's topology as the index knows it.
 #[derive(Clone, Debug)]
 pub enum TopologyState {
@@ -223,6 +226,8 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
+    /// hook (issue 19): pods' constraint facts, node labels and Namespaces.
+    constraints: crate::constraints::ConstraintIndex,
 }
 
 /// Below this many nodes to evaluate, a second thread costs more than it saves.
@@ -318,6 +323,7 @@ impl Cluster {
             Some(&slot) => slot,
             None => self.new_slot(&name),
         };
+        self.constraints.set_node(&name, &basics.labels); // hook (issue 19)
         self.slots[slot] = Some(basics);
         self.touch(slot);
         Ok(())
@@ -376,6 +382,7 @@ impl Cluster {
         let Some(slot) = self.index.remove(name) else {
             return;
         };
+        self.constraints.delete_node(name); // hook (issue 19)
         self.slots[slot] = None;
         self.order.retain(|&s| s != slot);
         self.free_slots.push(slot);
@@ -736,6 +743,7 @@ impl Cluster {
             bound.claims = self.record_claims(pod, &node);
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
+            self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
             self.node_pods
                 .entry(node.clone())
                 .or_default()
@@ -806,6 +814,7 @@ impl Cluster {
     /// [`Self::index_claims`]).
     fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
+        self.constraints.remove_pod(key); // hook (issue 19)
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);
             if set.is_empty() {
@@ -1221,6 +1230,10 @@ impl Cluster {
 
     /// [`Self::schedule`] for a pod prepared once.
     fn schedule_prepared(&self, cfg: &Config, prepared: &PreparedPod<'_>, explain: bool) -> Decision {
+        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        if let Some(d) = self.schedule_constrained(cfg, prepared, explain) {
+            return d;
+        }
         let pod = prepared.spec;
         if !explain {
             let best = self.with_cache(|shapes| match shapes {
@@ -1331,6 +1344,7 @@ impl Cluster {
         }
         let new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
         self.charge(&node, &bound.request, 1);
+        self.constraints.set_pod(&key, &node, &pod.facts); // hook (issue 19)
         self.node_pods.entry(node).or_default().insert(key.clone());
         self.pods.insert(key.clone(), bound);
         if let Some(a) = taken {
@@ -1422,6 +1436,10 @@ impl Cluster {
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
         let prepared = &PreparedPod::new(pod);
+        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        if let Some(d) = self.schedule_constrained(cfg, prepared, false) {
+            return d;
+        }
         let outcome = self.with_cache(|shapes| {
             let shapes = shapes?;
             if let Some(best) = self.best_cached(cfg, prepared, shapes) {

@@ -8,6 +8,7 @@ mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod constraints;
 pub mod extender;
 pub mod fit;
 pub mod kubectl;

@@ -61,6 +61,8 @@ pub struct PodSpec {
     pub scheduler_name: Option<String>,
     /// Phase is Succeeded or Failed.
     pub terminal: bool,
+    /// hook (issue 19): what kube-scheduler's constraint plugins read, parsed once.
+    pub facts: std::sync::Arc<crate::constraints::PodFacts>,
 }
 
 /// A pod that cannot be modelled.
@@ -265,6 +267,8 @@ impl PodSpec {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
+        // hook (issue 19)
+        let facts = std::sync::Arc::new(crate::constraints::PodFacts::from_pod(pod, &namespace));
         Ok(PodSpec {
             namespace,
             name,
@@ -282,6 +286,7 @@ impl PodSpec {
             tolerations: spec.tolerations.unwrap_or_default(),
             scheduler_name: spec.scheduler_name,
             terminal,
+            facts,
         })
     }
 
