@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, fmt::Write as _, path::Path};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use numaplane::nrt::NodeResourceTopology;
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +72,9 @@ pub struct ConfigFile {
     /// Nodes without NRT: `AssumeNone` (default) or `Reject`.
     #[serde(default)]
     pub no_topology: NoTopology,
+    /// hook (issue 19): kube-scheduler's `PodTopologySpreadArgs` (default constraints).
+    #[serde(default)]
+    pub pod_topology_spread: crate::constraints::config::PodTopologySpreadFile,
 }
 
 /// `scoringStrategy` section.
@@ -105,6 +108,8 @@ pub struct Inputs {
     pub nrts: Vec<NodeResourceTopology>,
     /// Pods.
     pub pods: Vec<Pod>,
+    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    pub namespaces: Vec<Namespace>,
     /// Documents skipped, with the reason (unknown kinds).
     pub skipped: Vec<String>,
 }
@@ -220,6 +225,7 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
             match kind.as_str() {
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
+                "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?), // hook (issue 19)
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
                 k if k.ends_with("List") => match doc.get_mut("items").map(serde_json::Value::take) {
                     Some(serde_json::Value::Array(items)) => stack.push(items.into_iter()),
@@ -248,10 +254,18 @@ pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
         path: p.clone(),
         source,
     })?;
-    serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig {
-        path: p,
+    let file: ConfigFile = serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig {
+        path: p.clone(),
         message: e.to_string(),
-    })
+    })?;
+    // hook (issue 19): a bad podTopologySpread section is a bad config file.
+    file.pod_topology_spread
+        .defaults()
+        .map_err(|e| SimulateError::ParseConfig {
+            path: p,
+            message: e.to_string(),
+        })?;
+    Ok(file)
 }
 
 /// One pod's simulation result.
@@ -308,6 +322,16 @@ pub enum Explain {
 pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
     let mut cluster = Cluster::new();
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
+    // hook (issue 19): Namespaces and the default spread constraints.
+    for ns in &cluster_inputs.namespaces {
+        cluster.apply_namespace(ns);
+    }
+    match cfg_file.pod_topology_spread.defaults() {
+        Ok(d) => cluster.set_spread_defaults(d),
+        Err(e) => warnings.push(format!(
+            "config: {e}; kube-scheduler's system default spread constraints apply"
+        )),
+    }
     for n in &cluster_inputs.nodes {
         if let Err(e) = cluster.apply_node(n) {
             warnings.push(format!("node skipped: {}", numaplane::error_chain(&e)));

@@ -152,6 +152,7 @@ pub fn pending(
     nodes: Vec<Node>,
     listed: &ListedNrts,
     pods: Vec<Pod>,
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
     cfg: &ConfigFile,
 ) -> ExplainReport {
     let mut problems = listed.undecodable.clone();
@@ -172,6 +173,7 @@ pub fn pending(
         nodes,
         nrts: listed.nrts.clone(),
         pods: pods.into_iter().filter(|p| pod_key(p) != key).collect(),
+        namespaces, // hook (issue 19)
         skipped: Vec::new(),
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
@@ -515,6 +517,7 @@ mod tests {
             vec![node("full"), node("roomy")],
             &listed,
             vec![],
+            vec![],
             &ConfigFile::default(),
         );
         let ExplainReport::Pending(p) = &r else {
@@ -549,6 +552,7 @@ mod tests {
             p,
             vec![node("n1")],
             &ListedNrts::default(),
+            vec![],
             vec![],
             &ConfigFile::default(),
         );

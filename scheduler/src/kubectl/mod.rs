@@ -277,8 +277,9 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
+                    let namespaces = fetch::list_namespaces(&client).await?; // hook (issue 19)
                     let cfg = sched_config.unwrap_or_default();
-                    explain::pending(pod, nodes, &listed, pods, &cfg)
+                    explain::pending(pod, nodes, &listed, pods, namespaces, &cfg)
                 }
             };
             let stdout = match a.output {
@@ -346,6 +347,7 @@ pub fn read_scheduler_config(path: &std::path::Path) -> Result<crate::simulate::
     Ok(crate::simulate::ConfigFile {
         scoring_strategy: file.scoring_strategy.unwrap_or_default(),
         no_topology: file.no_topology.unwrap_or_default(),
+        pod_topology_spread: file.pod_topology_spread.unwrap_or_default(), // hook (issue 19)
     })
 }
 

@@ -122,6 +122,9 @@ pub struct FileConfig {
     /// Leader election, as kube-scheduler's `leaderElection`.
     #[serde(default)]
     pub leader_election: FileLeaderElection,
+    /// hook (issue 19): kube-scheduler's `PodTopologySpreadArgs` (default constraints).
+    #[serde(default)]
+    pub pod_topology_spread: Option<crate::constraints::config::PodTopologySpreadFile>,
 }
 
 /// `leaderElection` in the file; durations as `15s`, `1m`.
@@ -184,6 +187,8 @@ pub struct ServeConfig {
     pub bind_concurrency: usize,
     /// Extender mode: serve kube-scheduler's extender verbs instead of watching pending pods.
     pub extender: bool,
+    /// hook (issue 19): default spread constraints.
+    pub spread_defaults: crate::constraints::SpreadDefaults,
 }
 
 impl ServeConfig {
@@ -373,6 +378,11 @@ impl ServeArgs {
         } else {
             None
         };
+        // hook (issue 19)
+        let spread_defaults = match file.pod_topology_spread.unwrap_or_default().defaults() {
+            Ok(d) => d,
+            Err(e) => return invalid("podTopologySpread", e.to_string()),
+        };
         let scoring = file.scoring_strategy.unwrap_or_default();
         if let Some(bad) = scoring.resources.iter().find(|r| r.weight < 0) {
             return invalid(
@@ -397,6 +407,7 @@ impl ServeArgs {
             assume_timeout,
             bind_concurrency,
             extender: false,
+            spread_defaults,
         })
     }
 }
