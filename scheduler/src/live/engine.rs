@@ -41,6 +41,8 @@ pub enum Stream {
     Bound,
     /// Unbound pods of the scheduler name with this index.
     Pending(usize),
+    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    Namespaces,
 }
 
 /// Something the loop reacts to.
@@ -54,6 +56,8 @@ pub enum Input {
     Bound(watcher::Event<Pod>),
     /// A pending-pod event of one scheduler name.
     Pending(usize, watcher::Event<Pod>),
+    /// A Namespace event (hook, issue 19).
+    Namespace(watcher::Event<k8s_openapi::api::core::v1::Namespace>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
@@ -205,10 +209,12 @@ impl Engine {
     ) -> Self {
         let mut cluster = Cluster::new();
         let model = cfg.model(&mut cluster.res);
+        cluster.set_spread_defaults(cfg.spread_defaults.clone()); // hook (issue 19)
+        // hook (issue 19): the Namespace watch of a scheduler (not of an extender).
         let streams = 3 + if cfg.extender {
             0
         } else {
-            cfg.scheduler_names.len()
+            cfg.scheduler_names.len() + 1
         };
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
@@ -457,12 +463,14 @@ impl Engine {
             Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
             Input::Bound(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
+            Input::Namespace(ev) => self.on_event(Stream::Namespaces, ev), // hook (issue 19)
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",
                     Stream::Nrts => "noderesourcetopologies",
                     Stream::Bound => "bound_pods",
                     Stream::Pending(_) => "pending_pods",
+                    Stream::Namespaces => "namespaces", // hook (issue 19)
                 };
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
@@ -977,6 +985,40 @@ pub enum InitBuffer {
     Nrts(Vec<NodeResourceTopology>),
     /// Pods (bound or pending).
     Pods(Vec<Pod>),
+    /// Namespaces (hook, issue 19).
+    Namespaces(Vec<k8s_openapi::api::core::v1::Namespace>),
+}
+
+// hook (issue 19): Namespace labels feed the constraint index; a change may let pods fit.
+impl Apply for k8s_openapi::api::core::v1::Namespace {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Namespaces(Vec::new())
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Namespaces(v) => v.push(self),
+            other => *other = InitBuffer::Namespaces(vec![self]),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Namespaces(v) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.apply_namespace(&self);
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.cluster.delete_namespace(n);
+        }
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.reset_namespaces(&all);
+    }
 }
 
 /// How a watched kind changes the loop's state.
