@@ -124,11 +124,11 @@ impl ConstraintIndex {
         }
         let ids = self.node_pods.get(name).cloned().unwrap_or_default();
         for &id in &ids {
-            self.count_terms(id, -1);
+            self.count_terms(id, -1, false);
         }
         self.node_labels.insert(name.to_owned(), labels.clone());
         for &id in &ids {
-            self.count_terms(id, 1);
+            self.count_terms(id, 1, false);
         }
     }
 
@@ -137,7 +137,7 @@ impl ConstraintIndex {
     pub fn delete_node(&mut self, name: &str) {
         let ids = self.node_pods.get(name).cloned().unwrap_or_default();
         for &id in &ids {
-            self.count_terms(id, -1);
+            self.count_terms(id, -1, false);
         }
         self.node_labels.remove(name);
     }
@@ -194,13 +194,13 @@ impl ConstraintIndex {
         if let Some(o) = &facts.owner {
             self.by_owner.entry(o.id.clone()).or_default().insert(id);
         }
-        self.count_terms(id, 1);
+        self.count_terms(id, 1, true);
     }
 
     /// Forgets the pod `key`.
     pub fn remove_pod(&mut self, key: &str) {
         let Some(id) = self.ids.remove(key) else { return };
-        self.count_terms(id, -1);
+        self.count_terms(id, -1, true);
         let Some(e) = self.pods.get_mut(id as usize).and_then(Option::take) else {
             return;
         };
@@ -230,8 +230,9 @@ impl ConstraintIndex {
         self.free.push(id);
     }
 
-    /// Adds (`sign` 1) or removes (-1) the terms of pod `id` to or from the groups.
-    fn count_terms(&mut self, id: u32, sign: i64) {
+    /// Adds (`sign` 1) or removes (-1) pod `id` to or from its groups' counts (by its node's
+    /// current labels), and, with `membership`, to or from the groups themselves.
+    fn count_terms(&mut self, id: u32, sign: i64, membership: bool) {
         let Some(e) = self.pods.get(id as usize).and_then(Option::as_ref) else {
             return;
         };
@@ -262,7 +263,9 @@ impl ConstraintIndex {
             };
             let value = labels.and_then(|l| l.get(&term.topology_key));
             let group = self.groups.entry(key.clone()).or_default();
-            group.pods = group.pods.saturating_add(sign);
+            if membership {
+                group.pods = group.pods.saturating_add(sign);
+            }
             if let Some(v) = value {
                 let c = group.counts.entry(v.clone()).or_default();
                 *c = c.saturating_add(sign);
