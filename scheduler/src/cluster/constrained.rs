@@ -60,45 +60,23 @@ impl Cluster {
         prepared: &PreparedPod<'_>,
         explain: bool,
     ) -> Option<Decision> {
+        let cons = self
+            .constraints
+            .prepare(&prepared.spec.facts, || self.nodes().collect())?;
         let nodes: Vec<&NodeBasics> = self.nodes().collect();
-        let cons = self.constraints.prepare(&prepared.spec.facts, &nodes)?;
-        let mut verdicts: Vec<NodeVerdict> = if explain {
-            nodes
-                .iter()
-                .map(|n| self.evaluate(cfg, prepared, n, true))
-                .collect()
-        } else {
-            let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
-                Some(shapes) => {
-                    self.best_cached(cfg, prepared, shapes);
-                    let entries = shapes.entries(ShapeKey::of(cfg, prepared.spec), self.slots.len());
-                    self.order.iter().map(|&s| entries[s].score).collect()
-                }
-                None => self.judge_slots(cfg, prepared, &self.order),
-            });
-            nodes
-                .iter()
-                .zip(scores)
-                .map(|(n, score)| NodeVerdict {
-                    node: n.name.clone(),
-                    feasible: score.is_some(),
-                    score,
-                    reasons: vec![],
-                    categories: vec![],
-                })
-                .collect()
-        };
+        if !explain {
+            return Some(self.constrained_quick(cfg, prepared, &cons, &nodes));
+        }
+        let mut verdicts: Vec<NodeVerdict> = nodes
+            .iter()
+            .map(|n| self.evaluate(cfg, prepared, n, true))
+            .collect();
         for (v, n) in verdicts.iter_mut().zip(&nodes) {
-            if !v.feasible && !explain {
-                continue;
-            }
             if let Some(f) = cons.check(n) {
                 v.feasible = false;
                 v.score = None;
-                if explain {
-                    v.categories.push(f.category);
-                    v.reasons.push(f.message);
-                }
+                v.categories.push(f.category);
+                v.reasons.push(f.message);
             }
         }
         let feasible: Vec<usize> = (0..verdicts.len()).filter(|&i| verdicts[i].feasible).collect();
@@ -113,7 +91,6 @@ impl Cluster {
             .map(|v| (v.node.clone(), v.score.unwrap_or(0)));
         let pod = prepared.spec.key();
         Some(match best {
-            None if !explain => return self.schedule_constrained(cfg, prepared, true),
             None => Decision {
                 pod,
                 node: None,
@@ -122,7 +99,6 @@ impl Cluster {
                 allocation: None,
                 nodes: verdicts,
             },
-            Some((node, score)) if !explain => self.decision_on(prepared, node, score),
             Some((node, _)) => {
                 let (placement, allocation) = self.placement_on(prepared, &node);
                 Decision {
@@ -135,5 +111,62 @@ impl Cluster {
                 }
             }
         })
+    }
+
+    /// [`Self::schedule_constrained`] without explanations: the cached verdicts, the
+    /// constraints on the nodes that pass, and the explained decision when none does.
+    fn constrained_quick(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        cons: &crate::constraints::PodConstraints<'_>,
+        nodes: &[&NodeBasics],
+    ) -> Decision {
+        let mut scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
+            Some(shapes) => {
+                self.best_cached(cfg, prepared, shapes);
+                let entries = shapes.entries(ShapeKey::of(cfg, prepared.spec), self.slots.len());
+                self.order.iter().map(|&s| entries[s].score).collect()
+            }
+            None => self.judge_slots(cfg, prepared, &self.order),
+        });
+        if !cons.scored() {
+            // No score plugin: the best node by the NUMA score that passes the filters, found
+            // by checking the nodes best first (a heap, not a check of every node).
+            let mut heap: std::collections::BinaryHeap<(i64, std::cmp::Reverse<usize>)> = scores
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.map(|s| (s, std::cmp::Reverse(i))))
+                .collect();
+            while let Some((score, std::cmp::Reverse(i))) = heap.pop() {
+                if cons.check(nodes[i]).is_none() {
+                    return self.decision_on(prepared, nodes[i].name.clone(), score);
+                }
+            }
+            return self.schedule_prepared(cfg, prepared, true);
+        }
+        for (score, n) in scores.iter_mut().zip(nodes) {
+            if score.is_some() && cons.check(n).is_some() {
+                *score = None;
+            }
+        }
+        let feasible: Vec<usize> = (0..scores.len()).filter(|&i| scores[i].is_some()).collect();
+        let feasible_nodes: Vec<&NodeBasics> = feasible.iter().map(|&i| nodes[i]).collect();
+        for (&i, extra) in feasible.iter().zip(cons.scores(&feasible_nodes, nodes)) {
+            scores[i] = scores[i].map(|s| s.saturating_add(extra));
+        }
+        // Highest score, then the lowest name (nodes are in name order).
+        let mut best: Option<(usize, i64)> = None;
+        for &i in &feasible {
+            let s = scores[i].unwrap_or(0);
+            if best.is_none_or(|(_, b)| s > b) {
+                best = Some((i, s));
+            }
+        }
+        match best {
+            Some((i, score)) => self.decision_on(prepared, nodes[i].name.clone(), score),
+            // No node fits: the explained decision says why.
+            None => self.schedule_prepared(cfg, prepared, true),
+        }
     }
 }

@@ -29,7 +29,7 @@ pub enum TermKind {
 #[derive(Clone, Debug, Default)]
 pub struct Group {
     /// Pods per topology value (only pods on known nodes carrying the topology key).
-    pub counts: HashMap<String, i64>,
+    pub counts: super::FxMap<String, i64>,
     /// Pods holding the term, anywhere.
     pods: i64,
 }
@@ -88,6 +88,8 @@ impl Default for SpreadDefaults {
 pub struct ConstraintIndex {
     /// Labels of the known nodes (the copy group counts are keyed by).
     node_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Per label key, the known nodes per value: the topology domains without a scan.
+    label_values: super::FxMap<String, super::FxMap<String, u32>>,
     /// Pod ids per node name (nodes known or not).
     node_pods: HashMap<String, Vec<u32>>,
     /// Pods by id; `None` for a free id.
@@ -126,10 +128,32 @@ impl ConstraintIndex {
         for &id in &ids {
             self.count_terms(id, -1, false);
         }
-        self.node_labels.insert(name.to_owned(), labels.clone());
+        if let Some(old) = self.node_labels.insert(name.to_owned(), labels.clone()) {
+            self.count_values(&old, -1);
+        }
+        self.count_values(labels, 1);
         for &id in &ids {
             self.count_terms(id, 1, false);
         }
+    }
+
+    fn count_values(&mut self, labels: &BTreeMap<String, String>, sign: i32) {
+        for (k, v) in labels {
+            let values = self.label_values.entry(k.clone()).or_default();
+            let n = values.entry(v.clone()).or_default();
+            *n = n.saturating_add_signed(sign);
+            if *n == 0 {
+                values.remove(v);
+            }
+            if values.is_empty() {
+                self.label_values.remove(k);
+            }
+        }
+    }
+
+    /// The values label `key` has on known nodes, with how many nodes have each.
+    pub fn label_values(&self, key: &str) -> Option<&super::FxMap<String, u32>> {
+        self.label_values.get(key)
     }
 
     /// Removes a node: its pods stay indexed but no longer count (they are in no node's
@@ -139,7 +163,9 @@ impl ConstraintIndex {
         for &id in &ids {
             self.count_terms(id, -1, false);
         }
-        self.node_labels.remove(name);
+        if let Some(old) = self.node_labels.remove(name) {
+            self.count_values(&old, -1);
+        }
     }
 
     /// Adds or updates a Namespace's labels.

@@ -2,9 +2,10 @@
 //! existing pods' required anti-affinity (symmetry) in the filter; preferred terms both ways and
 //! existing pods' required affinity (`hardPodAffinityWeight`) in the score.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::{
+    FxMap,
     facts::{AffinityTerm, PodFacts},
     index::{ConstraintIndex, Entry, Group, TermKind},
 };
@@ -18,7 +19,7 @@ pub const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinit
 pub const EXISTING_ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
 
 /// Pods per topology key, then value.
-type Counts = HashMap<String, HashMap<String, i64>>;
+type Counts = FxMap<String, FxMap<String, i64>>;
 
 fn bump(counts: &mut Counts, key: &str, labels: &BTreeMap<String, String>, by: i64) {
     if let Some(v) = labels.get(key) {
@@ -82,8 +83,8 @@ impl<'a> Filter<'a> {
         if existing_anti.is_empty() && required.is_empty() && required_anti.is_empty() {
             return None;
         }
-        let mut affinity = Counts::new();
-        let mut anti = Counts::new();
+        let mut affinity = Counts::default();
+        let mut anti = Counts::default();
         let labels_of = |e: &Entry| ix.node_labels(&e.node);
         if let Some(first) = required.first() {
             // Pods matching every term count once per term.
@@ -167,7 +168,7 @@ pub struct Score {
 impl Score {
     /// PreScore; `None` when the plugin would skip (no term of either side applies).
     pub fn new(ix: &ConstraintIndex, pod: &PodFacts) -> Option<Self> {
-        let mut topology = Counts::new();
+        let mut topology = Counts::default();
         if let Some(a) = pod.affinity.as_deref() {
             let terms = a
                 .preferred

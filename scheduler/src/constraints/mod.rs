@@ -22,6 +22,35 @@ pub use index::{ConstraintIndex, SpreadDefaults};
 
 use crate::fit::NodeBasics;
 
+/// A fast, non-keyed hasher for the per-decision maps of topology values (the FxHash
+/// multiply-rotate): the keys are node label values, and the per-node lookups of a decision
+/// over thousands of nodes are its hot path. Not for maps whose keys an attacker picks to
+/// collide at scale; label values of the cluster's own nodes are bounded by the node count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0xf135_7aea_2e62_a9c5;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(26) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(26) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+/// `HashMap` with [`FxHasher`].
+pub type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
 /// Weight of the InterPodAffinity score in kube-scheduler's default profile.
 pub const INTER_POD_AFFINITY_WEIGHT: i64 = 2;
 /// Weight of the PodTopologySpread score in kube-scheduler's default profile.
@@ -52,15 +81,21 @@ pub struct PodConstraints<'a> {
     reject_all: Option<Failure>,
     interpod: Option<interpod::Filter<'a>>,
     spread: Option<spread::Filter>,
-    /// Whether a score plugin may apply (checked again, exactly, by [`Self::scores`]).
+    /// Whether a score plugin applies: without, the best node is the best one by the NUMA
+    /// score that passes the filters.
     scored: bool,
 }
 
 impl ConstraintIndex {
-    /// Prepares the checks of `pod` over `nodes` (every indexed node); `None` when no
-    /// constraint plugin has anything to filter or score for it (the common case: the cached
-    /// fast path then decides alone).
-    pub fn prepare<'a>(&'a self, pod: &'a PodFacts, nodes: &[&NodeBasics]) -> Option<PodConstraints<'a>> {
+    /// Prepares the checks of `pod`; `nodes` lists every indexed node, called only when a
+    /// spread constraint's eligible domains need a scan. `None` when no constraint plugin has
+    /// anything to filter or score for it (the common case: the cached fast path then decides
+    /// alone).
+    pub fn prepare<'a, 'n>(
+        &'a self,
+        pod: &'a PodFacts,
+        nodes: impl FnOnce() -> Vec<&'n NodeBasics>,
+    ) -> Option<PodConstraints<'a>> {
         let reject_all = pod
             .affinity
             .as_deref()
@@ -77,21 +112,20 @@ impl ConstraintIndex {
                     .map(|e| failure(spread::CONSTRAINTS_NOT_MATCH, format!("parsing pod: {e}")))
             });
         let interpod = interpod::Filter::new(self, pod);
-        let spread = spread::Filter::new(self, pod, nodes);
+        let spread = spread::Filter::new(self, pod, spread::hard_constraints(self, pod), nodes);
         let has_preferred = pod
             .affinity
             .as_deref()
             .is_some_and(|a| !a.preferred.is_empty() || !a.preferred_anti.is_empty());
-        let scored = has_preferred || spread::applies(self, pod) || self.has_groups();
-        let active = reject_all.is_some()
+        let scored = has_preferred
+            || spread::has_soft(self, pod)
+            || (self.has_groups() && interpod::Score::new(self, pod).is_some());
+        let active = scored
+            || reject_all.is_some()
             || interpod.is_some()
             || spread.is_some()
             || !pod.host_ports.is_empty()
-            || !pod.volumes.is_empty()
-            || (scored
-                && (has_preferred
-                    || spread::applies(self, pod)
-                    || interpod::Score::new(self, pod).is_some()));
+            || !pod.volumes.is_empty();
         active.then_some(PodConstraints {
             index: self,
             pod,
@@ -104,6 +138,11 @@ impl ConstraintIndex {
 }
 
 impl PodConstraints<'_> {
+    /// Whether a score plugin applies (see [`Self::scores`]).
+    pub fn scored(&self) -> bool {
+        self.scored
+    }
+
     /// The first constraint `node` fails, in kube-scheduler's plugin order (NodePorts,
     /// VolumeRestrictions, PodTopologySpread, InterPodAffinity).
     pub fn check(&self, node: &NodeBasics) -> Option<Failure> {
@@ -125,7 +164,7 @@ impl PodConstraints<'_> {
         if let Some(r) = self.spread.as_ref().and_then(|s| s.check(node)) {
             return Some(failure(
                 r,
-                "topology spread constraint (DoNotSchedule) violated here",
+                "a topology spread constraint (DoNotSchedule) is violated here",
             ));
         }
         if let Some(r) = self.interpod.as_ref().and_then(|s| s.check(self.index, node)) {

@@ -2,9 +2,10 @@
 //! the global minimum over eligible domains, minDomains, the node inclusion policies) and
 //! `ScheduleAnyway` ones in the score; the default constraints for pods that set none.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::{
+    FxMap,
     facts::{PodFacts, SpreadConstraint, SpreadSelector},
     index::{ConstraintIndex, Entry},
 };
@@ -17,6 +18,11 @@ pub const NODE_LABEL_NOT_MATCH: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// The pod's `DoNotSchedule` constraints (what [`Filter::new`] takes).
+pub fn hard_constraints(ix: &ConstraintIndex, pod: &PodFacts) -> Vec<SpreadConstraint> {
+    constraints(ix, pod, true)
+}
 
 /// The constraints of `pod` for one action (`hard`: filter), explicit ones if the pod has any,
 /// else the defaults with its controller's pods as the selector (none without a controller).
@@ -49,8 +55,8 @@ fn counts_per_node<'a>(
     ix: &'a ConstraintIndex,
     c: &'a SpreadConstraint,
     namespace: &str,
-) -> HashMap<&'a str, i64> {
-    let mut out: HashMap<&str, i64> = HashMap::new();
+) -> FxMap<&'a str, i64> {
+    let mut out: FxMap<&str, i64> = FxMap::default();
     let mut add = |e: &'a Entry| {
         if e.facts.namespace == namespace && !e.facts.terminating {
             *out.entry(e.node.as_str()).or_default() += 1;
@@ -88,51 +94,87 @@ fn included(c: &SpreadConstraint, pod: &PodFacts, node: &NodeBasics) -> bool {
 #[derive(Debug)]
 struct Domains {
     c: SpreadConstraint,
-    counts: HashMap<String, i64>,
+    /// Matching pods per eligible domain (domains without pods are absent).
+    counts: FxMap<String, i64>,
+    /// The global minimum the skew is measured against.
     min: i64,
     self_match: i64,
 }
 
-/// The filter's pre-computed state.
+/// The filter's pre-computed state (upstream's PreFilter domain counts).
 #[derive(Debug)]
 pub struct Filter {
     domains: Vec<Domains>,
 }
 
 impl Filter {
-    /// PreFilter over every node; `None` when the pod has no `DoNotSchedule` constraint.
-    pub fn new(ix: &ConstraintIndex, pod: &PodFacts, nodes: &[&NodeBasics]) -> Option<Self> {
-        let cs = constraints(ix, pod, true);
+    /// PreFilter for `cs`, the pod's `DoNotSchedule` constraints ([`hard_constraints`]);
+    /// `None` when there are none. `nodes` (every indexed node) is listed only when a node
+    /// inclusion policy or several topology keys make eligibility a per-node question;
+    /// otherwise every node with the key is eligible and the index knows the domains.
+    pub fn new<'n>(
+        ix: &ConstraintIndex,
+        pod: &PodFacts,
+        cs: Vec<SpreadConstraint>,
+        nodes: impl FnOnce() -> Vec<&'n NodeBasics>,
+    ) -> Option<Self> {
         if cs.is_empty() {
             return None;
         }
-        let per_node: Vec<HashMap<&str, i64>> = cs
+        let per_node: Vec<FxMap<&str, i64>> = cs
             .iter()
             .map(|c| counts_per_node(ix, c, &pod.namespace))
             .collect();
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
-        for n in nodes.iter().filter(|n| has_all_keys(&n.labels, &cs)) {
+        let one_key = cs.iter().all(|c| c.topology_key == cs[0].topology_key);
+        let trivial = one_key
+            && cs
+                .iter()
+                .all(|c| !c.honor_node_taints && (!c.honor_node_affinity || pod.node_affinity.is_empty()));
+        let mut counts: Vec<FxMap<String, i64>> = vec![FxMap::default(); cs.len()];
+        let mut domains: Vec<usize> = vec![0; cs.len()];
+        if trivial {
             for (i, c) in cs.iter().enumerate() {
-                if !included(c, pod, n) {
-                    continue;
+                domains[i] = ix.label_values(&c.topology_key).map_or(0, |v| v.len());
+                for (node, n) in &per_node[i] {
+                    if let Some(v) = ix.node_labels(node).and_then(|l| l.get(&c.topology_key)) {
+                        add(&mut counts[i], v, *n);
+                    }
                 }
-                let Some(value) = n.labels.get(&c.topology_key) else {
-                    continue;
-                };
-                let here = per_node[i].get(n.name.as_str()).copied().unwrap_or(0);
-                let slot = counts[i].entry(value.clone()).or_default();
-                *slot = slot.saturating_add(here);
+            }
+        } else {
+            let mut seen: Vec<FxMap<&str, ()>> = vec![FxMap::default(); cs.len()];
+            for n in nodes().into_iter().filter(|n| has_all_keys(&n.labels, &cs)) {
+                for (i, c) in cs.iter().enumerate() {
+                    if !included(c, pod, n) {
+                        continue;
+                    }
+                    let Some(value) = n.labels.get(&c.topology_key) else {
+                        continue;
+                    };
+                    seen[i].insert(value.as_str(), ());
+                    if let Some(here) = per_node[i].get(n.name.as_str()) {
+                        add(&mut counts[i], value, *here);
+                    }
+                }
+            }
+            for (d, s) in domains.iter_mut().zip(&seen) {
+                *d = s.len();
             }
         }
         let domains = cs
             .into_iter()
             .zip(counts)
-            .map(|(c, counts)| {
-                let smallest = counts.values().min().copied().unwrap_or(i64::from(i32::MAX));
-                let few = i64::try_from(counts.len()).unwrap_or(i64::MAX) < i64::from(c.min_domains);
+            .zip(domains)
+            .map(|((c, counts), total)| {
+                let few = i64::try_from(total).unwrap_or(i64::MAX) < i64::from(c.min_domains);
+                let min = if few || (total > 0 && counts.len() < total) {
+                    0
+                } else {
+                    counts.values().min().copied().unwrap_or(i64::from(i32::MAX))
+                };
                 Domains {
                     self_match: i64::from(self_match(&c, pod)),
-                    min: if few { 0 } else { smallest },
+                    min,
                     counts,
                     c,
                 }
@@ -147,7 +189,7 @@ impl Filter {
             let Some(value) = node.labels.get(&d.c.topology_key) else {
                 return Some(NODE_LABEL_NOT_MATCH);
             };
-            let here = d.counts.get(value).copied().unwrap_or(0);
+            let here = d.counts.get(value.as_str()).copied().unwrap_or(0);
             let skew = here.saturating_add(d.self_match).saturating_sub(d.min);
             if skew > i64::from(d.c.max_skew) {
                 return Some(CONSTRAINTS_NOT_MATCH);
@@ -155,6 +197,21 @@ impl Filter {
         }
         None
     }
+}
+
+/// Adds `n` pods to domain `value`, allocating the key only for a new domain.
+fn add(counts: &mut FxMap<String, i64>, value: &str, n: i64) {
+    match counts.get_mut(value) {
+        Some(c) => *c = c.saturating_add(n),
+        None => {
+            counts.insert(value.to_owned(), n);
+        }
+    }
+}
+
+/// Whether the pod has a `ScheduleAnyway` constraint (explicit, or a default one).
+pub fn has_soft(ix: &ConstraintIndex, pod: &PodFacts) -> bool {
+    !constraints(ix, pod, false).is_empty()
 }
 
 /// The score over the feasible nodes, normalised to 0..=100 as upstream's NormalizeScore
@@ -180,7 +237,7 @@ pub fn score(
         .iter()
         .map(|n| require_all && !has_all_keys(&n.labels, &cs))
         .collect();
-    let mut domains: Vec<HashMap<&str, i64>> = vec![HashMap::new(); cs.len()];
+    let mut domains: Vec<FxMap<&str, i64>> = vec![FxMap::default(); cs.len()];
     for (n, _) in feasible.iter().zip(&ignored).filter(|(_, i)| !**i) {
         for (i, c) in cs.iter().enumerate() {
             if c.topology_key != HOSTNAME {
@@ -199,7 +256,7 @@ pub fn score(
             (size as f64 + 2.0).ln()
         })
         .collect();
-    let per_node: Vec<HashMap<&str, i64>> = cs
+    let per_node: Vec<FxMap<&str, i64>> = cs
         .iter()
         .map(|c| counts_per_node(ix, c, &pod.namespace))
         .collect();
