@@ -89,7 +89,7 @@ fn pod(i: usize, constrained: bool) -> Pod {
     };
     let mut spec = json!({"containers": containers});
     let mut labels = json!({"app": "plain"});
-    if constrained && i % 4 == 0 {
+    if constrained && i.is_multiple_of(4) {
         let app = format!("w{}", (i / 4) % 50);
         let selector = json!({"matchLabels": {"app": app}});
         labels = json!({"app": app});

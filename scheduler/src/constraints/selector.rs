@@ -132,18 +132,13 @@ fn parse_go_int(s: &str) -> Option<i64> {
 }
 
 /// A parsed selector.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Selector {
     /// Matches nothing (a nil `LabelSelector`).
+    #[default]
     Nothing,
     /// Matches labels satisfying every requirement; no requirement is `Everything`.
     All(Vec<Requirement>),
-}
-
-impl Default for Selector {
-    fn default() -> Self {
-        Selector::Nothing
-    }
 }
 
 impl Selector {
