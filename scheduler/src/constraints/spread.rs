@@ -312,3 +312,70 @@ pub fn score(
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+
+    fn facts(v: serde_json::Value) -> Arc<PodFacts> {
+        let pod: Pod = serde_json::from_value(v).expect("pod");
+        Arc::new(PodFacts::from_pod(&pod, "default"))
+    }
+
+    fn node(name: &str, zone: Option<&str>) -> NodeBasics {
+        let mut labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
+        if let Some(z) = zone {
+            labels.insert("zone".to_owned(), z.to_owned());
+        }
+        NodeBasics {
+            name: name.to_owned(),
+            labels,
+            ..NodeBasics::default()
+        }
+    }
+
+    /// The domains the index knows give the verdicts a scan of every node gives, whenever
+    /// every node with the key is eligible (here `nodeTaintsPolicy: Honor` without taints
+    /// forces the scan).
+    #[test]
+    fn index_domains_and_node_scan_agree() {
+        let nodes: Vec<NodeBasics> = (0..12)
+            .map(|i| node(&format!("n{i:02}"), (i % 5 != 4).then(|| ["a", "b", "c"][i % 3])))
+            .collect();
+        let mut ix = ConstraintIndex::default();
+        for n in &nodes {
+            ix.set_node(&n.name, &n.labels);
+        }
+        for (i, n) in [0, 0, 1, 3, 4, 6, 7, 9].iter().enumerate() {
+            let p = facts(
+                serde_json::json!({"metadata": {"name": format!("p{i}"), "labels": {"app": "s"}},
+                "spec": {"containers": []}}),
+            );
+            ix.set_pod(&format!("default/p{i}"), &nodes[*n].name, &p);
+        }
+        let refs: Vec<&NodeBasics> = nodes.iter().collect();
+        for (skew, min_domains) in [(1, 1), (2, 1), (1, 4), (3, 2)] {
+            let pod_with = |taints: &str| {
+                facts(
+                    serde_json::json!({"metadata": {"name": "new", "labels": {"app": "s"}}, "spec": {"containers": [],
+                    "topologySpreadConstraints": [{"maxSkew": skew, "topologyKey": "zone", "minDomains": min_domains,
+                    "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": taints,
+                    "labelSelector": {"matchLabels": {"app": "s"}}}]}}),
+                )
+            };
+            let (quick, scan) = (pod_with("Ignore"), pod_with("Honor"));
+            let verdicts = |p: &PodFacts| -> Vec<Option<&'static str>> {
+                let f = Filter::new(&ix, p, hard_constraints(&ix, p), || refs.clone()).expect("a constraint");
+                nodes.iter().map(|n| f.check(n)).collect()
+            };
+            let v = verdicts(&quick);
+            assert_eq!(v, verdicts(&scan), "maxSkew {skew} minDomains {min_domains}");
+            assert!(v.iter().any(Option::is_some) || skew > 1, "{v:?}");
+            assert_eq!(v[4], Some(NODE_LABEL_NOT_MATCH), "n04 has no zone");
+        }
+    }
+}
