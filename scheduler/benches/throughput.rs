@@ -2,9 +2,13 @@
 //! and a stream of mixed pods, every pod evaluated on every node (no sampling), each placement
 //! assumed before the next pod.
 //!
-//! `cargo bench -p numaplane-scheduler --bench throughput -- [NODES] [ZONES] [PODS]`
+//! `cargo bench -p numaplane-scheduler --bench throughput -- [NODES] [ZONES] [PODS] [constrained]`
 //! (defaults 5000 8 10000). Prints pods/s, p50/p99/max decision latency and peak RSS. The
 //! maximum is the first pod of each shape, which evaluates every node (nothing cached yet).
+//! Nodes carry hostname and `topology.kubernetes.io/zone` labels (10 zones). With
+//! `constrained`, a quarter of the pods (50 workloads of 50) carry a required pod anti-affinity
+//! (hostname) and a `DoNotSchedule` zone spread constraint (maxSkew 1) against their workload;
+//! every pod is then also checked against those pods' anti-affinity (symmetry).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -22,7 +26,8 @@ fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
     let name = &format!("node-{index:05}");
     let cpus = 16 * zones;
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": format!("zone-{}", index % 10)}},
         "status": {"allocatable": {
             "cpu": cpus.to_string(), "memory": format!("{}Gi", 64 * zones),
             "hugepages-1Gi": format!("{}Gi", 8 * zones), "pods": "250",
@@ -63,7 +68,7 @@ fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
     (node, nrt)
 }
 
-fn pod(i: usize) -> Pod {
+fn pod(i: usize, constrained: bool) -> Pod {
     let g = |cpu: &str, mem: &str, extra: serde_json::Value| {
         let mut r = json!({"cpu": cpu, "memory": mem});
         for (k, v) in extra.as_object().unwrap() {
@@ -82,9 +87,20 @@ fn pod(i: usize) -> Pod {
                      {"name": "b", "resources": g("1", "1Gi", json!({}))}]),
         _ => json!([{"name": "a", "resources": g("1", "2Gi", json!({"example.com/nic": "1"}))}]),
     };
+    let mut spec = json!({"containers": containers});
+    let mut labels = json!({"app": "plain"});
+    if constrained && i.is_multiple_of(4) {
+        let app = format!("w{}", (i / 4) % 50);
+        let selector = json!({"matchLabels": {"app": app}});
+        labels = json!({"app": app});
+        spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}});
+        spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]);
+    }
     serde_json::from_value(
-        json!({"metadata": {"namespace": "bench", "name": format!("p-{i}")},
-        "spec": {"containers": containers}}),
+        json!({"metadata": {"namespace": "bench", "name": format!("p-{i}"), "labels": labels},
+        "spec": spec}),
     )
     .unwrap()
 }
@@ -99,6 +115,7 @@ fn peak_rss_mib() -> f64 {
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let constrained = std::env::args().any(|a| a == "constrained");
     let nodes = args.first().copied().unwrap_or(5000);
     let zones = args.get(1).copied().unwrap_or(8);
     let pods = args.get(2).copied().unwrap_or(10000);
@@ -116,7 +133,7 @@ fn main() {
         ..Config::default()
     };
     let specs: Vec<PodSpec> = (0..pods)
-        .map(|i| PodSpec::from_pod(&mut cluster.res, &pod(i)).unwrap())
+        .map(|i| PodSpec::from_pod(&mut cluster.res, &pod(i, constrained)).unwrap())
         .collect();
     let mut latencies = Vec::with_capacity(pods);
     let mut scheduled = 0;
@@ -132,7 +149,7 @@ fn main() {
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "nodes={nodes} zones={zones} pods={pods} scheduled={scheduled} pods/s={:.0} p50={:?} p99={:?} max={:?} peak_rss={:.0}MiB",
+        "nodes={nodes} zones={zones} pods={pods} constrained={constrained} scheduled={scheduled} pods/s={:.0} p50={:?} p99={:?} max={:?} peak_rss={:.0}MiB",
         pods as f64 / total.as_secs_f64(),
         pct(0.50),
         pct(0.99),
@@ -159,7 +176,7 @@ fn unschedulable_retries(cluster: &mut Cluster, cfg: &Config, offset: usize) {
     let (mut fit, mut retry) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for r in 0..rounds {
         // Burstable pods of the bench mix (i % 5 == 2): they fit while the NUMA pods may not.
-        let spec = PodSpec::from_pod(&mut cluster.res, &pod((offset + r) * 5 + 2)).unwrap();
+        let spec = PodSpec::from_pod(&mut cluster.res, &pod((offset + r) * 5 + 2, false)).unwrap();
         let t = Instant::now();
         let d = cluster.decide(cfg, &spec);
         cluster.assume(&spec, &d);

@@ -18,6 +18,9 @@ pub struct ConfigFile {
     /// Nodes without NRT: `AssumeNone` (default) or `Reject`.
     #[serde(default)]
     pub no_topology: NoTopology,
+    /// kube-scheduler's `PodTopologySpreadArgs` (default constraints).
+    #[serde(default)]
+    pub pod_topology_spread: crate::constraints::config::PodTopologySpreadFile,
 }
 
 /// `scoringStrategy` section.
@@ -74,6 +77,9 @@ pub struct FileConfig {
     /// Leader election, as kube-scheduler's `leaderElection`.
     #[serde(default)]
     pub leader_election: FileLeaderElection,
+    /// kube-scheduler's `PodTopologySpreadArgs` (default constraints).
+    #[serde(default)]
+    pub pod_topology_spread: Option<crate::constraints::config::PodTopologySpreadFile>,
 }
 
 /// `leaderElection` in the file; durations as `15s`, `1m`.
@@ -98,6 +104,7 @@ impl FileConfig {
         ConfigFile {
             scoring_strategy: self.scoring_strategy.unwrap_or_default(),
             no_topology: self.no_topology.unwrap_or_default(),
+            pod_topology_spread: self.pod_topology_spread.unwrap_or_default(),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelector, Taint, Toleration};
 
 use crate::{
     pod::PodSpec,
@@ -104,10 +104,8 @@ fn run(
         return false;
     }
     if (!selector_matches(&pod.node_selector, &node.labels)
-        || !pod
-            .required_affinity
-            .as_ref()
-            .is_none_or(|a| affinity_matches(a, &node.name, &node.labels)))
+        // hook (issue 19): required node affinity parsed once, with upstream's parse errors.
+        || !pod.facts.node_affinity.matches(&node.name, &node.labels))
         && !failed(&|| {
             fail(
                 "node(s) didn't match Pod's node affinity/selector",
@@ -198,9 +196,8 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     }
     match tol.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
-        "Equal" | "" => {
-            !key.is_empty() && tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
+        // hook (issue 19): as `ToleratesTaint`, an empty key with `Equal` compares values.
+        "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         _ => false,
     }
 }
@@ -209,45 +206,11 @@ fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<Strin
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// Required node affinity: terms are ORed, expressions inside a term ANDed.
+/// Required node affinity (hook, issue 19): component-helpers' `LazyErrorNodeSelector`, as
+/// [`crate::constraints::nodeaffinity`] parses it.
 pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
-    sel.node_selector_terms.iter().any(|term| {
-        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-        let fields = term.match_fields.as_deref().unwrap_or(&[]);
-        if exprs.is_empty() && fields.is_empty() {
-            return false;
-        }
-        exprs
-            .iter()
-            .all(|e| requirement_matches(e, labels.get(&e.key).map(String::as_str)))
-            && fields
-                .iter()
-                .all(|f| f.key == "metadata.name" && requirement_matches(f, Some(node_name)))
-    })
-}
-
-fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = req.values.as_deref().unwrap_or(&[]);
-    match req.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if req.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
+    crate::constraints::nodeaffinity::RequiredNodeAffinity::new(&BTreeMap::new(), Some(sel))
+        .matches(node_name, labels)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod config_file;
+pub mod constraints;
 pub mod extender;
 pub mod fit;
 pub mod gates;

@@ -63,6 +63,8 @@ pub struct PodSpec {
     pub terminal: bool,
     /// hook(volumes): the PersistentVolumeClaims its volumes use.
     pub claims: Vec<crate::volume_binding::ClaimRef>,
+    /// hook (issue 19): what kube-scheduler's constraint plugins read, parsed once.
+    pub facts: std::sync::Arc<crate::constraints::PodFacts>,
 }
 
 /// A pod that cannot be modelled.
@@ -269,6 +271,8 @@ impl PodSpec {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
+        // hook (issue 19)
+        let facts = std::sync::Arc::new(crate::constraints::PodFacts::from_pod(pod, &namespace));
         Ok(PodSpec {
             namespace,
             name,
@@ -287,6 +291,7 @@ impl PodSpec {
             scheduler_name: spec.scheduler_name,
             terminal,
             claims,
+            facts,
         })
     }
 

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, fmt::Write as _, path::Path};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use numaplane::nrt::NodeResourceTopology;
 use serde::Serialize;
 
@@ -73,6 +73,8 @@ pub struct Inputs {
     pub nrts: Vec<NodeResourceTopology>,
     /// Pods.
     pub pods: Vec<Pod>,
+    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    pub namespaces: Vec<Namespace>,
     /// Documents skipped, with the reason (unknown kinds).
     pub skipped: Vec<String>,
     /// hook(volumes): PersistentVolumeClaims, PersistentVolumes, StorageClasses.
@@ -190,6 +192,7 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
             match kind.as_str() {
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
+                "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?), // hook (issue 19)
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
                 // hook(volumes)
                 k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
@@ -222,10 +225,18 @@ pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
         path: p.clone(),
         source,
     })?;
-    serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig {
-        path: p,
+    let file: ConfigFile = serde_saphyr::from_str(&text).map_err(|e| SimulateError::ParseConfig {
+        path: p.clone(),
         message: e.to_string(),
-    })
+    })?;
+    // hook (issue 19): a bad podTopologySpread section is a bad config file.
+    file.pod_topology_spread
+        .defaults()
+        .map_err(|e| SimulateError::ParseConfig {
+            path: p,
+            message: e.to_string(),
+        })?;
+    Ok(file)
 }
 
 /// One pod's simulation result.
@@ -290,6 +301,16 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
     // hook(volumes)
     cluster_inputs.storage.load_into(&mut cluster.volumes);
+    // hook (issue 19): Namespaces and the default spread constraints.
+    for ns in &cluster_inputs.namespaces {
+        cluster.apply_namespace(ns);
+    }
+    match cfg_file.pod_topology_spread.defaults() {
+        Ok(d) => cluster.set_spread_defaults(d),
+        Err(e) => warnings.push(format!(
+            "config: {e}; kube-scheduler's system default spread constraints apply"
+        )),
+    }
     for n in &cluster_inputs.nodes {
         if let Err(e) = cluster.apply_node(n) {
             warnings.push(format!("node skipped: {}", numaplane::error_chain(&e)));

@@ -176,6 +176,10 @@ impl Cluster {
         if let Some(reason) = prepared.volumes.blocked() {
             return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
         }
+        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        if let Some(d) = self.schedule_constrained(cfg, prepared, explain) {
+            return d;
+        }
         if !explain {
             let best = self.with_cache(|shapes| match shapes {
                 Some(shapes) => self.best_cached(cfg, prepared, shapes),
@@ -290,6 +294,10 @@ impl Cluster {
         if let Some(reason) = prepared.volumes.blocked() {
             let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
             d.nodes.clear();
+            return d;
+        }
+        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        if let Some(d) = self.schedule_constrained(cfg, prepared, false) {
             return d;
         }
         let outcome = self.with_cache(|shapes| {

@@ -58,6 +58,7 @@ impl Cluster {
             Some(&slot) => slot,
             None => self.new_slot(&name),
         };
+        self.constraints.set_node(&name, &basics.labels); // hook (issue 19)
         self.slots[slot] = Some(basics);
         self.touch(slot);
         Ok(())
@@ -116,6 +117,7 @@ impl Cluster {
         let Some(slot) = self.index.remove(name) else {
             return;
         };
+        self.constraints.delete_node(name); // hook (issue 19)
         self.slots[slot] = None;
         self.order.retain(|&s| s != slot);
         self.free_slots.push(slot);
@@ -225,6 +227,7 @@ impl Cluster {
             bound.claims = self.record_claims(pod, &node);
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
+            self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
             self.node_pods
                 .entry(node.clone())
                 .or_default()
@@ -267,6 +270,7 @@ impl Cluster {
     /// [`Self::index_claims`]).
     pub(super) fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
+        self.constraints.remove_pod(key); // hook (issue 19)
         self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);

@@ -26,6 +26,8 @@ mod decide;
 mod decision_cache;
 mod index;
 mod preemption;
+// hook (issue 19): kube-scheduler's constraint plugins on the decision path.
+mod constrained;
 mod shared_slots;
 
 pub use preemption::{Hold, Preemption};
@@ -230,6 +232,8 @@ pub struct Cluster {
     pub volumes: crate::volume_binding::VolumeIndex,
     /// Victim candidates, disruption budgets and preemptors' holds.
     preemption: preemption::State,
+    /// hook (issue 19): pods' constraint facts, node labels and Namespaces.
+    constraints: crate::constraints::ConstraintIndex,
 }
 
 /// One node's verdict for one pod.

@@ -152,9 +152,10 @@ pub fn pending(
     nodes: Vec<Node>,
     listed: &ListedNrts,
     pods: Vec<Pod>,
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
     cfg: &ConfigFile,
 ) -> ExplainReport {
-    pending_with_storage(pod, nodes, listed, pods, Default::default(), cfg)
+    pending_with_storage(pod, nodes, listed, pods, namespaces, Default::default(), cfg)
 }
 
 /// hook(volumes): [`pending`] with the claims, volumes and classes the pod's volumes read.
@@ -163,6 +164,7 @@ pub fn pending_with_storage(
     nodes: Vec<Node>,
     listed: &ListedNrts,
     pods: Vec<Pod>,
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     storage: crate::volume_binding::StorageObjects,
     cfg: &ConfigFile,
 ) -> ExplainReport {
@@ -184,6 +186,7 @@ pub fn pending_with_storage(
         nodes,
         nrts: listed.nrts.clone(),
         pods: pods.into_iter().filter(|p| pod_key(p) != key).collect(),
+        namespaces, // hook (issue 19)
         skipped: Vec::new(),
         storage,
     };
@@ -528,6 +531,7 @@ mod tests {
             vec![node("full"), node("roomy")],
             &listed,
             vec![],
+            vec![],
             &ConfigFile::default(),
         );
         let ExplainReport::Pending(p) = &r else {
@@ -562,6 +566,7 @@ mod tests {
             p,
             vec![node("n1")],
             &ListedNrts::default(),
+            vec![],
             vec![],
             &ConfigFile::default(),
         );

@@ -183,3 +183,14 @@ pub async fn list_storage(
             .items,
     })
 }
+
+/// Lists every Namespace (hook, issue 19): their labels decide `namespaceSelector`s.
+pub async fn list_namespaces(
+    client: &Client,
+) -> Result<Vec<k8s_openapi::api::core::v1::Namespace>, KubectlError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| request_error("list namespaces".to_owned(), e))
+}

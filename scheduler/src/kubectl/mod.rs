@@ -277,6 +277,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
+                    let namespaces = fetch::list_namespaces(&client).await?; // hook (issue 19)
                     let cfg = sched_config.unwrap_or_default();
                     // hook(volumes): only a pod with claims needs the storage objects.
                     let claims = crate::volume_binding::claims_of(&name, pod.spec.as_ref());
@@ -285,7 +286,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                     } else {
                         fetch::list_storage(&client, &ns).await?
                     };
-                    explain::pending_with_storage(pod, nodes, &listed, pods, storage, &cfg)
+                    explain::pending_with_storage(pod, nodes, &listed, pods, namespaces, storage, &cfg)
                 }
             };
             let stdout = match a.output {

@@ -133,6 +133,8 @@ pub struct ServeConfig {
     pub bind_concurrency: usize,
     /// Extender mode: serve kube-scheduler's extender verbs instead of watching pending pods.
     pub extender: bool,
+    /// hook (issue 19): default spread constraints.
+    pub spread_defaults: crate::constraints::SpreadDefaults,
 }
 
 impl ServeConfig {
@@ -322,6 +324,11 @@ impl ServeArgs {
         } else {
             None
         };
+        // hook (issue 19)
+        let spread_defaults = match file.pod_topology_spread.unwrap_or_default().defaults() {
+            Ok(d) => d,
+            Err(e) => return invalid("podTopologySpread", e.to_string()),
+        };
         let scoring = file.scoring_strategy.unwrap_or_default();
         if let Some(bad) = scoring.resources.iter().find(|r| r.weight < 0) {
             return invalid(
@@ -346,6 +353,7 @@ impl ServeArgs {
             assume_timeout,
             bind_concurrency,
             extender: false,
+            spread_defaults,
         })
     }
 }

@@ -57,6 +57,8 @@ pub enum Stream {
     Classes,
     /// hook(preemption): PodDisruptionBudgets.
     Budgets,
+    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    Namespaces,
 }
 
 /// Something the loop reacts to.
@@ -74,6 +76,8 @@ pub enum Input {
     Storage(Box<volumes::StorageEvent>),
     /// hook(preemption): a PodDisruptionBudget event.
     Budget(watcher::Event<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
+    /// A Namespace event (hook, issue 19).
+    Namespace(watcher::Event<k8s_openapi::api::core::v1::Namespace>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
     /// The NRT list answered 404: the CRD is not installed (the watch retries by itself).
@@ -231,11 +235,13 @@ impl Engine {
     ) -> Self {
         let mut cluster = Cluster::new();
         let model = cfg.model(&mut cluster.res);
+        cluster.set_spread_defaults(cfg.spread_defaults.clone()); // hook (issue 19)
+        // hook (issue 19): the Namespace watch of a scheduler (not of an extender).
         let streams = 3 + if cfg.extender {
             0
         } else {
             // hook(volumes): the storage watches.
-            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS
+            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + 1 // hook (issue 19): Namespaces
         };
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
@@ -490,6 +496,7 @@ impl Engine {
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
             Input::Storage(ev) => self.on_storage(*ev),
             Input::Budget(ev) => self.on_event(Stream::Budgets, ev),
+            Input::Namespace(ev) => self.on_event(Stream::Namespaces, ev), // hook (issue 19)
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",
@@ -501,6 +508,7 @@ impl Engine {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
                     Stream::Budgets => "poddisruptionbudgets",
+                    Stream::Namespaces => "namespaces", // hook (issue 19)
                 };
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
@@ -1048,6 +1056,40 @@ pub enum InitBuffer {
     Storage(volumes::Buffer),
     /// hook(preemption): PodDisruptionBudgets.
     Budgets(Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
+    /// Namespaces (hook, issue 19).
+    Namespaces(Vec<k8s_openapi::api::core::v1::Namespace>),
+}
+
+// hook (issue 19): Namespace labels feed the constraint index; a change may let pods fit.
+impl Apply for k8s_openapi::api::core::v1::Namespace {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Namespaces(Vec::new())
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Namespaces(v) => v.push(self),
+            other => *other = InitBuffer::Namespaces(vec![self]),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Namespaces(v) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.apply_namespace(&self);
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(n) = self.metadata.name.as_deref() {
+            e.cluster.delete_namespace(n);
+        }
+        e.queue.cluster_changed(Instant::now());
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.reset_namespaces(&all);
+    }
 }
 
 /// How a watched kind changes the loop's state.

@@ -172,6 +172,19 @@ pub fn spawn_watches(
         tx.clone(),
         Input::BoundPodEvent,
     );
+    // hook (issue 19): Namespace labels for `namespaceSelector` (schedulers only: in extender
+    // mode kube-scheduler applies inter-pod affinity itself).
+    if !names.is_empty() {
+        forward(
+            tasks,
+            "namespace watch",
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+            bookmarks(),
+            Stream::Namespaces,
+            tx.clone(),
+            Input::Namespace,
+        );
+    }
     for (i, name) in names.iter().enumerate() {
         forward(
             tasks,
