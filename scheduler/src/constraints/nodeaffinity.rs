@@ -76,14 +76,14 @@ impl RequiredNodeAffinity {
             Term::Invalid(_) => false,
             Term::Valid { labels: l, fields } => {
                 l.as_ref().is_none_or(|reqs| reqs.iter().all(|r| r.matches(labels)))
-                    // A node without a name has no fields: the field part is not checked.
-                    && (node_name.is_empty()
-                        || fields.as_ref().is_none_or(|f| {
-                            f.iter().all(|r| {
-                                let v = if r.key == "metadata.name" { node_name } else { "" };
-                                (v == r.value) == r.equal
-                            })
-                        }))
+                    // As component-helpers: the node's fields are its name alone (empty for a
+                    // PersistentVolume's affinity, checked against labels only).
+                    && fields.as_ref().is_none_or(|f| {
+                        f.iter().all(|r| {
+                            let v = if r.key == "metadata.name" { node_name } else { "" };
+                            (v == r.value) == r.equal
+                        })
+                    })
             }
         })
     }
