@@ -1174,7 +1174,13 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     let (status, reply) = post(&ext, "/filter", json!({"NodeNames": [n0]}).to_string()).await;
     assert_eq!(status, 200);
     assert!(reply["Error"].as_str().unwrap().contains("no Pod"), "{reply}");
+    // A preemption request without a Pod cannot be answered (kube-scheduler then keeps its
+    // own candidates for an ignorable extender); an unknown verb is not served.
     let (status, _) = post(&ext, "/preempt", "{}".to_owned()).await;
+    assert_eq!(status, 500);
+    let (status, _) = post(&ext, "/preempt", "{".to_owned()).await;
+    assert_eq!(status, 400);
+    let (status, _) = post(&ext, "/unknown-verb", "{}".to_owned()).await;
     assert_eq!(status, 404);
 
     let text = ext.metrics().unwrap();
