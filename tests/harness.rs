@@ -274,8 +274,9 @@ impl Agent {
         )
     }
 
-    /// Starts `binary subcommand args addr_flag <free port>` with a clean environment.
-    fn spawn_binary(
+    /// Starts `binary subcommand args addr_flag <free port>` with a clean environment, logging
+    /// with the `NUMAPLANE_LOG` filter `log`.
+    pub fn spawn_binary(
         binary: &Path,
         subcommand: &str,
         args: &[String],
