@@ -836,6 +836,8 @@ impl Engine {
                 }
                 None => {
                     self.metrics.attempt("unschedulable", &profile);
+                    // Every attempt, unlike the event below: how often a pod is retried shows.
+                    tracing::debug!(pod = %q.key, "unschedulable attempt");
                     self.queue.unschedulable(&q.key, now);
                     self.report_unschedulable(&q.key, decision.message);
                 }
