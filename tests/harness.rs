@@ -333,6 +333,11 @@ impl Agent {
         self.child.try_wait().ok().flatten()
     }
 
+    /// The file the agent logs to (kept until the agent is dropped).
+    pub fn stderr_path(&self) -> &Path {
+        &self.stderr_path
+    }
+
     /// What the agent logged so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

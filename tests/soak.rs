@@ -1186,6 +1186,10 @@ struct Schedulers {
     cfg: SoakConfig,
     replicas: Vec<(Agent, String)>,
     spawned: usize,
+    /// Every replica process's log file, labelled `<identity>#<n>`.
+    logs: Arc<Mutex<Vec<(String, PathBuf)>>>,
+    /// Stopped replicas, kept so their logs can still be read.
+    dead: Vec<Agent>,
 }
 
 impl Schedulers {
@@ -1228,6 +1232,7 @@ impl Schedulers {
             "info,numaplane_scheduler=debug,kube_lease_manager=info",
         )?;
         agent.wait_serving(Duration::from_secs(60)).await?;
+        lock(&self.logs).push((format!("{identity}#{}", self.spawned), agent.stderr_path().to_owned()));
         self.replicas.push((agent, identity.to_owned()));
         Ok(())
     }
@@ -1274,6 +1279,7 @@ impl Schedulers {
             }
         }
         agent.kill();
+        self.dead.push(agent);
         let next = if graceful {
             format!("replica-{}", self.spawned + 1)
         } else {
@@ -1405,8 +1411,10 @@ pub struct SoakReport {
     pub nrt_answers: BTreeMap<u16, usize>,
     /// Pod LISTs (relists of the scheduler's and the kubelets' watches).
     pub pod_lists: usize,
-    /// `PodScheduled=False` writes (unschedulable attempts), and the most of one pod.
-    pub unschedulable_writes: (usize, usize),
+    /// Unschedulable attempts (the schedulers' logs), and the most of one pod by one replica.
+    pub unschedulable_attempts: (usize, usize),
+    /// `PodScheduled=False` writes.
+    pub unschedulable_writes: usize,
     /// Shortest interval between two such writes of one pod by one replica.
     pub shortest_retry: Option<Duration>,
     /// Mismatches the kubelet could not avoid.
@@ -1415,14 +1423,57 @@ pub struct SoakReport {
     pub wall: Duration,
 }
 
-/// Unschedulable attempts seen, per (replica token, pod name): the times.
+/// How often pods were tried.
 #[derive(Default)]
 struct Retries {
-    attempts: BTreeMap<(String, String), Vec<Instant>>,
+    /// Unschedulable attempts per (replica process, pod name), in seconds of the UTC day (the
+    /// scheduler's own log time).
+    attempts: BTreeMap<(String, String), Vec<f64>>,
+    /// `PodScheduled=False` writes per (replica token, pod name).
+    writes: BTreeMap<(String, String), Vec<Instant>>,
     /// When a pod was recreated under its name (a new pod: its attempts start afresh).
-    recreated: BTreeMap<String, Instant>,
-    writes: usize,
+    recreated: BTreeMap<String, (Instant, f64)>,
+    /// Shortest gap between two attempts of one pod by one replica.
     shortest: Option<Duration>,
+}
+
+/// Seconds since the start of the UTC day, as the schedulers' log lines show time.
+fn day_seconds_now() -> f64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    since.as_secs_f64() % 86_400.0
+}
+
+/// The time of a log line (`2026-01-01T12:34:56.789012Z …`, colours removed) in seconds of the
+/// UTC day.
+fn day_seconds_of(line: &str) -> Option<f64> {
+    let stamp = line.split_whitespace().next()?;
+    let (_, time) = stamp.split_once('T')?;
+    let time = time.strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// `line` without ANSI colour sequences.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Shared between the driver, the fault injector and the monitor.
@@ -1575,6 +1626,8 @@ impl Soak {
             cfg: cfg.clone(),
             replicas: Vec::new(),
             spawned: 0,
+            logs: Arc::default(),
+            dead: Vec::new(),
         };
         for id in ["replica-a", "replica-b"] {
             schedulers.spawn(id).await.map_err(fail)?;
@@ -1632,7 +1685,15 @@ impl Soak {
             shared.clone(),
             log.clone(),
         )));
-        tasks.push(tokio::spawn(monitor(fake.clone(), ns.clone(), cfg.initial_backoff, shared.clone(), log.clone())));
+        let sched_logs = schedulers.lock().await.logs.clone();
+        tasks.push(tokio::spawn(monitor(
+            fake.clone(),
+            ns.clone(),
+            cfg.initial_backoff,
+            shared.clone(),
+            sched_logs,
+            log.clone(),
+        )));
 
         let result = drive(cfg, &client, &ns, &mut rx, &shared, log, start, &fake).await;
         let wall = start.elapsed();
@@ -1670,10 +1731,11 @@ impl Soak {
         }
         {
             let retries = lock(&shared.retries);
-            report.unschedulable_writes = (
-                retries.writes,
+            report.unschedulable_attempts = (
+                retries.attempts.values().map(Vec::len).sum(),
                 retries.attempts.values().map(Vec::len).max().unwrap_or(0),
             );
+            report.unschedulable_writes = retries.writes.values().map(Vec::len).sum();
             report.shortest_retry = retries.shortest;
         }
         // Every kind of fault was injected.
@@ -1867,15 +1929,18 @@ async fn drive(
     }
     let retried = {
         let r = lock(&shared.retries);
-        unfit
+        r.attempts
             .iter()
-            .map(|n| r.attempts.iter().filter(|((_, p), _)| p == n).map(|(_, v)| v.len()).sum::<usize>())
+            .filter(|((_, p), _)| unfit.contains(p))
+            .map(|(_, v)| v.len())
             .max()
             .unwrap_or(0)
     };
     if retried < 2 {
         return Err((
-            format!("the pods that fit nowhere were tried {retried} times at most: the backoff check saw nothing"),
+            format!(
+                "the pods that fit nowhere were tried {retried} times at most by one replica: the backoff check saw nothing"
+            ),
             unfit.iter().map(|n| key(n)).collect(),
         ));
     }
@@ -1998,8 +2063,16 @@ async fn inject(
 /// Reads the fake's requests as they come: Binding and NRT answers, relists, and the
 /// `PodScheduled=False` writes of each replica (a pod tried again before its initial backoff
 /// is a violation); checks that no pod UID is bound twice.
-async fn monitor(fake: FakeApiServer, ns: String, initial: Duration, shared: Arc<Shared>, log: EventLog) {
+async fn monitor(
+    fake: FakeApiServer,
+    ns: String,
+    initial: Duration,
+    shared: Arc<Shared>,
+    sched_logs: Arc<Mutex<Vec<(String, PathBuf)>>>,
+    log: EventLog,
+) {
     let status_prefix = format!("/api/v1/namespaces/{ns}/pods/");
+    let mut offsets: BTreeMap<String, u64> = BTreeMap::new();
     // Jitter between a decision and its status write (the writes go through one queue).
     let slack = initial / 4;
     loop {
@@ -2010,7 +2083,11 @@ async fn monitor(fake: FakeApiServer, ns: String, initial: Duration, shared: Arc
                 let name = r.path[status_prefix.len()..].trim_end_matches("/binding");
                 if lock(&shared.recreates).iter().any(|n| n == name) {
                     // Recreated as this Binding came: attempts from now on are another pod's.
-                    lock(&shared.retries).recreated.entry(name.to_owned()).or_insert(r.at);
+                    let ago = r.at.elapsed().as_secs_f64();
+                    lock(&shared.retries)
+                        .recreated
+                        .entry(name.to_owned())
+                        .or_insert((r.at, day_seconds_now() - ago));
                 }
                 if r.status != 201 {
                     log.push(format!("binding {} answered {}", r.path, r.status));
@@ -2035,23 +2112,67 @@ async fn monitor(fake: FakeApiServer, ns: String, initial: Duration, shared: Arc
                 }
                 let name = r.path[status_prefix.len()..].trim_end_matches("/status").to_owned();
                 let mut retries = lock(&shared.retries);
-                retries.writes += 1;
                 let recreated = retries.recreated.get(&name).copied();
-                let times = retries.attempts.entry((token.clone(), name.clone())).or_default();
+                let times = retries.writes.entry((token.clone(), name.clone())).or_default();
                 let last = times.last().copied();
                 times.push(r.at);
                 let Some(last) = last else { continue };
-                if recreated.is_some_and(|t| t > last) {
+                if recreated.is_some_and(|(t, _)| t > last) {
                     continue; // another pod under the same name
                 }
                 let gap = r.at.saturating_duration_since(last);
-                retries.shortest = Some(retries.shortest.map_or(gap, |s| s.min(gap)));
                 if gap + slack < initial {
                     drop(retries);
                     shared.violate(
                         &log,
                         format!("{ns}/{name} tried again {gap:?} after its last unschedulable attempt by {token}, before its initial backoff of {initial:?}"),
                         vec![format!("{ns}/{name}")],
+                    );
+                }
+            }
+        }
+        // Every unschedulable attempt of every replica, from its log.
+        let files: Vec<(String, PathBuf)> = lock(&sched_logs).clone();
+        for (replica, path) in files {
+            let offset = offsets.entry(replica.clone()).or_insert(0u64);
+            let Ok(mut file) = std::fs::File::open(&path) else { continue };
+            let mut text = String::new();
+            if std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(*offset)).is_err()
+                || std::io::Read::read_to_string(&mut file, &mut text).is_err()
+            {
+                continue;
+            }
+            // Whole lines only; a partial last line is read again next time.
+            let Some(end) = text.rfind('\n') else { continue };
+            *offset += (end + 1) as u64;
+            for line in text[..end].lines().filter(|l| l.contains("unschedulable attempt")) {
+                let line = strip_ansi(line);
+                let (Some(at), Some(pod)) = (
+                    day_seconds_of(&line),
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix("pod="))
+                        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned()),
+                ) else {
+                    continue;
+                };
+                let mut retries = lock(&shared.retries);
+                let recreated = retries.recreated.get(&pod).map(|(_, s)| *s);
+                let times = retries.attempts.entry((replica.clone(), pod.clone())).or_default();
+                let last = times.last().copied();
+                times.push(at);
+                let Some(last) = last else { continue };
+                if recreated.is_some_and(|t| t > last) || at < last {
+                    continue; // another pod under the same name, or midnight
+                }
+                let gap = Duration::from_secs_f64(at - last);
+                retries.shortest = Some(retries.shortest.map_or(gap, |s| s.min(gap)));
+                // The scheduler logs the attempt right after the decision: a few ms of slack.
+                if gap + Duration::from_millis(50) < initial {
+                    drop(retries);
+                    shared.violate(
+                        &log,
+                        format!("{ns}/{pod} tried again {gap:?} after its last unschedulable attempt by {replica}, before its initial backoff of {initial:?}"),
+                        vec![format!("{ns}/{pod}")],
                     );
                 }
             }

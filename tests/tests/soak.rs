@@ -26,8 +26,8 @@ fn print(name: &str, r: &SoakReport) {
     eprintln!(
         "{name}: seed {} passed in {:.1} s: {} nodes ({} pod-scope); {} pods created ({} with an init \
          container, {} fitting nowhere), {} admitted, {} deleted midway; faults {:?}; Binding answers {:?}; \
-         NRT write answers {:?}; pod LISTs (relists) {}; unschedulable writes {} (most for one pod {}), \
-         shortest retry {:?}; forced device mismatches {}",
+         NRT write answers {:?}; pod LISTs (relists) {}; unschedulable attempts {} (most of one pod by one \
+         replica {}), shortest retry {:?}, PodScheduled=False writes {}; forced device mismatches {}",
         r.seed,
         r.wall.as_secs_f64(),
         r.nodes.0,
@@ -41,9 +41,10 @@ fn print(name: &str, r: &SoakReport) {
         r.binding_answers,
         r.nrt_answers,
         r.pod_lists,
-        r.unschedulable_writes.0,
-        r.unschedulable_writes.1,
+        r.unschedulable_attempts.0,
+        r.unschedulable_attempts.1,
         r.shortest_retry,
+        r.unschedulable_writes,
         r.forced_mismatches,
     );
 }
