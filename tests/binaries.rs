@@ -148,7 +148,15 @@ fn build_release() -> Result<(PathBuf, PathBuf), String> {
         .to_owned();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
-        .args(["build", "--quiet", "--release", "-p", "numaplane-scheduler", "-p", "numaplane-exporter"])
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "numaplane-scheduler",
+            "-p",
+            "numaplane-exporter",
+        ])
         .current_dir(&workspace)
         .env("CARGO_TARGET_DIR", &target_dir)
         .output()
@@ -160,7 +168,11 @@ fn build_release() -> Result<(PathBuf, PathBuf), String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let bin = |name: &str| target_dir.join("release").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let bin = |name: &str| {
+        target_dir
+            .join("release")
+            .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+    };
     Ok((bin("numaplane-scheduler"), bin("numaplane-exporter")))
 }
 

@@ -299,7 +299,12 @@ impl PodShape {
         let spec = pod.spec.as_ref().ok_or("no spec")?;
         let limits = |c: &k8s_openapi::api::core::v1::Container| -> Result<BTreeMap<String, u64>, String> {
             let mut out = BTreeMap::new();
-            for (name, q) in c.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default() {
+            for (name, q) in c
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.clone())
+                .unwrap_or_default()
+            {
                 let v = Quantity::parse(&q.0)
                     .ok()
                     .and_then(|q| q.as_i64_exact())
@@ -320,7 +325,10 @@ impl PodShape {
             [] => None,
             [c] => {
                 let l = limits(c)?;
-                Some((usize::try_from(get(&l, "cpu")).map_err(|e| e.to_string())?, get(&l, "memory") / GIB))
+                Some((
+                    usize::try_from(get(&l, "cpu")).map_err(|e| e.to_string())?,
+                    get(&l, "memory") / GIB,
+                ))
             }
             more => return Err(format!("{} init containers", more.len())),
         };
@@ -388,7 +396,10 @@ impl Ledger {
 
     fn free_cpus(&self, zone: u32) -> Vec<i64> {
         let used: BTreeSet<i64> = self.pods.values().flat_map(|h| h.cpus.iter().copied()).collect();
-        zone_cpus(zone).into_iter().filter(|c| !used.contains(c)).collect()
+        zone_cpus(zone)
+            .into_iter()
+            .filter(|c| !used.contains(c))
+            .collect()
     }
 
     fn used_memory(&self, zone: Option<u32>) -> u64 {
@@ -402,7 +413,11 @@ impl Ledger {
     fn holder(&self, resource: &str, device: &str) -> Option<&str> {
         self.pods
             .iter()
-            .find(|(_, h)| h.devices.get(resource).is_some_and(|ids| ids.iter().any(|d| d == device)))
+            .find(|(_, h)| {
+                h.devices
+                    .get(resource)
+                    .is_some_and(|ids| ids.iter().any(|d| d == device))
+            })
             .map(|(k, _)| k.as_str())
     }
 
@@ -439,7 +454,9 @@ impl Ledger {
         };
         let free = capacity.saturating_sub(self.used_memory(scope));
         if memory > free {
-            return Err(format!("zone {zone}: {memory} bytes of memory wanted, {free} free"));
+            return Err(format!(
+                "zone {zone}: {memory} bytes of memory wanted, {free} free"
+            ));
         }
         Ok(())
     }
@@ -636,7 +653,9 @@ impl EventLog {
             .iter()
             .enumerate()
             .filter(|(i, l)| {
-                *i >= from || l.contains("FAULT") || subjects.iter().any(|s| !s.is_empty() && l.contains(s.as_str()))
+                *i >= from
+                    || l.contains("FAULT")
+                    || subjects.iter().any(|s| !s.is_empty() && l.contains(s.as_str()))
             })
             .map(|(_, l)| l.as_str())
             .collect::<Vec<_>>()
@@ -728,7 +747,8 @@ impl SoakNode {
         std::fs::create_dir(&plugins)?;
         let dp = FakeDeviceKubelet::start(&plugins).await?;
         let socket = dir.path().join("podres.sock");
-        let podres = FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
+        let podres =
+            FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
         let pools = dir.path().join("pools.yaml");
         std::fs::write(&pools, pools_file().to_string())?;
         let args = allocator_exporter_args(
@@ -786,7 +806,8 @@ impl SoakNode {
     /// first so that an NRT written from it is always recognised.
     fn report(st: &mut KubeletState, podres: &FakeKubelet) {
         let pods: BTreeSet<String> = st.ledger.pods.keys().cloned().collect();
-        st.states.insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
+        st.states
+            .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
         podres.set_pods(st.ledger.pod_resources());
     }
 
@@ -795,13 +816,21 @@ impl SoakNode {
             self.dp
                 .wait_registered(res, n + 1, Duration::from_secs(60))
                 .await
-                .map_err(|e| format!("{}: {res} plugin did not register again after {why}: {e}", self.name))?;
+                .map_err(|e| {
+                    format!(
+                        "{}: {res} plugin did not register again after {why}: {e}",
+                        self.name
+                    )
+                })?;
         }
         Ok(())
     }
 
     fn registrations(&self) -> BTreeMap<&'static str, usize> {
-        [GPU, NIC].into_iter().map(|r| (r, self.dp.registrations(r))).collect()
+        [GPU, NIC]
+            .into_iter()
+            .map(|r| (r, self.dp.registrations(r)))
+            .collect()
     }
 
     /// Kills the exporter and starts it again; the kubelet admits nothing meanwhile (the
@@ -882,11 +911,18 @@ impl SoakNode {
         };
         let zone = match affinity.as_deref() {
             Some([z]) => *z,
-            other => return violation(format!("single-numa-node needs one zone, the record has {other:?}")),
+            other => {
+                return violation(format!(
+                    "single-numa-node needs one zone, the record has {other:?}"
+                ));
+            }
         };
         if let Some((cpus, gib)) = shape.init {
             if self.kind != NodeKind::PodScope {
-                return violation(format!("a pod with an init container on a {:?} node (nodeSelector)", self.kind));
+                return violation(format!(
+                    "a pod with an init container on a {:?} node (nodeSelector)",
+                    self.kind
+                ));
             }
             // The init container runs first in the pod's zone, then its CPUs and memory are the
             // app container's to reuse.
@@ -943,7 +979,10 @@ impl SoakNode {
             let want: BTreeSet<&String> = planned.get(res).into_iter().flatten().collect();
             let got: BTreeSet<&String> = devices.get(res).into_iter().flatten().collect();
             if want != got {
-                let line = format!("{key} on {}: {res} recorded {want:?}, allocated {got:?}", self.name);
+                let line = format!(
+                    "{key} on {}: {res} recorded {want:?}, allocated {got:?}",
+                    self.name
+                );
                 if choice.get(res).copied().unwrap_or(true) {
                     mismatch.push(line);
                 } else {
@@ -960,8 +999,10 @@ impl SoakNode {
         }
         Self::report(&mut st, &self.podres);
         drop(st);
-        self.log
-            .push(format!("admit {key} on {} zone {zone} devices {devices:?}", self.name));
+        self.log.push(format!(
+            "admit {key} on {} zone {zone} devices {devices:?}",
+            self.name
+        ));
         Progress::Admitted {
             pod: key,
             uid,
@@ -1043,8 +1084,10 @@ impl SoakNode {
             for pod in added {
                 let outcome = self.admit(&pod).await;
                 if matches!(outcome, Progress::Admitted { .. }) {
-                    let api: Api<Pod> =
-                        Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+                    let api: Api<Pod> = Api::namespaced(
+                        client.clone(),
+                        pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    );
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     tokio::spawn(async move {
                         // The pod may already be gone; its status does not matter then.
@@ -1232,7 +1275,10 @@ impl Schedulers {
             "info,numaplane_scheduler=debug,kube_lease_manager=info",
         )?;
         agent.wait_serving(Duration::from_secs(60)).await?;
-        lock(&self.logs).push((format!("{identity}#{}", self.spawned), agent.stderr_path().to_owned()));
+        lock(&self.logs).push((
+            format!("{identity}#{}", self.spawned),
+            agent.stderr_path().to_owned(),
+        ));
         self.replicas.push((agent, identity.to_owned()));
         Ok(())
     }
@@ -1246,7 +1292,11 @@ impl Schedulers {
                 .iter()
                 .enumerate()
                 .filter(|(_, (a, _))| {
-                    metric_value(&a.metrics().unwrap_or_default(), "numaplane_scheduler_leader", &[]) == Some(1.0)
+                    metric_value(
+                        &a.metrics().unwrap_or_default(),
+                        "numaplane_scheduler_leader",
+                        &[],
+                    ) == Some(1.0)
                 })
                 .map(|(i, _)| i)
                 .collect();
@@ -1476,6 +1526,9 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// Binding answers and NRT write answers by status, and pod LISTs.
+type Answers = (BTreeMap<u16, usize>, BTreeMap<u16, usize>, usize);
+
 /// Shared between the driver, the fault injector and the monitor.
 struct Shared {
     violations: Mutex<Vec<(String, Vec<String>)>>,
@@ -1485,7 +1538,8 @@ struct Shared {
     created: std::sync::atomic::AtomicUsize,
     retries: Mutex<Retries>,
     faults: Mutex<BTreeMap<String, usize>>,
-    answers: Mutex<(BTreeMap<u16, usize>, BTreeMap<u16, usize>, usize)>,
+    /// Binding answers, NRT write answers (by status), pod LISTs.
+    answers: Mutex<Answers>,
     faults_done: std::sync::atomic::AtomicBool,
     /// Pods armed to be recreated before their first Binding (`name`).
     recreates: Mutex<Vec<String>>,
@@ -1518,7 +1572,10 @@ impl Soak {
             Ok(report) => report,
             Err((what, subjects, extra)) => {
                 let replay = if cfg.release {
-                    format!("{SEED_ENV}={} cargo test -p numaplane-e2e --test soak -- --ignored soak", cfg.seed)
+                    format!(
+                        "{SEED_ENV}={} cargo test -p numaplane-e2e --test soak -- --ignored soak",
+                        cfg.seed
+                    )
                 } else {
                     format!("{SEED_ENV}={} cargo test -p numaplane-e2e --test soak", cfg.seed)
                 };
@@ -1550,7 +1607,9 @@ impl Soak {
         let fake = FakeApiServer::start().await.map_err(|e| fail(e.into()))?;
         fake.install_nrt_crd();
         let dir = tempfile::tempdir().map_err(|e| fail(e.into()))?;
-        let kubeconfig = fake.write_kubeconfig_as(dir.path(), "exporter").map_err(|e| fail(e.into()))?;
+        let kubeconfig = fake
+            .write_kubeconfig_as(dir.path(), "exporter")
+            .map_err(|e| fail(e.into()))?;
         let client = fake.client().await.map_err(fail)?;
         let ns = "soak".to_owned();
         fake.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
@@ -1593,7 +1652,11 @@ impl Soak {
             let deadline = Instant::now() + Duration::from_secs(120);
             while nrts.get_opt(name).await.ok().flatten().is_none() {
                 if Instant::now() > deadline {
-                    return Err((format!("no NRT for {name} after 120 s"), vec![name.clone()], String::new()));
+                    return Err((
+                        format!("no NRT for {name} after 120 s"),
+                        vec![name.clone()],
+                        String::new(),
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -1602,7 +1665,9 @@ impl Soak {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         let kubelet_client = {
-            let kc = fake.write_kubeconfig_as(dir.path(), "kubelet").map_err(|e| fail(e.into()))?;
+            let kc = fake
+                .write_kubeconfig_as(dir.path(), "kubelet")
+                .map_err(|e| fail(e.into()))?;
             let text = std::fs::read_to_string(kc).map_err(|e| fail(e.into()))?;
             let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| fail(e.into()))?;
             let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -1614,10 +1679,22 @@ impl Soak {
         for node in nodes.values() {
             let (ntx, nrx) = mpsc::unbounded_channel();
             senders.insert(node.name.clone(), ntx);
-            tasks.push(tokio::spawn(node.clone().run_kubelet(kubelet_client.clone(), nrx, tx.clone())));
+            tasks.push(tokio::spawn(node.clone().run_kubelet(
+                kubelet_client.clone(),
+                nrx,
+                tx.clone(),
+            )));
         }
-        tasks.push(tokio::spawn(dispatch_pods(kubelet_client.clone(), ns.clone(), senders)));
-        tasks.push(tokio::spawn(watch_nrts(client.clone(), nodes.clone(), tx.clone())));
+        tasks.push(tokio::spawn(dispatch_pods(
+            kubelet_client.clone(),
+            ns.clone(),
+            senders,
+        )));
+        tasks.push(tokio::spawn(watch_nrts(
+            client.clone(),
+            nodes.clone(),
+            tx.clone(),
+        )));
         let mut schedulers = Schedulers {
             fake: fake.clone(),
             bin: scheduler_bin,
@@ -1633,7 +1710,11 @@ impl Soak {
             schedulers.spawn(id).await.map_err(fail)?;
         }
         if schedulers.leader(Duration::from_secs(30)).await.is_none() {
-            return Err(("no scheduler leader after 30 s".into(), Vec::new(), schedulers.stderr()));
+            return Err((
+                "no scheduler leader after 30 s".into(),
+                Vec::new(),
+                schedulers.stderr(),
+            ));
         }
         eprintln!(
             "soak: {} nodes ({} pod-scope), 2 scheduler replicas up after {:.1} s",
@@ -1721,7 +1802,10 @@ impl Soak {
         };
         report.seed = cfg.seed;
         report.wall = wall;
-        report.nodes = (cfg.nodes, kinds.iter().filter(|k| **k == NodeKind::PodScope).count());
+        report.nodes = (
+            cfg.nodes,
+            kinds.iter().filter(|k| **k == NodeKind::PodScope).count(),
+        );
         report.faults = lock(&shared.faults).clone();
         {
             let answers = lock(&shared.answers);
@@ -1746,7 +1830,11 @@ impl Soak {
             .collect();
         if !missing.is_empty() {
             let sched = schedulers.lock().await;
-            return Err((format!("faults never injected: {missing:?}"), Vec::new(), extra(&sched)));
+            return Err((
+                format!("faults never injected: {missing:?}"),
+                Vec::new(),
+                extra(&sched),
+            ));
         }
         drop(schedulers);
         drop(nodes);
@@ -1782,7 +1870,8 @@ async fn drive(
     let key = |name: &str| format!("{ns}/{name}");
     loop {
         // Creations at a steady pace over the span, while the window has room.
-        let due = ((start.elapsed().as_secs_f64() / cfg.span.as_secs_f64()) * shapes.len() as f64).ceil() as usize;
+        let due =
+            ((start.elapsed().as_secs_f64() / cfg.span.as_secs_f64()) * shapes.len() as f64).ceil() as usize;
         while created < shapes.len().min(due.max(1)) && alive.len() < cfg.window {
             let shape = &shapes[created];
             let name = format!("p-{created:05}");
@@ -1831,7 +1920,11 @@ async fn drive(
                 } => {
                     last_progress = Instant::now();
                     if !admitted_uids.insert(uid.clone()) {
-                        shared.violate(log, format!("{pod} (uid {uid}) admitted twice, now on {node}"), vec![pod.clone()]);
+                        shared.violate(
+                            log,
+                            format!("{pod} (uid {uid}) admitted twice, now on {node}"),
+                            vec![pod.clone()],
+                        );
                     }
                     if let Some(line) = mismatch.first() {
                         shared.violate(
@@ -1841,7 +1934,9 @@ async fn drive(
                         );
                     }
                     for line in &forced {
-                        log.push(format!("forced mismatch (the recorded devices were not free): {line}"));
+                        log.push(format!(
+                            "forced mismatch (the recorded devices were not free): {line}"
+                        ));
                     }
                     report.forced_mismatches += forced.len();
                     admitted.insert(pod, uid);
@@ -1852,7 +1947,10 @@ async fn drive(
                 }
                 Progress::Reflected { pod } => {
                     // The first NRT showing an admitted, undeleted pod makes it deletable.
-                    if admitted.contains_key(&pod) && alive.contains(&pod) && reflected_done.insert(pod.clone()) {
+                    if admitted.contains_key(&pod)
+                        && alive.contains(&pod)
+                        && reflected_done.insert(pod.clone())
+                    {
                         last_progress = Instant::now();
                         deletable.push(pod);
                     }
@@ -1882,7 +1980,11 @@ async fn drive(
         if reflected_done.len() == fitting && faults_done {
             break;
         }
-        let waiting: Vec<String> = alive.iter().filter(|k| !reflected_done.contains(*k)).cloned().collect();
+        let waiting: Vec<String> = alive
+            .iter()
+            .filter(|k| !reflected_done.contains(*k))
+            .cloned()
+            .collect();
         if !waiting.is_empty() && last_progress.elapsed() > cfg.stall {
             return Err((
                 format!(
@@ -1912,7 +2014,10 @@ async fn drive(
         .filter(|(_, n)| *n > 1)
         .collect();
     if !twice.is_empty() {
-        return Err((format!("pods bound more than once (uid, bindings): {twice:?}"), Vec::new()));
+        return Err((
+            format!("pods bound more than once (uid, bindings): {twice:?}"),
+            Vec::new(),
+        ));
     }
     // The pods that fit nowhere stayed pending, and were tried again.
     let unfit: Vec<String> = shapes
@@ -1922,9 +2027,15 @@ async fn drive(
         .map(|(i, _)| format!("p-{i:05}"))
         .collect();
     for name in &unfit {
-        let pod = api.get(name).await.map_err(|e| (e.to_string(), vec![key(name)]))?;
+        let pod = api
+            .get(name)
+            .await
+            .map_err(|e| (e.to_string(), vec![key(name)]))?;
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            return Err((format!("{name} fits nowhere but was bound to {node}"), vec![key(name), node]));
+            return Err((
+                format!("{name} fits nowhere but was bound to {node}"),
+                vec![key(name), node],
+            ));
         }
     }
     let retried = {
@@ -1975,7 +2086,9 @@ async fn inject(
                     vec![StoreChange::CloseWatches { compact }],
                     held,
                 );
-                Ok(format!("armed: the next Binding closes every watch (compact: {compact}) and is answered {held:?} later"))
+                Ok(format!(
+                    "armed: the next Binding closes every watch (compact: {compact}) and is answered {held:?} later"
+                ))
             }
             Fault::ConflictAlreadyAssigned => {
                 fake.land_then_repeat_next("POST", &bindings);
@@ -2005,7 +2118,9 @@ async fn inject(
                             ],
                         );
                         lock(&shared.recreates).push(name.clone());
-                        Ok(format!("armed: {ns}/{name} is deleted and recreated just before its first Binding"))
+                        Ok(format!(
+                            "armed: {ns}/{name} is deleted and recreated just before its first Binding"
+                        ))
                     }
                     None => Err("no pod left to create".into()),
                 }
@@ -2038,11 +2153,17 @@ async fn inject(
             Fault::SchedulerRestart => schedulers.lock().await.stop_leader(false).await,
             Fault::LeaderChange => schedulers.lock().await.stop_leader(true).await,
             Fault::ExporterRestart => match nodes.get(&node) {
-                Some(n) => n.restart_exporter().await.map(|()| format!("exporter of {node} restarted")),
+                Some(n) => n
+                    .restart_exporter()
+                    .await
+                    .map(|()| format!("exporter of {node} restarted")),
                 None => Err(format!("no node {node}")),
             },
             Fault::KubeletRestart => match nodes.get(&node) {
-                Some(n) => n.restart_kubelet().await.map(|()| format!("kubelet of {node} restarted")),
+                Some(n) => n
+                    .restart_kubelet()
+                    .await
+                    .map(|()| format!("kubelet of {node} restarted")),
                 None => Err(format!("no node {node}")),
             },
         };
@@ -2052,11 +2173,15 @@ async fn inject(
                 *lock(&shared.faults).entry(format!("{fault:?}")).or_default() += 1;
             }
             // A fault that could not be armed (no pod left) is logged, not counted.
-            Err(e) if fault == Fault::ConflictUidPrecondition => log.push(format!("FAULT {fault:?} skipped: {e}")),
+            Err(e) if fault == Fault::ConflictUidPrecondition => {
+                log.push(format!("FAULT {fault:?} skipped: {e}"))
+            }
             Err(e) => shared.violate(&log, format!("{fault:?}: {e}"), vec![node.clone()]),
         }
     }
-    shared.faults_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    shared
+        .faults_done
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     log.push("every planned fault injected");
 }
 
@@ -2096,21 +2221,29 @@ async fn monitor(
                 *lock(&shared.answers).1.entry(r.status).or_default() += 1;
             } else if r.method == "GET" && r.path.ends_with("/pods") && !r.is_watch() {
                 lock(&shared.answers).2 += 1;
-            } else if r.method == "PATCH" && r.path.starts_with(&status_prefix) && r.path.ends_with("/status") {
-                let Some(token) = r.bearer_token().filter(|t| t.starts_with("sched-")).map(str::to_owned) else {
+            } else if r.method == "PATCH" && r.path.starts_with(&status_prefix) && r.path.ends_with("/status")
+            {
+                let Some(token) = r
+                    .bearer_token()
+                    .filter(|t| t.starts_with("sched-"))
+                    .map(str::to_owned)
+                else {
                     continue;
                 };
                 let unschedulable = r.body_json().is_some_and(|b| {
                     b.pointer("/status/conditions")
                         .and_then(serde_json::Value::as_array)
                         .is_some_and(|cs| {
-                            cs.iter().any(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                            cs.iter()
+                                .any(|c| c["type"] == "PodScheduled" && c["status"] == "False")
                         })
                 });
                 if !unschedulable {
                     continue;
                 }
-                let name = r.path[status_prefix.len()..].trim_end_matches("/status").to_owned();
+                let name = r.path[status_prefix.len()..]
+                    .trim_end_matches("/status")
+                    .to_owned();
                 let mut retries = lock(&shared.retries);
                 let recreated = retries.recreated.get(&name).copied();
                 let times = retries.writes.entry((token.clone(), name.clone())).or_default();
@@ -2135,7 +2268,9 @@ async fn monitor(
         let files: Vec<(String, PathBuf)> = lock(&sched_logs).clone();
         for (replica, path) in files {
             let offset = offsets.entry(replica.clone()).or_insert(0u64);
-            let Ok(mut file) = std::fs::File::open(&path) else { continue };
+            let Ok(mut file) = std::fs::File::open(&path) else {
+                continue;
+            };
             let mut text = String::new();
             if std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(*offset)).is_err()
                 || std::io::Read::read_to_string(&mut file, &mut text).is_err()
@@ -2145,7 +2280,10 @@ async fn monitor(
             // Whole lines only; a partial last line is read again next time.
             let Some(end) = text.rfind('\n') else { continue };
             *offset += (end + 1) as u64;
-            for line in text[..end].lines().filter(|l| l.contains("unschedulable attempt")) {
+            for line in text[..end]
+                .lines()
+                .filter(|l| l.contains("unschedulable attempt"))
+            {
                 let line = strip_ansi(line);
                 let (Some(at), Some(pod)) = (
                     day_seconds_of(&line),
@@ -2157,7 +2295,10 @@ async fn monitor(
                 };
                 let mut retries = lock(&shared.retries);
                 let recreated = retries.recreated.get(&pod).map(|(_, s)| *s);
-                let times = retries.attempts.entry((replica.clone(), pod.clone())).or_default();
+                let times = retries
+                    .attempts
+                    .entry((replica.clone(), pod.clone()))
+                    .or_default();
                 let last = times.last().copied();
                 times.push(at);
                 let Some(last) = last else { continue };
@@ -2183,7 +2324,11 @@ async fn monitor(
             .filter(|(_, n)| *n > 1)
             .collect();
         if !twice.is_empty() {
-            shared.violate(&log, format!("pods bound more than once (uid, bindings): {twice:?}"), Vec::new());
+            shared.violate(
+                &log,
+                format!("pods bound more than once (uid, bindings): {twice:?}"),
+                Vec::new(),
+            );
         }
     }
 }
@@ -2226,8 +2371,16 @@ mod tests {
         s.commit("ns/b", 1, &shape(1, 1), gpu("g4")).unwrap();
         let err = s.commit("ns/c", 1, &shape(1, 1), gpu("g4")).unwrap_err();
         assert!(err.contains("ns/b holds"), "{err}");
-        assert!(s.commit("ns/c", 1, &shape(1, 1), gpu("g0")).unwrap_err().contains("outside"));
-        assert!(s.commit("ns/b", 1, &shape(1, 1), BTreeMap::new()).unwrap_err().contains("twice"));
+        assert!(
+            s.commit("ns/c", 1, &shape(1, 1), gpu("g0"))
+                .unwrap_err()
+                .contains("outside")
+        );
+        assert!(
+            s.commit("ns/b", 1, &shape(1, 1), BTreeMap::new())
+                .unwrap_err()
+                .contains("twice")
+        );
         assert!(s.release("ns/b"));
         assert_eq!(s.free_devices(GPU, 1).len(), 4);
     }
@@ -2237,7 +2390,11 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let mut seen_init = false;
         for i in 0..200 {
-            let shape = if i == 0 { PodShape::unfit() } else { PodShape::random(&mut rng) };
+            let shape = if i == 0 {
+                PodShape::unfit()
+            } else {
+                PodShape::random(&mut rng)
+            };
             seen_init |= shape.init.is_some();
             let mut pod: Pod = serde_json::from_value(shape.pod(&format!("p{i}"))).unwrap();
             pod.metadata.namespace = Some("ns".into());
