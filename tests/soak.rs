@@ -32,7 +32,9 @@
 //!   progresses for a while);
 //! - no pod UID is bound twice (Bindings the fake stored) nor admitted twice;
 //! - a pod's recorded devices are what the kubelet gave it, unless the kubelet had no choice
-//!   (the recorded devices were not free in the zone when it admitted the pod);
+//!   because the recorded devices were not free in the zone when it admitted the pod; every
+//!   device here is healthy and registered, so that only happens when the record names a
+//!   device another pod holds, which is a double booking and fails the run too;
 //! - a pod that did not fit is not tried again (`PodScheduled=False` written by the same
 //!   replica) sooner than the initial backoff after its previous attempt.
 //!
@@ -1467,8 +1469,6 @@ pub struct SoakReport {
     pub unschedulable_writes: usize,
     /// Shortest interval between two such writes of one pod by one replica.
     pub shortest_retry: Option<Duration>,
-    /// Mismatches the kubelet could not avoid.
-    pub forced_mismatches: usize,
     /// Wall time from the first pod to the end.
     pub wall: Duration,
 }
@@ -1933,12 +1933,15 @@ async fn drive(
                             vec![pod.clone(), node.clone()],
                         );
                     }
-                    for line in &forced {
-                        log.push(format!(
-                            "forced mismatch (the recorded devices were not free): {line}"
-                        ));
+                    // Every device here is healthy and registered: the only reason the
+                    // kubelet cannot follow a record is that another pod holds what it names.
+                    if let Some(line) = forced.first() {
+                        shared.violate(
+                            log,
+                            format!("the record names devices another pod holds (booked twice): {line}"),
+                            vec![pod.clone(), node.clone()],
+                        );
                     }
-                    report.forced_mismatches += forced.len();
                     admitted.insert(pod, uid);
                     report.admitted += 1;
                 }

@@ -27,7 +27,7 @@ fn print(name: &str, r: &SoakReport) {
         "{name}: seed {} passed in {:.1} s: {} nodes ({} pod-scope); {} pods created ({} with an init \
          container, {} fitting nowhere), {} admitted, {} deleted midway; faults {:?}; Binding answers {:?}; \
          NRT write answers {:?}; pod LISTs (relists) {}; unschedulable attempts {} (most of one pod by one \
-         replica {}), shortest retry {:?}, PodScheduled=False writes {}; forced device mismatches {}",
+         replica {}), shortest retry {:?}, PodScheduled=False writes {}",
         r.seed,
         r.wall.as_secs_f64(),
         r.nodes.0,
@@ -45,7 +45,6 @@ fn print(name: &str, r: &SoakReport) {
         r.unschedulable_attempts.1,
         r.shortest_retry,
         r.unschedulable_writes,
-        r.forced_mismatches,
     );
 }
 
