@@ -79,12 +79,13 @@ pub const INIT: &str = "init";
 pub const POD_SCOPE_LABEL: &str = "soak.numaplane.io/pod-scope";
 const GIB: u64 = 1 << 30;
 
-/// The seed of this run: `NUMAPLANE_SOAK_SEED`, else a fresh one.
-pub fn seed_from_env() -> u64 {
-    std::env::var(SEED_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(rand::random)
+/// The seed of this run: `NUMAPLANE_SOAK_SEED` (a number, or `random` for a fresh one), else
+/// `default` (a fresh one when `None`).
+pub fn seed_from_env(default: Option<u64>) -> u64 {
+    match std::env::var(SEED_ENV) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| rand::random()),
+        Err(_) => default.unwrap_or_else(rand::random),
+    }
 }
 
 /// The size of a run.

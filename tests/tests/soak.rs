@@ -12,7 +12,8 @@
 //!   (`cargo build --release -p numaplane-scheduler -p numaplane-exporter`, a no-op when up to
 //!   date; a first build takes several minutes and a few GB).
 //!
-//! Each run draws a seed (printed first) unless `NUMAPLANE_SOAK_SEED` sets one; a failure
+//! The short soak runs seed 1 and the long one a fresh seed (printed first) unless
+//! `NUMAPLANE_SOAK_SEED` sets one (`random`: a fresh one); a failure
 //! prints the seed, the command that replays it and the event log around the violation:
 //! `NUMAPLANE_SOAK_SEED=<n> cargo test -p numaplane-e2e --test soak` replays a short run,
 //! `NUMAPLANE_SOAK_SEED=<n> cargo test -p numaplane-e2e --test soak -- --ignored soak` a long
@@ -50,13 +51,15 @@ fn print(name: &str, r: &SoakReport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_soak() {
-    let report = Soak::run(SoakConfig::short(seed_from_env())).await;
+    // A fixed seed by default: `cargo test` must not fail on a seed nobody chose (a seed that
+    // finds a defect is reported and replayed with NUMAPLANE_SOAK_SEED, `random` for new ones).
+    let report = Soak::run(SoakConfig::short(seed_from_env(Some(1)))).await;
     print("short soak", &report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "several minutes, 200 exporter processes: cargo test -p numaplane-e2e --test soak -- --ignored soak"]
 async fn long_soak() {
-    let report = Soak::run(SoakConfig::long(seed_from_env())).await;
+    let report = Soak::run(SoakConfig::long(seed_from_env(None))).await;
     print("long soak", &report);
 }
