@@ -117,6 +117,65 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// The release builds of `numaplane-scheduler` and `numaplane-exporter`, as a user deploys
+/// them: `cargo build --release -p numaplane-scheduler -p numaplane-exporter` into the target
+/// directory this test binary lives in (a no-op when they are up to date), once per test
+/// process. Returns (scheduler, exporter). `NUMAPLANE_SCHEDULER_BIN` and
+/// `NUMAPLANE_EXPORTER_BIN` name prebuilt ones instead (both must be set).
+pub fn release() -> (&'static Path, &'static Path) {
+    static BINS: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    match BINS.get_or_init(build_release) {
+        Ok((scheduler, exporter)) => (scheduler, exporter),
+        // Tests cannot proceed without the binaries; say why loudly.
+        #[allow(clippy::panic)]
+        Err(e) => panic!("cannot provide the release binaries: {e}"),
+    }
+}
+
+fn build_release() -> Result<(PathBuf, PathBuf), String> {
+    if let (Some(s), Some(e)) = (
+        std::env::var_os("NUMAPLANE_SCHEDULER_BIN"),
+        std::env::var_os("NUMAPLANE_EXPORTER_BIN"),
+    ) {
+        return Ok((PathBuf::from(s), PathBuf::from(e)));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    // <target>/<profile dir>/deps/<test binary>
+    let target_dir = exe
+        .ancestors()
+        .find(|d| d.join("CACHEDIR.TAG").exists())
+        .ok_or_else(|| format!("no target dir above {}", exe.display()))?
+        .to_owned();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "numaplane-scheduler",
+            "-p",
+            "numaplane-exporter",
+        ])
+        .current_dir(&workspace)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build --release failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let bin = |name: &str| {
+        target_dir
+            .join("release")
+            .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+    };
+    Ok((bin("numaplane-scheduler"), bin("numaplane-exporter")))
+}
+
 /// One option of a subcommand's `--help`.
 #[derive(Debug, Default, Clone)]
 pub struct Flag {

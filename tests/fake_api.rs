@@ -573,7 +573,34 @@ impl FakeApiServer {
             path_prefix: path_prefix.to_owned(),
             changes,
             delay,
+            repeat: false,
         });
+    }
+
+    /// The next request whose method matches (case-insensitive, `*` for any) and whose path
+    /// starts with `path_prefix` is handled twice and the second answer is given: a request
+    /// whose first attempt landed but whose answer was lost, retried (a Binding then lands and
+    /// is answered 409 "already assigned" by the server).
+    pub fn land_then_repeat_next(&self, method: &str, path_prefix: &str) {
+        self.shared().lock().changes.push(Change {
+            method: method.to_ascii_uppercase(),
+            path_prefix: path_prefix.to_owned(),
+            changes: Vec::new(),
+            delay: Duration::ZERO,
+            repeat: true,
+        });
+    }
+
+    /// Bindings the fake stored (a Binding that set `spec.nodeName`), per pod UID, since the
+    /// start: a pod bound twice shows 2.
+    pub fn accepted_bindings(&self) -> BTreeMap<String, usize> {
+        self.shared().lock().bindings.clone()
+    }
+
+    /// Every request received since the last call (or [`Self::clear_requests`]), removed from
+    /// the record: lets a long test scan requests as they come without keeping them all.
+    pub fn drain_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut self.shared().lock().requests)
     }
 
     /// First recorded request (already recorded or arriving before `timeout`) matching `pred`.
@@ -724,8 +751,8 @@ impl Shared {
     }
 
     /// Makes the store changes due before a request of `method` on `path`, if any; returns
-    /// how long to wait before answering.
-    fn change_before(&self, method: &str, path: &str) -> Duration {
+    /// how long to wait before answering and whether to handle the request twice.
+    fn change_before(&self, method: &str, path: &str) -> (Duration, bool) {
         let due = {
             let mut st = self.lock();
             let idx = st
@@ -735,7 +762,7 @@ impl Shared {
             idx.map(|i| st.changes.remove(i))
         };
         let Some(due) = due else {
-            return Duration::ZERO;
+            return (Duration::ZERO, false);
         };
         for change in due.changes {
             match change {
@@ -751,9 +778,16 @@ impl Shared {
                     let key = ObjKey::new(&api_version, &kind, namespace.as_deref().unwrap_or(""), &name);
                     self.mutate(|st| st.store_delete(&key));
                 }
+                StoreChange::CloseWatches { compact } => self.mutate(|st| {
+                    if compact {
+                        st.history.clear();
+                        st.history_floor = st.rv;
+                    }
+                    st.watch_epoch += 1;
+                }),
             }
         }
-        due.delay
+        (due.delay, due.repeat)
     }
 
     fn record(&self, req: RecordedRequest) {
@@ -785,6 +819,13 @@ pub enum StoreChange {
         /// Name.
         name: String,
     },
+    /// Ends every open watch, as [`FakeApiServer::close_watches`]; with `compact`, forgets the
+    /// watch history first ([`FakeApiServer::compact_history`]), so the watches resuming from
+    /// their last version get 410 Gone and relist.
+    CloseWatches {
+        /// Compact the history too.
+        compact: bool,
+    },
 }
 
 struct Change {
@@ -792,6 +833,8 @@ struct Change {
     path_prefix: String,
     changes: Vec<StoreChange>,
     delay: Duration,
+    /// Handle the request twice and answer the second: a retry whose first attempt landed.
+    repeat: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -855,6 +898,8 @@ struct State {
     bookmark_gen: u64,
     /// What each node's kubelet answers on `/configz` through the node proxy.
     node_configz: BTreeMap<String, Value>,
+    /// Bindings stored, per pod UID.
+    bindings: BTreeMap<String, usize>,
 }
 
 impl State {
@@ -872,6 +917,7 @@ impl State {
             watch_epoch: 0,
             bookmark_gen: 0,
             node_configz: BTreeMap::new(),
+            bindings: BTreeMap::new(),
         }
     }
 
@@ -1098,9 +1144,13 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         content_type: header("content-type"),
         accept: header("accept"),
     };
-    let delay = shared.change_before(parts.method.as_str(), &path);
+    let (delay, repeat) = shared.change_before(parts.method.as_str(), &path);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    if repeat {
+        // The first attempt lands; only the answer to the second is sent.
+        let _ = route(&shared, &ctx, &path);
     }
     let reply = match shared.take_failure(parts.method.as_str(), &path) {
         Some(code) => Reply::from(ApiError::new(
@@ -1923,6 +1973,7 @@ impl State {
                 meta["annotations"][k] = v.clone();
             }
         }
+        *self.bindings.entry(have_uid.to_owned()).or_default() += 1;
         self.store_update(key, &old, new, true);
         Ok(Reply::json(
             201,

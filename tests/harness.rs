@@ -274,8 +274,9 @@ impl Agent {
         )
     }
 
-    /// Starts `binary subcommand args addr_flag <free port>` with a clean environment.
-    fn spawn_binary(
+    /// Starts `binary subcommand args addr_flag <free port>` with a clean environment, logging
+    /// with the `NUMAPLANE_LOG` filter `log`.
+    pub fn spawn_binary(
         binary: &Path,
         subcommand: &str,
         args: &[String],
@@ -330,6 +331,11 @@ impl Agent {
     /// The exit status, if the process has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// The file the agent logs to (kept until the agent is dropped).
+    pub fn stderr_path(&self) -> &Path {
+        &self.stderr_path
     }
 
     /// What the agent logged so far.

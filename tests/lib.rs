@@ -13,4 +13,5 @@ pub mod harness;
 pub mod rbac;
 pub mod render;
 pub mod rollout;
+pub mod soak;
 pub mod whole_system;

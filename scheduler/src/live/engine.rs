@@ -900,6 +900,8 @@ impl Engine {
                 }
                 None => {
                     self.metrics.attempt("unschedulable", &profile);
+                    // Every attempt, unlike the event below: how often a pod is retried shows.
+                    tracing::debug!(pod = %q.key, "unschedulable attempt");
                     self.queue.unschedulable(&q.key, now);
                     let message = match self.after_unschedulable(&q.key, hold) {
                         preemption::Outcome::None => decision.message,
