@@ -607,6 +607,41 @@ async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is
     env.cleanup().await;
 }
 
+/// A pod the kubelet admits while the allocator's pod watch is relisting (a 410 or a dropped
+/// stream, and lists failing for seconds) is fetched from the API server and steered by its
+/// record, not left to the kubelet's own choice once the 1 s wait runs out (the soak's seed 4:
+/// the kubelet asked 14 ms after the pod was created, the watch relisting after a 410).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_admitted_while_the_pod_watch_relists_is_fetched_and_steered() {
+    let env = Env::new().await;
+    let Some(fake) = env.api.fake() else {
+        // Only the fake can cut the watch off.
+        env.cleanup().await;
+        return;
+    };
+    // The watch loses its stream and its history, and its relists fail for seconds.
+    fake.fail_next("GET", "/api/v1/pods", 500, 6);
+    fake.compact_history();
+    fake.close_watches();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    env.pod_with_record("during", &["g3"], 0).await;
+    env.podres.set_pods(listed(&env.ns, &["during"]));
+    let t = std::time::Instant::now();
+    assert_eq!(env.dp.preferred(GPU, zone0(), vec![], 1).await.unwrap(), ["g3"]);
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "answered only after the wait: {:?}",
+        t.elapsed()
+    );
+    env.wait_metric(
+        "numaplane_exporter_allocator_pod_fetches_total",
+        &[("resource", GPU), ("outcome", "ok")],
+        |v| v >= 1.0,
+    )
+    .await;
+    env.cleanup().await;
+}
+
 /// The holders the plugin steers by must include the containers admitted since the last
 /// reconciliation: a pod admitted with other devices than planned still looks like a candidate
 /// in an old `List`, and its unused plan would go to the next pod (which then misses its own,

@@ -267,6 +267,7 @@ pub fn start(
             holders: shared.holders.clone(),
             kubelet: kubelet.clone(),
             watched: client.is_some(),
+            client: client.clone(),
             resources: resources.clone(),
             allocations: Arc::default(),
             listed_after: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),

@@ -115,6 +115,10 @@ pub struct PluginState {
     /// Whether a pod watch feeds `records` (there is an API client): without one no record can
     /// ever arrive, so there is nothing to wait for.
     pub watched: bool,
+    /// The API client of the pod watch: a pod the kubelet lists that the watch does not know
+    /// yet (the watch relisting after a 410 or a dropped stream, or just lagging) is fetched
+    /// directly, so its record steers its admission instead of arriving after it.
+    pub client: Option<kube::Client>,
     /// Every pool's resource (a `List` updates the holders of all of them).
     pub resources: Arc<BTreeSet<String>>,
     /// `Allocate` calls this pool has served; each one makes a holder the last `List` lacks.
@@ -265,6 +269,7 @@ impl PluginState {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
         let mut refreshed = false;
+        let mut fetched = false;
         if self.allocations.load(Ordering::Acquire) != self.listed_after.load(Ordering::Acquire) {
             // A container was admitted since the last `List` we made: its pod may still look
             // like a candidate (the reconciliation's `List` is up to one resync old), and its
@@ -288,6 +293,13 @@ impl PluginState {
                 refreshed = true;
             }
             let awaited = self.awaited();
+            if !fetched && let Some(a) = awaited.as_ref().filter(|a| !a.is_empty()) {
+                fetched = true;
+                if self.fetch_unknown(a, deadline).await {
+                    // Their records are in the view now: choose again.
+                    continue;
+                }
+            }
             let now = Instant::now();
             let waiting = awaited.as_ref().is_none_or(|a| !a.is_empty());
             if !waiting || now >= deadline {
@@ -310,6 +322,46 @@ impl PluginState {
             // The pod being admitted may not have reached our watch yet.
             self.records.changed_since(&mut seen, deadline - now).await;
         }
+    }
+
+    /// Fetches the pods `keys` (the kubelet lists them, the pod watch does not know them) from
+    /// the API server, within `deadline`, into the record view; whether any was found. A list
+    /// with field selectors, so the grant the watch already has (pods `list`) covers it.
+    async fn fetch_unknown(&self, keys: &BTreeSet<String>, deadline: Instant) -> bool {
+        let Some(client) = &self.client else {
+            return false;
+        };
+        let mut found = false;
+        for key in keys {
+            let Some((ns, name)) = key.split_once('/') else {
+                continue;
+            };
+            let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), ns);
+            let lp = kube::api::ListParams::default().fields(&format!(
+                "metadata.name={name},{}",
+                crate::pod_watch::node_selector(&self.node)
+            ));
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, api.list(&lp)).await {
+                Ok(Ok(list)) => {
+                    for p in &list.items {
+                        found = true;
+                        // An unusable record is reported by the watch when it lists the pod.
+                        let _ = self.records.apply(p, &self.node);
+                    }
+                    AllocatorMetrics::count(&metrics(self).pod_fetches, &self.pool.resource, "ok");
+                }
+                Ok(Err(e)) => {
+                    AllocatorMetrics::count(&metrics(self).pod_fetches, &self.pool.resource, "error");
+                    tracing::debug!(pod = %key, error = %numaplane::error_chain(&e), "cannot fetch a pod the pod watch does not know yet");
+                }
+                Err(_) => {
+                    AllocatorMetrics::count(&metrics(self).pod_fetches, &self.pool.resource, "timeout");
+                    return found;
+                }
+            }
+        }
+        found
     }
 
     fn allocate_one(&self, ids: &[String]) -> dp::ContainerAllocateResponse {

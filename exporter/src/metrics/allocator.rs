@@ -64,6 +64,9 @@ pub struct AllocatorMetrics {
     /// Pod-resources `List`s made while the kubelet waits for `GetPreferredAllocation`, by
     /// outcome: ok, over_budget (the agent's budget had no room in time), error.
     pub refreshes: Family<OutcomeLabels, Counter>,
+    /// Pods fetched from the API server while the kubelet waits (the pod watch did not know
+    /// them yet), by outcome: ok, error, timeout.
+    pub pod_fetches: Family<OutcomeLabels, Counter>,
 }
 
 impl AllocatorMetrics {
@@ -80,6 +83,7 @@ impl AllocatorMetrics {
             records_ignored: Family::default(),
             resyncs: Family::default(),
             refreshes: Family::default(),
+            pod_fetches: Family::default(),
         };
         registry.register(
             "preferred_allocations",
@@ -127,6 +131,11 @@ impl AllocatorMetrics {
             "kubelet_refreshes",
             "Pod-resources Lists made while answering GetPreferredAllocation, by outcome (ok, over_budget, error)",
             m.refreshes.clone(),
+        );
+        registry.register(
+            "pod_fetches",
+            "Pods the kubelet lists but the pod watch did not know yet (relisting, lagging), fetched from the API server while answering GetPreferredAllocation, by outcome (ok, error, timeout)",
+            m.pod_fetches.clone(),
         );
         m
     }
