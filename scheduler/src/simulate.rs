@@ -79,6 +79,8 @@ pub struct Inputs {
     pub skipped: Vec<String>,
     /// hook(volumes): PersistentVolumeClaims, PersistentVolumes, StorageClasses.
     pub storage: crate::volume_binding::StorageObjects,
+    /// PodDisruptionBudgets (which preemption victims they protect).
+    pub budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
 }
 
 /// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; parsing
@@ -194,6 +196,7 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
                 "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?), // hook (issue 19)
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
+                "PodDisruptionBudget" => inputs.budgets.push(serde_json::from_value(doc).map_err(bad)?),
                 // hook(volumes)
                 k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
                     inputs.storage.read(k, doc).map_err(bad)?;
@@ -255,6 +258,25 @@ pub struct PodResult {
     /// hook(unsupported): fields the pod sets that the model does not enforce.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsupported: Vec<crate::unsupported::Unsupported>,
+    /// For a pod that fits nowhere: the preemption the live scheduler would start (not applied
+    /// here: the victims stay, and the pod stays unschedulable in this report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionPreview>,
+}
+
+/// A preemption `run` would start for a pod.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionPreview {
+    /// The node that would be nominated.
+    pub node: String,
+    /// The pods that would be evicted (`namespace/name`), most important first.
+    pub victims: Vec<String>,
+    /// How many of them a PodDisruptionBudget protects.
+    pub budget_violations: usize,
+    /// The NUMA nodes the pod would get there once they are gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_nodes: Option<Vec<u32>>,
 }
 
 /// The whole report.
@@ -301,6 +323,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
     // hook(volumes)
     cluster_inputs.storage.load_into(&mut cluster.volumes);
+    cluster.reset_pdbs(&cluster_inputs.budgets);
     // hook (issue 19): Namespaces and the default spread constraints.
     for ns in &cluster_inputs.namespaces {
         cluster.apply_namespace(ns);
@@ -366,6 +389,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                 error: None,
                 gated: true,
                 unsupported,
+                preemption: None,
             });
             continue;
         }
@@ -377,11 +401,35 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                 if explain == Explain::None {
                     decision.nodes.clear();
                 }
+                let preemption = decision
+                    .node
+                    .is_none()
+                    .then_some(())
+                    .filter(|()| crate::preempt::may_preempt(p))
+                    .and_then(|()| cluster.preempt(&config, &spec, crate::preempt::priority_of(p)))
+                    .map(|found| PreemptionPreview {
+                        node: found.node,
+                        victims: found.victims.into_iter().map(|v| v.key).collect(),
+                        budget_violations: found.budget_violations,
+                        numa_nodes: found.decision.allocation.map(|a| {
+                            let mut zones: Vec<u32> = a
+                                .pod_numa_nodes
+                                .iter()
+                                .flatten()
+                                .chain(a.containers.iter().flat_map(|c| c.numa_nodes.iter().flatten()))
+                                .copied()
+                                .collect();
+                            zones.sort_unstable();
+                            zones.dedup();
+                            zones
+                        }),
+                    });
                 results.push(PodResult {
                     decision,
                     error: None,
                     gated: false,
                     unsupported,
+                    preemption,
                 });
             }
             Err(e) => {
@@ -403,6 +451,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                     error: Some(msg),
                     gated: false,
                     unsupported,
+                    preemption: None,
                 });
             }
         }
@@ -466,6 +515,20 @@ pub fn render_table(report: &Report) -> String {
         }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "    error: {e}");
+        }
+        if let Some(p) = &r.preemption {
+            let zones = p.numa_nodes.as_ref().map_or(String::new(), |z| {
+                format!(
+                    " (NUMA {})",
+                    z.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                )
+            });
+            let _ = writeln!(
+                out,
+                "    preemption: would evict {} on {}{zones}",
+                p.victims.join(", "),
+                p.node
+            );
         }
         // hook(unsupported)
         for u in &r.unsupported {

@@ -452,3 +452,70 @@ fn budgets_steer_the_choice_and_never_policy_is_read_from_the_pod() {
     .unwrap();
     assert!(!numaplane_scheduler::preempt::may_preempt(&never));
 }
+
+/// `simulate` (the binary, as a user runs it) shows the preemption `run` would start for a pod
+/// that fits nowhere, without applying it, and reads PodDisruptionBudgets from the cluster.
+#[test]
+fn simulate_shows_the_preemption_run_would_start() {
+    let (nodes, placed) = two_zone_case();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster: Vec<Value> = vec![
+        serde_json::to_value(node_obj(&nodes[0])).unwrap(),
+        serde_json::to_value(nrt_obj(&nodes[0], &placed.iter().collect::<Vec<_>>())).unwrap(),
+    ];
+    cluster[0]["kind"] = json!("Node");
+    cluster[0]["apiVersion"] = json!("v1");
+    for p in &placed {
+        let mut v = serde_json::to_value(bound_pod(p, 0)).unwrap();
+        v["kind"] = json!("Pod");
+        v["apiVersion"] = json!("v1");
+        cluster.push(v);
+    }
+    let write = |name: &str, docs: &[Value]| {
+        let path = dir.path().join(name);
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+        std::fs::write(&path, serde_json::to_string(&list).unwrap()).unwrap();
+        path
+    };
+    let mut high = pod_json("high", 4, 0, 1000);
+    high["kind"] = json!("Pod");
+    high["apiVersion"] = json!("v1");
+    let mut never = pod_json("never", 4, 0, 1000);
+    never["kind"] = json!("Pod");
+    never["apiVersion"] = json!("v1");
+    never["spec"]["preemptionPolicy"] = json!("Never");
+    let run = |cluster: &[Value]| -> Value {
+        let cluster_file = write("cluster.yaml", cluster);
+        let pods_file = write("pods.yaml", &[high.clone(), never.clone()]);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_numaplane-scheduler"))
+            .args(["simulate", "--cluster"])
+            .arg(&cluster_file)
+            .arg("--pods")
+            .arg(&pods_file)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let report = run(&cluster);
+    let high_r = &report["results"][0];
+    assert!(high_r["node"].is_null(), "not applied: {high_r}");
+    assert_eq!(
+        high_r["preemption"],
+        json!({"node": "n0", "victims": ["ns/b", "ns/d"], "budgetViolations": 0, "numaNodes": [1]})
+    );
+    assert!(
+        report["results"][1]["preemption"].is_null(),
+        "preemptionPolicy: Never"
+    );
+    // A budget protecting b and c from the cluster file: one is broken either way, counted.
+    for app in ["b", "c"] {
+        cluster.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": app, "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}));
+    }
+    let report = run(&cluster);
+    assert_eq!(report["results"][0]["preemption"]["budgetViolations"], 1);
+}

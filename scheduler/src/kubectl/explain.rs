@@ -155,7 +155,16 @@ pub fn pending(
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
     cfg: &ConfigFile,
 ) -> ExplainReport {
-    pending_with_storage(pod, nodes, listed, pods, namespaces, Default::default(), cfg)
+    pending_with_storage(
+        pod,
+        nodes,
+        listed,
+        pods,
+        namespaces,
+        Default::default(),
+        Vec::new(),
+        cfg,
+    )
 }
 
 /// hook(volumes): [`pending`] with the claims, volumes and classes the pod's volumes read.
@@ -166,6 +175,7 @@ pub fn pending_with_storage(
     pods: Vec<Pod>,
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     storage: crate::volume_binding::StorageObjects,
+    budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     cfg: &ConfigFile,
 ) -> ExplainReport {
     let mut problems = listed.undecodable.clone();
@@ -189,6 +199,7 @@ pub fn pending_with_storage(
         namespaces, // hook (issue 19)
         skipped: Vec::new(),
         storage,
+        budgets,
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
     if let Some(e) = report.results.first().and_then(|r| r.error.as_ref()) {

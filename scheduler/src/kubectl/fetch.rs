@@ -184,6 +184,17 @@ pub async fn list_storage(
     })
 }
 
+/// Lists every PodDisruptionBudget: which pods a preemption would rather keep.
+pub async fn list_budgets(
+    client: &Client,
+) -> Result<Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>, KubectlError> {
+    let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| request_error("list poddisruptionbudgets.policy".to_owned(), e))
+}
+
 /// Lists every Namespace (hook, issue 19): their labels decide `namespaceSelector`s.
 pub async fn list_namespaces(
     client: &Client,

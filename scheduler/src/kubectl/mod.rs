@@ -286,7 +286,16 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                     } else {
                         fetch::list_storage(&client, &ns).await?
                     };
-                    explain::pending_with_storage(pod, nodes, &listed, pods, namespaces, storage, &cfg)
+                    // Only a pod that may preempt needs the disruption budgets.
+                    let budgets =
+                        if crate::preempt::may_preempt(&pod) && crate::preempt::priority_of(&pod) > 0 {
+                            fetch::list_budgets(&client).await?
+                        } else {
+                            Vec::new()
+                        };
+                    explain::pending_with_storage(
+                        pod, nodes, &listed, pods, namespaces, storage, budgets, &cfg,
+                    )
                 }
             };
             let stdout = match a.output {
