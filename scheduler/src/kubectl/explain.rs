@@ -155,29 +155,27 @@ pub fn pending(
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
     cfg: &ConfigFile,
 ) -> ExplainReport {
-    pending_with_storage(
-        pod,
+    let objects = Inputs {
         nodes,
-        listed,
         pods,
         namespaces,
-        Default::default(),
-        Vec::new(),
-        cfg,
-    )
+        ..Inputs::default()
+    };
+    pending_in(pod, listed, objects, cfg)
 }
 
-/// hook(volumes): [`pending`] with the claims, volumes and classes the pod's volumes read.
-pub fn pending_with_storage(
-    pod: Pod,
-    nodes: Vec<Node>,
-    listed: &ListedNrts,
-    pods: Vec<Pod>,
-    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
-    storage: crate::volume_binding::StorageObjects,
-    budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
-    cfg: &ConfigFile,
-) -> ExplainReport {
+/// [`pending`] over every object the model reads: `objects` holds the nodes, bound pods,
+/// Namespaces, the claims, volumes and classes the pod's volumes read, and the disruption
+/// budgets a preemption weighs (its NRTs come from `listed`).
+pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFile) -> ExplainReport {
+    let Inputs {
+        nodes,
+        pods,
+        namespaces,
+        storage,
+        budgets,
+        ..
+    } = objects;
     let mut problems = listed.undecodable.clone();
     problems.extend(listed.nrts.iter().filter_map(|t| top::check_nrt(t).err()));
     if listed.nrts.is_empty() && listed.undecodable.is_empty() {

@@ -293,9 +293,15 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                         } else {
                             Vec::new()
                         };
-                    explain::pending_with_storage(
-                        pod, nodes, &listed, pods, namespaces, storage, budgets, &cfg,
-                    )
+                    let objects = crate::simulate::Inputs {
+                        nodes,
+                        pods,
+                        namespaces,
+                        storage,
+                        budgets,
+                        ..crate::simulate::Inputs::default()
+                    };
+                    explain::pending_in(pod, &listed, objects, &cfg)
                 }
             };
             let stdout = match a.output {
