@@ -44,6 +44,9 @@ pub const BIND_CONFLICT: &str = "node(s) didn't find available persistent volume
 pub const ZONE_CONFLICT: &str = "node(s) had no available volume zone";
 /// kube-scheduler's VolumeBinding PreFilter reason for unbound `Immediate` claims.
 pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+/// kube-scheduler's VolumeRestrictions reason for a `ReadWriteOncePod` claim in use.
+pub const READ_WRITE_ONCE_POD_CONFLICT: &str =
+    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
 
 /// The zone and region labels VolumeZone compares (beta and GA).
 const ZONE_LABELS: [&str; 4] = [
@@ -97,6 +100,8 @@ struct Claim {
     deleting: bool,
     /// The UID of the controller owner, if any (an ephemeral claim's pod).
     controller: Option<String>,
+    /// `spec.accessModes` holds `ReadWriteOncePod`: one pod in the cluster at a time.
+    once_pod: bool,
 }
 
 impl Claim {
@@ -127,6 +132,11 @@ impl Claim {
                 .flatten()
                 .find(|o| o.controller == Some(true))
                 .map(|o| o.uid.clone()),
+            once_pod: c
+                .spec
+                .as_ref()
+                .and_then(|s| s.access_modes.as_ref())
+                .is_some_and(|m| m.iter().any(|a| a == "ReadWriteOncePod")),
         }
     }
 }
@@ -350,6 +360,11 @@ pub struct VolumeIndex {
     /// Claim key → (pod key, node): selected nodes of our decisions the claim does not show
     /// yet, so the next pod sharing the claim goes to the same node.
     assumed: HashMap<String, (String, String)>,
+    /// Claim key → the pods bound (or placed by us) that use it, whichever scheduler's:
+    /// VolumeRestrictions' `ReadWriteOncePod` rule.
+    users: HashMap<String, BTreeSet<String>>,
+    /// Pod key → the claim keys it is a user of (to drop it without a scan).
+    used_by: HashMap<String, Vec<String>>,
 }
 
 fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
@@ -496,6 +511,15 @@ impl VolumeIndex {
                     r.name, pod.name
                 ));
             }
+            // VolumeRestrictions: a ReadWriteOncePod claim another pod uses fits nowhere.
+            if claim.once_pod
+                && self
+                    .users
+                    .get(&key)
+                    .is_some_and(|users| users.iter().any(|u| *u != pod.key()))
+            {
+                return VolumeFilter::Unschedulable(READ_WRITE_ONCE_POD_CONFLICT.to_owned());
+            }
             found.push((key, claim));
         }
         // Unbound claims that are not delayed (pre-bound ones included) wait for the PV
@@ -581,6 +605,36 @@ impl VolumeIndex {
     /// Drops the selected nodes assumed for `pod_key` (its Binding or annotation write failed).
     pub fn forget(&mut self, pod_key: &str) {
         self.assumed.retain(|_, (p, _)| p != pod_key);
+    }
+
+    /// Records that the pod `pod` (bound, or placed by us) uses its claims.
+    pub fn note_user(&mut self, pod: &PodSpec) {
+        let key = pod.key();
+        self.drop_user(&key);
+        if pod.claims.is_empty() {
+            return;
+        }
+        let claims: Vec<String> = pod
+            .claims
+            .iter()
+            .map(|r| format!("{}/{}", pod.namespace, r.name))
+            .collect();
+        for c in &claims {
+            self.users.entry(c.clone()).or_default().insert(key.clone());
+        }
+        self.used_by.insert(key, claims);
+    }
+
+    /// The pod `pod_key` no longer runs (or was not placed after all).
+    pub fn drop_user(&mut self, pod_key: &str) {
+        for c in self.used_by.remove(pod_key).into_iter().flatten() {
+            if let Some(pods) = self.users.get_mut(&c) {
+                pods.remove(pod_key);
+                if pods.is_empty() {
+                    self.users.remove(&c);
+                }
+            }
+        }
     }
 
     /// Whether any claim, volume or class is known (for tests and reports).
@@ -722,6 +776,36 @@ mod tests {
 
     fn categories(f: &VolumeFilter, node: &str, l: &BTreeMap<String, String>) -> Vec<String> {
         f.failures(node, l).into_iter().map(|f| f.category).collect()
+    }
+
+    #[test]
+    fn a_read_write_once_pod_claim_in_use_fits_nowhere() {
+        let mut idx = VolumeIndex::default();
+        let mut claim = bound_pvc("c", "pv1");
+        claim.spec.get_or_insert_with(Default::default).access_modes = Some(vec!["ReadWriteOncePod".into()]);
+        idx.apply_claim(&claim);
+        idx.apply_volume(&pv("pv1", json!({})));
+        let me = pod(claim_volume("c"));
+        assert_eq!(idx.filter(&me).blocked(), None, "nobody uses it yet");
+        // The pod itself (re-placed, or seen bound) is no conflict; another one is.
+        idx.note_user(&me);
+        assert_eq!(idx.filter(&me).blocked(), None);
+        let other: PodSpec = spec_of(
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web-1", "namespace": "ns", "uid": "u2"},
+                "spec": {"containers": [{"name": "c"}], "volumes": claim_volume("c")}
+            }))
+            .expect("pod"),
+        );
+        assert_eq!(idx.filter(&other).blocked(), Some(READ_WRITE_ONCE_POD_CONFLICT));
+        idx.drop_user(&me.key());
+        assert_eq!(idx.filter(&other).blocked(), None, "freed when the user goes");
+        // ReadWriteOnce claims are shared freely (node-level rules are the kubelet's).
+        let mut rwo = bound_pvc("c", "pv1");
+        rwo.spec.get_or_insert_with(Default::default).access_modes = Some(vec!["ReadWriteOnce".into()]);
+        idx.apply_claim(&rwo);
+        idx.note_user(&me);
+        assert_eq!(idx.filter(&other).blocked(), None);
     }
 
     #[test]

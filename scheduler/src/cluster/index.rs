@@ -228,6 +228,7 @@ impl Cluster {
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
             self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
+            self.volumes.note_user(&spec); // hook(volumes): ReadWriteOncePod
             self.node_pods
                 .entry(node.clone())
                 .or_default()
@@ -271,6 +272,7 @@ impl Cluster {
     pub(super) fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
         self.constraints.remove_pod(key); // hook (issue 19)
+        self.volumes.drop_user(key); // hook(volumes)
         self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);
