@@ -52,12 +52,8 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
-use numaplane::fingerprint;
 use numaplane::nrt::{self, NodeResourceTopology};
-use numaplane::proto::podresources::{
-    AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources, NumaNode,
-    PodResources, TopologyInfo,
-};
+use numaplane::proto::podresources::PodResources;
 use numaplane::quantity::Quantity;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
@@ -69,7 +65,9 @@ use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
 use crate::harness::{Agent, HarnessError, allocator_exporter_args, metric_value};
-use crate::whole_system::{CONTAINER, GPU, NIC, ZONE_MEMORY, ZONES, pools_file, zone_cpus, zone_devices};
+use crate::whole_system::{
+    CONTAINER, GPU, Ledger, NIC, NodeKind, ZoneView, allocatable, nrt_view, pools_file, zone_cpus,
+};
 
 /// Environment variable that sets the seed (a failed run prints it).
 pub const SEED_ENV: &str = "NUMAPLANE_SOAK_SEED";
@@ -164,65 +162,6 @@ impl SoakConfig {
 }
 
 // ===================== nodes and pods =====================
-
-/// How a simulated node's kubelet is configured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeKind {
-    /// Static memory manager (memory published and pinned per zone), container scope.
-    StaticMemory,
-    /// No memory manager (memory only counted per node), pod scope.
-    PodScope,
-}
-
-impl NodeKind {
-    fn static_memory(self) -> bool {
-        self == NodeKind::StaticMemory
-    }
-
-    fn scope(self) -> &'static str {
-        match self {
-            NodeKind::StaticMemory => "container",
-            NodeKind::PodScope => "pod",
-        }
-    }
-}
-
-fn topo(zone: u32) -> Option<TopologyInfo> {
-    Some(TopologyInfo {
-        nodes: vec![NumaNode { id: i64::from(zone) }],
-    })
-}
-
-/// What GetAllocatableResources answers on a node of `kind` (memory only under the Static
-/// memory manager, as the kubelet reports it).
-pub fn allocatable(kind: NodeKind) -> AllocatableResourcesResponse {
-    let mut devices = Vec::new();
-    for z in 0..ZONES {
-        for res in [GPU, NIC] {
-            devices.extend(zone_devices(res, z).into_iter().map(|id| ContainerDevices {
-                resource_name: res.into(),
-                device_ids: vec![id],
-                topology: topo(z),
-            }));
-        }
-    }
-    let memory = if kind.static_memory() {
-        (0..ZONES)
-            .map(|z| ContainerMemory {
-                memory_type: "memory".into(),
-                size: ZONE_MEMORY,
-                topology: topo(z),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    AllocatableResourcesResponse {
-        cpu_ids: (0..ZONES).flat_map(zone_cpus).collect(),
-        devices,
-        memory,
-    }
-}
 
 /// A pod's requests (requests = limits: Guaranteed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -357,263 +296,6 @@ pub fn key_of(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-// ===================== the kubelet's ledger =====================
-
-/// What one admitted pod holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Held {
-    zone: u32,
-    cpus: Vec<i64>,
-    memory: u64,
-    devices: BTreeMap<String, Vec<String>>,
-}
-
-/// Free resources of one zone, as an NRT must show them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZoneView {
-    /// Free CPUs.
-    pub cpus: usize,
-    /// Free memory bytes (Static memory manager only).
-    pub memory: Option<u64>,
-    /// Free device IDs per resource.
-    pub free: BTreeMap<String, BTreeSet<String>>,
-}
-
-/// The kubelet's resource accounting of one node: pure and synchronous.
-#[derive(Clone, Debug)]
-pub struct Ledger {
-    kind: NodeKind,
-    pods: BTreeMap<String, Held>,
-}
-
-impl Ledger {
-    /// An empty node of `kind`.
-    pub fn new(kind: NodeKind) -> Self {
-        Ledger {
-            kind,
-            pods: BTreeMap::new(),
-        }
-    }
-
-    fn free_cpus(&self, zone: u32) -> Vec<i64> {
-        let used: BTreeSet<i64> = self.pods.values().flat_map(|h| h.cpus.iter().copied()).collect();
-        zone_cpus(zone)
-            .into_iter()
-            .filter(|c| !used.contains(c))
-            .collect()
-    }
-
-    fn used_memory(&self, zone: Option<u32>) -> u64 {
-        self.pods
-            .values()
-            .filter(|h| zone.is_none_or(|z| h.zone == z))
-            .map(|h| h.memory)
-            .fold(0, u64::saturating_add)
-    }
-
-    fn holder(&self, resource: &str, device: &str) -> Option<&str> {
-        self.pods
-            .iter()
-            .find(|(_, h)| {
-                h.devices
-                    .get(resource)
-                    .is_some_and(|ids| ids.iter().any(|d| d == device))
-            })
-            .map(|(k, _)| k.as_str())
-    }
-
-    /// Devices of `resource` in `zone` nobody holds.
-    pub fn free_devices(&self, resource: &str, zone: u32) -> BTreeSet<String> {
-        zone_devices(resource, zone)
-            .into_iter()
-            .filter(|id| self.holder(resource, id).is_none())
-            .collect()
-    }
-
-    /// Pods admitted.
-    pub fn len(&self) -> usize {
-        self.pods.len()
-    }
-
-    /// No pod admitted.
-    pub fn is_empty(&self) -> bool {
-        self.pods.is_empty()
-    }
-
-    /// CPUs (in `zone`) and memory (in `zone` under the Static memory manager, else on the
-    /// node) for a container of `cpus` and `gib`.
-    pub fn check_fit(&self, zone: u32, cpus: usize, gib: u64) -> Result<(), String> {
-        let free = self.free_cpus(zone).len();
-        if cpus > free {
-            return Err(format!("zone {zone}: {cpus} CPUs wanted, {free} free"));
-        }
-        let memory = gib.saturating_mul(GIB);
-        let (capacity, scope) = if self.kind.static_memory() {
-            (ZONE_MEMORY, Some(zone))
-        } else {
-            (ZONE_MEMORY.saturating_mul(u64::from(ZONES)), None)
-        };
-        let free = capacity.saturating_sub(self.used_memory(scope));
-        if memory > free {
-            return Err(format!(
-                "zone {zone}: {memory} bytes of memory wanted, {free} free"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Admits `pod` in `zone` with the devices the device manager gave it: the lowest free
-    /// CPUs (a finished init container's are free again: the app container reuses them) and
-    /// the memory. Nothing changes on a refusal.
-    pub fn commit(
-        &mut self,
-        pod: &str,
-        zone: u32,
-        shape: &PodShape,
-        devices: BTreeMap<String, Vec<String>>,
-    ) -> Result<(), String> {
-        if self.pods.contains_key(pod) {
-            return Err(format!("{pod} admitted twice"));
-        }
-        self.check_fit(zone, shape.cpus, shape.memory_gib)?;
-        for (res, ids) in &devices {
-            let local = zone_devices(res, zone);
-            for id in ids {
-                if let Some(holder) = self.holder(res, id) {
-                    return Err(format!("got {id}, which {holder} holds"));
-                }
-                if !local.contains(id) {
-                    return Err(format!("got {id}, outside zone {zone}"));
-                }
-            }
-        }
-        let cpus = self.free_cpus(zone).into_iter().take(shape.cpus).collect();
-        self.pods.insert(
-            pod.to_owned(),
-            Held {
-                zone,
-                cpus,
-                memory: shape.memory_gib.saturating_mul(GIB),
-                devices,
-            },
-        );
-        Ok(())
-    }
-
-    /// The pod is gone: its resources are free.
-    pub fn release(&mut self, pod: &str) -> bool {
-        self.pods.remove(pod).is_some()
-    }
-
-    /// What pod-resources `List` reports (app containers; memory under the Static policy).
-    pub fn pod_resources(&self) -> Vec<PodResources> {
-        self.pods
-            .iter()
-            .map(|(key, h)| {
-                let (ns, name) = key.split_once('/').unwrap_or(("", key));
-                let memory = if self.kind.static_memory() {
-                    vec![ContainerMemory {
-                        memory_type: "memory".into(),
-                        size: h.memory,
-                        topology: topo(h.zone),
-                    }]
-                } else {
-                    Vec::new()
-                };
-                PodResources {
-                    name: name.to_owned(),
-                    namespace: ns.to_owned(),
-                    containers: vec![ContainerResources {
-                        name: CONTAINER.into(),
-                        cpu_ids: h.cpus.clone(),
-                        memory,
-                        devices: h
-                            .devices
-                            .iter()
-                            .map(|(res, ids)| ContainerDevices {
-                                resource_name: res.clone(),
-                                device_ids: ids.clone(),
-                                topology: topo(h.zone),
-                            })
-                            .collect(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }
-            })
-            .collect()
-    }
-
-    /// The pod-set fingerprint of this state.
-    pub fn fingerprint(&self) -> String {
-        fingerprint::compute(self.pods.keys().filter_map(|k| k.split_once('/')))
-    }
-
-    /// What the NRT must show for this state, per zone.
-    pub fn view(&self) -> Vec<ZoneView> {
-        (0..ZONES)
-            .map(|z| ZoneView {
-                cpus: self.free_cpus(z).len(),
-                memory: self
-                    .kind
-                    .static_memory()
-                    .then(|| ZONE_MEMORY.saturating_sub(self.used_memory(Some(z)))),
-                free: [GPU, NIC]
-                    .into_iter()
-                    .map(|res| (res.to_owned(), self.free_devices(res, z)))
-                    .collect(),
-            })
-            .collect()
-    }
-}
-
-/// The zones an NRT shows, in the shape of [`ZoneView`].
-pub fn nrt_view(nrt: &NodeResourceTopology) -> Result<Vec<ZoneView>, String> {
-    (0..ZONES)
-        .map(|z| {
-            let name = nrt::zone_name(z);
-            let zone = nrt
-                .zones
-                .iter()
-                .find(|zone| zone.name == name)
-                .ok_or_else(|| format!("no zone {name}"))?;
-            let available = |res: &str| -> Result<Option<i64>, String> {
-                let Some(row) = zone.resources.iter().flatten().find(|r| r.name == res) else {
-                    return Ok(None);
-                };
-                Quantity::parse(&row.available.0)
-                    .ok()
-                    .and_then(|q| q.as_i64_exact())
-                    .map(Some)
-                    .ok_or_else(|| format!("{name} {res} available {:?}", row.available.0))
-            };
-            let free = [GPU, NIC]
-                .into_iter()
-                .map(|res| {
-                    let attr = format!("{}{res}", nrt::attr::FREE_DEVICES_PREFIX);
-                    let ids = zone
-                        .attributes
-                        .iter()
-                        .flatten()
-                        .find(|a| a.name == attr)
-                        .map(|a| nrt::split_device_ids(&a.value))
-                        .unwrap_or_default();
-                    (res.to_owned(), ids.into_iter().collect())
-                })
-                .collect();
-            let cpus = available("cpu")?.ok_or_else(|| format!("{name} has no cpu row"))?;
-            Ok(ZoneView {
-                cpus: usize::try_from(cpus).map_err(|e| e.to_string())?,
-                memory: available("memory")?
-                    .map(u64::try_from)
-                    .transpose()
-                    .map_err(|e| e.to_string())?,
-                free,
-            })
-        })
-        .collect()
 }
 
 // ===================== the event log =====================
@@ -808,7 +490,7 @@ impl SoakNode {
     /// Reports the ledger through pod-resources, remembering the state by its fingerprint
     /// first so that an NRT written from it is always recognised.
     fn report(st: &mut KubeletState, podres: &FakeKubelet) {
-        let pods: BTreeSet<String> = st.ledger.pods.keys().cloned().collect();
+        let pods: BTreeSet<String> = st.ledger.pod_keys().cloned().collect();
         st.states
             .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
         podres.set_pods(st.ledger.pod_resources());
@@ -929,12 +611,16 @@ impl SoakNode {
             }
             // The init container runs first in the pod's zone, then its CPUs and memory are the
             // app container's to reuse.
-            if let Err(e) = self.state().ledger.check_fit(zone, cpus, gib) {
+            if let Err(e) = self.state().ledger.check_fit(&key, zone, cpus, gib) {
                 return violation(format!("init container: {e}"));
             }
         }
-        if let Err(e) = self.state().ledger.check_fit(zone, shape.cpus, shape.memory_gib) {
-            return violation(e);
+        if let Err(e) = self
+            .state()
+            .ledger
+            .check_fit(&key, zone, shape.cpus, shape.memory_gib)
+        {
+            return violation(e.to_string());
         }
         // The kubelet lists the pod it admits, devices still to come.
         {
@@ -994,11 +680,14 @@ impl SoakNode {
             }
         }
         let mut st = self.state();
-        if let Err(e) = st.ledger.commit(&key, zone, &shape, devices.clone()) {
+        if let Err(e) = st
+            .ledger
+            .commit(&key, zone, shape.cpus, shape.memory_gib, devices.clone())
+        {
             Self::report(&mut st, &self.podres);
             drop(st);
             self.dp.remove_pod(&key);
-            return violation(e);
+            return violation(e.to_string());
         }
         Self::report(&mut st, &self.podres);
         drop(st);
@@ -1019,7 +708,7 @@ impl SoakNode {
     fn release(&self, key: &str) -> bool {
         self.dp.remove_pod(key);
         let mut st = self.state();
-        let held = st.ledger.release(key);
+        let held = st.ledger.release(key).is_some();
         if held {
             Self::report(&mut st, &self.podres);
         }
@@ -2352,41 +2041,6 @@ mod tests {
             assert!(a.iter().any(|(_, f, _)| *f == k), "{k:?} missing");
         }
         assert!(a.iter().all(|(t, _, _)| *t < cfg.span));
-    }
-
-    #[test]
-    fn the_ledger_refuses_what_a_zone_or_node_cannot_hold() {
-        let mut l = Ledger::new(NodeKind::PodScope);
-        let shape = |cpus, gib| PodShape {
-            cpus,
-            memory_gib: gib,
-            devices: BTreeMap::new(),
-            init: None,
-        };
-        // Without the memory manager memory counts per node only: 40 GiB in one zone is fine.
-        l.commit("ns/a", 0, &shape(1, 40), BTreeMap::new()).unwrap();
-        assert!(l.check_fit(0, 1, 30).is_err(), "node memory is 64 GiB");
-        assert!(l.view()[0].memory.is_none());
-        let mut s = Ledger::new(NodeKind::StaticMemory);
-        assert!(s.check_fit(0, 1, 40).is_err(), "zone memory is 32 GiB");
-        s.commit("ns/a", 0, &shape(16, 1), BTreeMap::new()).unwrap();
-        assert!(s.commit("ns/b", 0, &shape(1, 1), BTreeMap::new()).is_err());
-        let gpu = |id: &str| BTreeMap::from([(GPU.to_owned(), vec![id.to_owned()])]);
-        s.commit("ns/b", 1, &shape(1, 1), gpu("g4")).unwrap();
-        let err = s.commit("ns/c", 1, &shape(1, 1), gpu("g4")).unwrap_err();
-        assert!(err.contains("ns/b holds"), "{err}");
-        assert!(
-            s.commit("ns/c", 1, &shape(1, 1), gpu("g0"))
-                .unwrap_err()
-                .contains("outside")
-        );
-        assert!(
-            s.commit("ns/b", 1, &shape(1, 1), BTreeMap::new())
-                .unwrap_err()
-                .contains("twice")
-        );
-        assert!(s.release("ns/b"));
-        assert_eq!(s.free_devices(GPU, 1).len(), 4);
     }
 
     #[test]

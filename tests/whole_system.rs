@@ -104,14 +104,15 @@ pub fn node_allocatable() -> serde_json::Value {
     })
 }
 
-fn topo(zone: u32) -> Option<TopologyInfo> {
+pub fn topo(zone: u32) -> Option<TopologyInfo> {
     Some(TopologyInfo {
         nodes: vec![NumaNode { id: i64::from(zone) }],
     })
 }
 
-/// What GetAllocatableResources answers on every simulated node.
-pub fn allocatable() -> AllocatableResourcesResponse {
+/// What GetAllocatableResources answers on a simulated node of `kind` (memory only under the
+/// Static memory manager, as the kubelet reports it).
+pub fn allocatable(kind: NodeKind) -> AllocatableResourcesResponse {
     let mut devices = Vec::new();
     for z in 0..ZONES {
         for res in [GPU, NIC] {
@@ -122,16 +123,21 @@ pub fn allocatable() -> AllocatableResourcesResponse {
             }));
         }
     }
-    AllocatableResourcesResponse {
-        cpu_ids: (0..ZONES).flat_map(zone_cpus).collect(),
-        devices,
-        memory: (0..ZONES)
+    let memory = if kind.static_memory() {
+        (0..ZONES)
             .map(|z| ContainerMemory {
                 memory_type: "memory".into(),
                 size: ZONE_MEMORY,
                 topology: topo(z),
             })
-            .collect(),
+            .collect()
+    } else {
+        Vec::new()
+    };
+    AllocatableResourcesResponse {
+        cpu_ids: (0..ZONES).flat_map(zone_cpus).collect(),
+        devices,
+        memory,
     }
 }
 
@@ -261,6 +267,11 @@ pub enum Violation {
         /// Who holds it.
         holder: String,
     },
+    /// The pod was admitted once already.
+    AdmittedTwice {
+        /// `namespace/name`.
+        pod: String,
+    },
     /// A device outside the predicted zone (single-numa-node would reject the pod).
     Unaligned {
         /// `namespace/name`.
@@ -280,6 +291,32 @@ impl std::fmt::Display for Violation {
                 write!(f, "{pod}: got {device}, which {holder} holds")
             }
             Violation::Unaligned { pod, device } => write!(f, "{pod}: got {device} outside its zone"),
+            Violation::AdmittedTwice { pod } => write!(f, "{pod} admitted twice"),
+        }
+    }
+}
+
+/// How a simulated node's kubelet is configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NodeKind {
+    /// Static memory manager (memory published and pinned per zone), container scope.
+    #[default]
+    StaticMemory,
+    /// No memory manager (memory only counted per node), pod scope.
+    PodScope,
+}
+
+impl NodeKind {
+    /// Whether the Static memory manager pins memory per zone.
+    pub fn static_memory(self) -> bool {
+        self == NodeKind::StaticMemory
+    }
+
+    /// The Topology Manager scope.
+    pub fn scope(self) -> &'static str {
+        match self {
+            NodeKind::StaticMemory => "container",
+            NodeKind::PodScope => "pod",
         }
     }
 }
@@ -302,19 +339,29 @@ pub struct Held {
 pub struct ZoneView {
     /// Free CPUs.
     pub cpus: usize,
-    /// Free memory bytes.
-    pub memory: u64,
+    /// Free memory bytes (Static memory manager only: otherwise the zones publish none).
+    pub memory: Option<u64>,
     /// Free device IDs per resource.
     pub free: BTreeMap<String, BTreeSet<String>>,
 }
 
-/// The kubelet's resource accounting of one node: pure and synchronous.
+/// The kubelet's resource accounting of one node (shared by the whole-system run and the
+/// soak): pure and synchronous.
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
+    kind: NodeKind,
     pods: BTreeMap<String, Held>,
 }
 
 impl Ledger {
+    /// An empty node of `kind`.
+    pub fn new(kind: NodeKind) -> Self {
+        Ledger {
+            kind,
+            pods: BTreeMap::new(),
+        }
+    }
+
     /// Free CPUs of `zone`, ascending.
     pub fn free_cpus(&self, zone: u32) -> Vec<i64> {
         let used: BTreeSet<i64> = self.pods.values().flat_map(|h| h.cpus.iter().copied()).collect();
@@ -324,15 +371,13 @@ impl Ledger {
             .collect()
     }
 
-    /// Free memory of `zone`.
-    pub fn free_memory(&self, zone: u32) -> u64 {
-        let used: u64 = self
-            .pods
+    /// Memory the pods hold in `zone` (`None`: on the whole node).
+    fn used_memory(&self, zone: Option<u32>) -> u64 {
+        self.pods
             .values()
-            .filter(|h| h.zone == zone)
+            .filter(|h| zone.is_none_or(|z| h.zone == z))
             .map(|h| h.memory)
-            .fold(0, u64::saturating_add);
-        ZONE_MEMORY.saturating_sub(used)
+            .fold(0, u64::saturating_add)
     }
 
     /// Who holds `device` of `resource`.
@@ -347,9 +392,22 @@ impl Ledger {
             .map(|(k, _)| k.as_str())
     }
 
+    /// Devices of `resource` in `zone` nobody holds.
+    pub fn free_devices(&self, resource: &str, zone: u32) -> BTreeSet<String> {
+        zone_devices(resource, zone)
+            .into_iter()
+            .filter(|id| self.holder(resource, id).is_none())
+            .collect()
+    }
+
     /// Whether `pod` holds something here.
     pub fn holds(&self, pod: &str) -> bool {
         self.pods.contains_key(pod)
+    }
+
+    /// The admitted pods, by key.
+    pub fn pod_keys(&self) -> impl Iterator<Item = &String> {
+        self.pods.keys()
     }
 
     /// Pods admitted.
@@ -362,38 +420,46 @@ impl Ledger {
         self.pods.is_empty()
     }
 
-    /// CPU and memory fit of `shape` in `zone` (devices are the device manager's).
-    pub fn check_fit(&self, pod: &str, zone: u32, shape: &Shape) -> Result<(), Violation> {
+    /// CPU (in `zone`) and memory (in `zone` under the Static memory manager, else on the
+    /// node) fit of a container of `cpus` and `gib`; devices are the device manager's.
+    pub fn check_fit(&self, pod: &str, zone: u32, cpus: usize, gib: u64) -> Result<(), Violation> {
+        let full = |what: String| Violation::ZoneFull {
+            pod: pod.to_owned(),
+            zone,
+            what,
+        };
         let free = self.free_cpus(zone).len();
-        if shape.cpus > free {
-            return Err(Violation::ZoneFull {
-                pod: pod.to_owned(),
-                zone,
-                what: format!("{} CPUs wanted, {free} free", shape.cpus),
-            });
+        if cpus > free {
+            return Err(full(format!("{cpus} CPUs wanted, {free} free")));
         }
-        let memory = shape.memory_gib.saturating_mul(GIB);
-        let free = self.free_memory(zone);
+        let memory = gib.saturating_mul(GIB);
+        let (capacity, scope) = if self.kind.static_memory() {
+            (ZONE_MEMORY, Some(zone))
+        } else {
+            (ZONE_MEMORY.saturating_mul(u64::from(ZONES)), None)
+        };
+        let free = capacity.saturating_sub(self.used_memory(scope));
         if memory > free {
-            return Err(Violation::ZoneFull {
-                pod: pod.to_owned(),
-                zone,
-                what: format!("{memory} bytes of memory wanted, {free} free"),
-            });
+            return Err(full(format!("{memory} bytes of memory wanted, {free} free")));
         }
         Ok(())
     }
 
     /// Admits `pod` in `zone` with the devices the device manager gave it: takes the lowest free
-    /// CPUs (as the static CPU manager packs) and the memory. Nothing changes on a violation.
+    /// CPUs (as the static CPU manager packs; a finished init container's are free again) and
+    /// the memory. Nothing changes on a violation.
     pub fn commit(
         &mut self,
         pod: &str,
         zone: u32,
-        shape: &Shape,
+        cpus: usize,
+        gib: u64,
         devices: BTreeMap<String, Vec<String>>,
     ) -> Result<&Held, Violation> {
-        self.check_fit(pod, zone, shape)?;
+        if self.pods.contains_key(pod) {
+            return Err(Violation::AdmittedTwice { pod: pod.to_owned() });
+        }
+        self.check_fit(pod, zone, cpus, gib)?;
         for (res, ids) in &devices {
             let local = zone_devices(res, zone);
             for id in ids {
@@ -412,11 +478,11 @@ impl Ledger {
                 }
             }
         }
-        let cpus = self.free_cpus(zone).into_iter().take(shape.cpus).collect();
+        let cpus = self.free_cpus(zone).into_iter().take(cpus).collect();
         let held = Held {
             zone,
             cpus,
-            memory: shape.memory_gib.saturating_mul(GIB),
+            memory: gib.saturating_mul(GIB),
             devices,
         };
         Ok(self.pods.entry(pod.to_owned()).or_insert(held))
@@ -427,23 +493,28 @@ impl Ledger {
         self.pods.remove(pod)
     }
 
-    /// What pod-resources `List` reports.
+    /// What pod-resources `List` reports (memory only under the Static memory manager).
     pub fn pod_resources(&self) -> Vec<PodResources> {
         self.pods
             .iter()
             .map(|(key, h)| {
                 let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                let memory = if self.kind.static_memory() {
+                    vec![ContainerMemory {
+                        memory_type: "memory".into(),
+                        size: h.memory,
+                        topology: topo(h.zone),
+                    }]
+                } else {
+                    Vec::new()
+                };
                 PodResources {
                     name: name.to_owned(),
                     namespace: ns.to_owned(),
                     containers: vec![ContainerResources {
                         name: CONTAINER.into(),
                         cpu_ids: h.cpus.clone(),
-                        memory: vec![ContainerMemory {
-                            memory_type: "memory".into(),
-                            size: h.memory,
-                            topology: topo(h.zone),
-                        }],
+                        memory,
                         devices: h
                             .devices
                             .iter()
@@ -472,16 +543,13 @@ impl Ledger {
         (0..ZONES)
             .map(|z| ZoneView {
                 cpus: self.free_cpus(z).len(),
-                memory: self.free_memory(z),
+                memory: self
+                    .kind
+                    .static_memory()
+                    .then(|| ZONE_MEMORY.saturating_sub(self.used_memory(Some(z)))),
                 free: [GPU, NIC]
                     .into_iter()
-                    .map(|res| {
-                        let free = zone_devices(res, z)
-                            .into_iter()
-                            .filter(|id| self.holder(res, id).is_none())
-                            .collect();
-                        (res.to_owned(), free)
-                    })
+                    .map(|res| (res.to_owned(), self.free_devices(res, z)))
                     .collect(),
             })
             .collect()
@@ -498,16 +566,14 @@ pub fn nrt_view(nrt: &NodeResourceTopology) -> Result<Vec<ZoneView>, String> {
                 .iter()
                 .find(|zone| zone.name == name)
                 .ok_or_else(|| format!("no zone {name}"))?;
-            let available = |res: &str| -> Result<i64, String> {
-                let row = zone
-                    .resources
-                    .iter()
-                    .flatten()
-                    .find(|r| r.name == res)
-                    .ok_or_else(|| format!("{name} has no {res} row"))?;
+            let available = |res: &str| -> Result<Option<i64>, String> {
+                let Some(row) = zone.resources.iter().flatten().find(|r| r.name == res) else {
+                    return Ok(None);
+                };
                 Quantity::parse(&row.available.0)
                     .ok()
                     .and_then(|q| q.as_i64_exact())
+                    .map(Some)
                     .ok_or_else(|| format!("{name} {res} available {:?}", row.available.0))
             };
             let free = [GPU, NIC]
@@ -524,9 +590,13 @@ pub fn nrt_view(nrt: &NodeResourceTopology) -> Result<Vec<ZoneView>, String> {
                     (res.to_owned(), ids.into_iter().collect())
                 })
                 .collect();
+            let cpus = available("cpu")?.ok_or_else(|| format!("{name} has no cpu row"))?;
             Ok(ZoneView {
-                cpus: usize::try_from(available("cpu")?).map_err(|e| e.to_string())?,
-                memory: u64::try_from(available("memory")?).map_err(|e| e.to_string())?,
+                cpus: usize::try_from(cpus).map_err(|e| e.to_string())?,
+                memory: available("memory")?
+                    .map(u64::try_from)
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
                 free,
             })
         })
@@ -601,8 +671,13 @@ impl SimNode {
         std::fs::create_dir(&plugins)?;
         let dp = FakeDeviceKubelet::start(&plugins).await?;
         let socket = dir.path().join("podres.sock");
-        let podres =
-            FakeKubelet::start(&socket, allocatable(), vec![], FakeKubeletOptions::default()).await?;
+        let podres = FakeKubelet::start(
+            &socket,
+            allocatable(NodeKind::StaticMemory),
+            vec![],
+            FakeKubeletOptions::default(),
+        )
+        .await?;
         let pools = dir.path().join("pools.yaml");
         std::fs::write(&pools, pools_file().to_string())?;
         let args = allocator_exporter_args(
@@ -689,7 +764,9 @@ impl SimNode {
             }
         };
         let shape = Shape::from_pod(pod)?;
-        self.state().ledger.check_fit(&key, zone, &shape)?;
+        self.state()
+            .ledger
+            .check_fit(&key, zone, shape.cpus, shape.memory_gib)?;
         // The kubelet lists the pod it admits (its pod manager has it), devices still to come.
         {
             let st = self.state();
@@ -729,7 +806,10 @@ impl SimNode {
             })
             .collect();
         let mut st = self.state();
-        if let Err(v) = st.ledger.commit(&key, zone, &shape, devices) {
+        if let Err(v) = st
+            .ledger
+            .commit(&key, zone, shape.cpus, shape.memory_gib, devices)
+        {
             Self::report(&mut st, &self.podres);
             drop(st);
             self.dp.remove_pod(&key);
@@ -1080,28 +1160,49 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn shape(cpus: usize, gib: u64, devices: &[(&str, usize)]) -> Shape {
-        Shape {
-            cpus,
-            memory_gib: gib,
-            devices: devices.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect(),
-        }
-    }
-
     fn ids(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
     }
 
     #[test]
+    fn the_ledger_refuses_what_a_zone_or_node_cannot_hold() {
+        let mut l = Ledger::new(NodeKind::PodScope);
+        // Without the memory manager memory counts per node only: 40 GiB in one zone is fine.
+        l.commit("ns/a", 0, 1, 40, BTreeMap::new()).unwrap();
+        assert!(l.check_fit("ns/x", 0, 1, 30).is_err(), "node memory is 64 GiB");
+        assert!(l.view()[0].memory.is_none());
+        let mut s = Ledger::new(NodeKind::StaticMemory);
+        assert!(s.check_fit("ns/x", 0, 1, 40).is_err(), "zone memory is 32 GiB");
+        s.commit("ns/a", 0, 16, 1, BTreeMap::new()).unwrap();
+        assert!(s.commit("ns/b", 0, 1, 1, BTreeMap::new()).is_err());
+        let gpu = |id: &str| BTreeMap::from([(GPU.to_owned(), vec![id.to_owned()])]);
+        s.commit("ns/b", 1, 1, 1, gpu("g4")).unwrap();
+        let err = s.commit("ns/c", 1, 1, 1, gpu("g4")).unwrap_err().to_string();
+        assert!(err.contains("ns/b holds"), "{err}");
+        assert!(
+            s.commit("ns/c", 1, 1, 1, gpu("g0"))
+                .unwrap_err()
+                .to_string()
+                .contains("outside")
+        );
+        assert!(
+            s.commit("ns/b", 1, 1, 1, BTreeMap::new())
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        assert!(s.release("ns/b").is_some());
+        assert_eq!(s.free_devices(GPU, 1).len(), 4);
+    }
+
+    #[test]
     fn a_full_zone_refuses_and_a_released_pod_frees_its_cpus() {
         let mut l = Ledger::default();
-        l.commit("ns/a", 0, &shape(16, 1, &[]), BTreeMap::new()).unwrap();
-        let err = l
-            .commit("ns/b", 0, &shape(1, 1, &[]), BTreeMap::new())
-            .unwrap_err();
+        l.commit("ns/a", 0, 16, 1, BTreeMap::new()).unwrap();
+        let err = l.commit("ns/b", 0, 1, 1, BTreeMap::new()).unwrap_err();
         assert!(matches!(err, Violation::ZoneFull { zone: 0, .. }), "{err}");
         // The other zone is untouched.
-        let b = l.commit("ns/b", 1, &shape(2, 1, &[]), BTreeMap::new()).unwrap();
+        let b = l.commit("ns/b", 1, 2, 1, BTreeMap::new()).unwrap();
         assert_eq!(b.cpus, [8, 9]);
         assert!(l.release("ns/a").is_some());
         assert_eq!(l.free_cpus(0), zone_cpus(0));
@@ -1110,10 +1211,8 @@ mod tests {
     #[test]
     fn memory_beyond_the_zone_is_refused() {
         let mut l = Ledger::default();
-        l.commit("ns/a", 1, &shape(1, 30, &[]), BTreeMap::new()).unwrap();
-        let err = l
-            .commit("ns/b", 1, &shape(1, 4, &[]), BTreeMap::new())
-            .unwrap_err();
+        l.commit("ns/a", 1, 1, 30, BTreeMap::new()).unwrap();
+        let err = l.commit("ns/b", 1, 1, 4, BTreeMap::new()).unwrap_err();
         assert!(err.to_string().contains("memory"), "{err}");
     }
 
@@ -1121,11 +1220,8 @@ mod tests {
     fn a_device_is_never_given_twice_nor_outside_the_zone() {
         let mut l = Ledger::default();
         let gpu = |v: &[&str]| BTreeMap::from([(GPU.to_owned(), ids(v))]);
-        l.commit("ns/a", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
-            .unwrap();
-        let err = l
-            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g1"]))
-            .unwrap_err();
+        l.commit("ns/a", 0, 1, 1, gpu(&["g1"])).unwrap();
+        let err = l.commit("ns/b", 0, 1, 1, gpu(&["g1"])).unwrap_err();
         assert_eq!(
             err,
             Violation::DoubleAllocation {
@@ -1134,9 +1230,7 @@ mod tests {
                 holder: "ns/a".into()
             }
         );
-        let err = l
-            .commit("ns/b", 0, &shape(1, 1, &[(GPU, 1)]), gpu(&["g5"]))
-            .unwrap_err();
+        let err = l.commit("ns/b", 0, 1, 1, gpu(&["g5"])).unwrap_err();
         assert!(matches!(err, Violation::Unaligned { .. }), "{err}");
         // Refusals changed nothing.
         assert_eq!(l.len(), 1);
@@ -1149,11 +1243,11 @@ mod tests {
         let empty = l.fingerprint();
         assert_eq!(empty, fingerprint::EMPTY_SIGNATURE);
         let nic = BTreeMap::from([(NIC.to_owned(), ids(&["nic1-2"]))]);
-        l.commit("ns/a", 1, &shape(4, 2, &[(NIC, 1)]), nic).unwrap();
+        l.commit("ns/a", 1, 4, 2, nic).unwrap();
         let v = l.view();
         assert_eq!(v[0].cpus, 16);
         assert_eq!(v[1].cpus, 12);
-        assert_eq!(v[1].memory, ZONE_MEMORY - 2 * GIB);
+        assert_eq!(v[1].memory, Some(ZONE_MEMORY - 2 * GIB));
         assert!(!v[1].free[NIC].contains("nic1-2"));
         assert_eq!(v[1].free[NIC].len(), NIC_SLOTS - 1);
         assert_eq!(l.fingerprint(), fingerprint::compute([("ns", "a")]));
