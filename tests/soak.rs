@@ -26,7 +26,7 @@
 //!
 //! Invariants, checked as things happen ([`Soak::run`] stops at the first violation):
 //! - the fake kubelet never finds a zone without the CPUs or memory, or a device or slot
-//!   already held or outside the zone (its own ledger, [`Ledger`]);
+//!   already held or outside the zone (its own ledger, [`crate::whole_system::Ledger`]);
 //! - every NRT equals the kubelet state its pod-set fingerprint names;
 //! - every pod that fits is bound, admitted and shown by its NRT (the run fails when nothing
 //!   progresses for a while);
@@ -52,7 +52,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
-use numaplane::nrt::{self, NodeResourceTopology};
+use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::PodResources;
 use numaplane::quantity::Quantity;
 use rand::rngs::StdRng;
@@ -65,9 +65,7 @@ use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
 use crate::harness::{Agent, HarnessError, allocator_exporter_args, metric_value};
-use crate::whole_system::{
-    CONTAINER, GPU, Ledger, NIC, NodeKind, ZoneView, allocatable, nrt_view, pools_file, zone_cpus,
-};
+use crate::whole_system::{CONTAINER, GPU, KubeletState, NIC, NodeKind, allocatable, pools_file, zone_cpus};
 
 /// Environment variable that sets the seed (a failed run prints it).
 pub const SEED_ENV: &str = "NUMAPLANE_SOAK_SEED";
@@ -386,14 +384,6 @@ pub enum Progress {
     },
 }
 
-/// Kubelet states by fingerprint: the pods and the view the NRT must show.
-type States = BTreeMap<String, (BTreeSet<String>, Vec<ZoneView>)>;
-
-struct KubeletState {
-    ledger: Ledger,
-    states: States,
-}
-
 /// One simulated node: its fake kubelet (pod-resources and device-plugin sides) and its
 /// exporter hosting the allocator.
 pub struct SoakNode {
@@ -460,15 +450,12 @@ impl SoakNode {
         for res in [GPU, NIC] {
             dp.wait_registered(res, 1, Duration::from_secs(120)).await?;
         }
-        let ledger = Ledger::new(kind);
-        let mut states = States::new();
-        states.insert(ledger.fingerprint(), (BTreeSet::new(), ledger.view()));
         Ok(SoakNode {
             name: name.to_owned(),
             kind,
             dp,
             podres,
-            state: Mutex::new(KubeletState { ledger, states }),
+            state: Mutex::new(KubeletState::new(kind)),
             exporter: tokio::sync::Mutex::new(exporter),
             exporter_bin: exporter_bin.to_owned(),
             exporter_args: args,
@@ -489,13 +476,6 @@ impl SoakNode {
 
     /// Reports the ledger through pod-resources, remembering the state by its fingerprint
     /// first so that an NRT written from it is always recognised.
-    fn report(st: &mut KubeletState, podres: &FakeKubelet) {
-        let pods: BTreeSet<String> = st.ledger.pod_keys().cloned().collect();
-        st.states
-            .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
-        podres.set_pods(st.ledger.pod_resources());
-    }
-
     async fn wait_plugins(&self, before: &BTreeMap<&str, usize>, why: &str) -> Result<(), String> {
         for (res, n) in before {
             self.dp
@@ -656,7 +636,7 @@ impl SoakNode {
                 }
                 Err(error) => {
                     self.dp.remove_pod(&key);
-                    Self::report(&mut self.state(), &self.podres);
+                    self.state().report(&self.podres);
                     return violation(format!("device admission failed: {error}"));
                 }
             }
@@ -684,12 +664,12 @@ impl SoakNode {
             .ledger
             .commit(&key, zone, shape.cpus, shape.memory_gib, devices.clone())
         {
-            Self::report(&mut st, &self.podres);
+            st.report(&self.podres);
             drop(st);
             self.dp.remove_pod(&key);
             return violation(e.to_string());
         }
-        Self::report(&mut st, &self.podres);
+        st.report(&self.podres);
         drop(st);
         self.log.push(format!(
             "admit {key} on {} zone {zone} devices {devices:?}",
@@ -707,37 +687,13 @@ impl SoakNode {
     /// The pod is gone: the device manager and the ledger free what it held.
     fn release(&self, key: &str) -> bool {
         self.dp.remove_pod(key);
-        let mut st = self.state();
-        let held = st.ledger.release(key).is_some();
-        if held {
-            Self::report(&mut st, &self.podres);
-        }
-        held
+        self.state().release(key, &self.podres)
     }
 
     /// Checks an NRT of this node against the kubelet state with its fingerprint; returns the
     /// pods it accounts for.
     fn check_nrt(&self, nrt: &NodeResourceTopology) -> Result<BTreeSet<String>, String> {
-        let fp = nrt
-            .attributes
-            .iter()
-            .flatten()
-            .find(|a| a.name == nrt::attr::PODS_FINGERPRINT)
-            .map(|a| a.value.clone())
-            .ok_or("no pod-set fingerprint")?;
-        let st = self.state();
-        let (pods, want) = st
-            .states
-            .get(&fp)
-            .ok_or_else(|| format!("fingerprint {fp} of a pod set the kubelet never reported"))?;
-        let got = nrt_view(nrt)?;
-        if &got != want {
-            return Err(format!(
-                "NRT for {} pods shows {got:?}, the kubelet holds {want:?}",
-                pods.len()
-            ));
-        }
-        Ok(pods.clone())
+        self.state().check_nrt(nrt)
     }
 
     /// Admits and releases what the pod watch dispatches to this node, in batches sorted by

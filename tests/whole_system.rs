@@ -645,9 +645,63 @@ pub enum Progress {
 /// Kubelet states by fingerprint: the pods and the view the NRT must show.
 type States = BTreeMap<String, (BTreeSet<String>, Vec<ZoneView>)>;
 
-struct KubeletState {
-    ledger: Ledger,
+/// A simulated kubelet's books (shared by the whole-system run and the soak): the ledger, and
+/// every state it reported by fingerprint, so an NRT can be checked against the state its
+/// fingerprint names.
+pub struct KubeletState {
+    /// What the admitted pods hold.
+    pub ledger: Ledger,
     states: States,
+}
+
+impl KubeletState {
+    /// An empty node of `kind`.
+    pub fn new(kind: NodeKind) -> Self {
+        let ledger = Ledger::new(kind);
+        let mut states = States::new();
+        states.insert(ledger.fingerprint(), (BTreeSet::new(), ledger.view()));
+        KubeletState { ledger, states }
+    }
+
+    /// Records the current state and tells pod-resources.
+    pub fn report(&mut self, podres: &FakeKubelet) {
+        let pods: BTreeSet<String> = self.ledger.pod_keys().cloned().collect();
+        self.states
+            .insert(self.ledger.fingerprint(), (pods, self.ledger.view()));
+        podres.set_pods(self.ledger.pod_resources());
+    }
+
+    /// The pod is gone: what it held is free (reported); whether it held anything.
+    pub fn release(&mut self, key: &str, podres: &FakeKubelet) -> bool {
+        let held = self.ledger.release(key).is_some();
+        if held {
+            self.report(podres);
+        }
+        held
+    }
+
+    /// Checks an NRT against the state its fingerprint names; returns the pods it accounts for.
+    pub fn check_nrt(&self, nrt: &NodeResourceTopology) -> Result<BTreeSet<String>, String> {
+        let fp = nrt
+            .attributes
+            .iter()
+            .flatten()
+            .find(|a| a.name == nrt::attr::PODS_FINGERPRINT)
+            .map(|a| a.value.clone())
+            .ok_or("no pod-set fingerprint")?;
+        let (pods, want) = self
+            .states
+            .get(&fp)
+            .ok_or_else(|| format!("fingerprint {fp} of a pod set the kubelet never reported"))?;
+        let got = nrt_view(nrt)?;
+        if &got != want {
+            return Err(format!(
+                "NRT for {} pods shows {got:?}, the kubelet holds {want:?}",
+                pods.len()
+            ));
+        }
+        Ok(pods.clone())
+    }
 }
 
 /// One simulated node: its fake kubelet and its exporter.
@@ -693,14 +747,11 @@ impl SimNode {
         for res in [GPU, NIC] {
             dp.wait_registered(res, 1, Duration::from_secs(60)).await?;
         }
-        let ledger = Ledger::default();
-        let mut states = States::new();
-        states.insert(ledger.fingerprint(), (BTreeSet::new(), ledger.view()));
         Ok(SimNode {
             name: name.to_owned(),
             dp,
             podres,
-            state: Mutex::new(KubeletState { ledger, states }),
+            state: Mutex::new(KubeletState::new(NodeKind::StaticMemory)),
             exporter,
             _dir: dir,
         })
@@ -724,13 +775,6 @@ impl SimNode {
 
     /// Reports the ledger through pod-resources, remembering the state by its fingerprint
     /// first so that an NRT written from it is always recognised.
-    fn report(st: &mut KubeletState, podres: &FakeKubelet) {
-        let pods: BTreeSet<String> = st.ledger.pods.keys().cloned().collect();
-        st.states
-            .insert(st.ledger.fingerprint(), (pods, st.ledger.view()));
-        podres.set_pods(st.ledger.pod_resources());
-    }
-
     /// Admits a pod bound here, as the kubelet does: affinity from the record (the Topology
     /// Manager's choice, predicted by the scheduler), CPUs and memory checked against the zone,
     /// devices through the device-plugin protocol, then reported through pod-resources.
@@ -789,7 +833,7 @@ impl SimNode {
                 }
                 Err(error) => {
                     self.dp.remove_pod(&key);
-                    Self::report(&mut self.state(), &self.podres);
+                    self.state().report(&self.podres);
                     return Err(Violation::Devices { pod: key, error });
                 }
             }
@@ -810,12 +854,12 @@ impl SimNode {
             .ledger
             .commit(&key, zone, shape.cpus, shape.memory_gib, devices)
         {
-            Self::report(&mut st, &self.podres);
+            st.report(&self.podres);
             drop(st);
             self.dp.remove_pod(&key);
             return Err(v);
         }
-        Self::report(&mut st, &self.podres);
+        st.report(&self.podres);
         Ok(Progress::Admitted {
             pod: key,
             node: self.name.clone(),
@@ -838,37 +882,13 @@ impl SimNode {
     /// The pod is gone: the device manager and the ledger free what it held.
     pub fn release(&self, key: &str) -> bool {
         self.dp.remove_pod(key);
-        let mut st = self.state();
-        let held = st.ledger.release(key).is_some();
-        if held {
-            Self::report(&mut st, &self.podres);
-        }
-        held
+        self.state().release(key, &self.podres)
     }
 
     /// Checks an NRT of this node against the kubelet state with its fingerprint; returns the
     /// pods it accounts for.
     pub fn check_nrt(&self, nrt: &NodeResourceTopology) -> Result<BTreeSet<String>, String> {
-        let fp = nrt
-            .attributes
-            .iter()
-            .flatten()
-            .find(|a| a.name == nrt::attr::PODS_FINGERPRINT)
-            .map(|a| a.value.clone())
-            .ok_or("no pod-set fingerprint")?;
-        let st = self.state();
-        let (pods, want) = st
-            .states
-            .get(&fp)
-            .ok_or_else(|| format!("fingerprint {fp} of a pod set the kubelet never reported"))?;
-        let got = nrt_view(nrt)?;
-        if &got != want {
-            return Err(format!(
-                "NRT for {} pods shows {got:?}, the kubelet holds {want:?}",
-                pods.len()
-            ));
-        }
-        Ok(pods.clone())
+        self.state().check_nrt(nrt)
     }
 
     /// Runs the kubelet: watches the pods bound to this node and admits new ones in batches
