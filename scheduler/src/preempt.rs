@@ -293,10 +293,9 @@ pub fn select_victims(
         node: node.to_owned(),
         budget_violations: victims.iter().filter(|i| violating.contains(i)).count(),
         highest_priority,
-        priority_sum: victims
-            .iter()
-            .map(|&i| i64::from(candidates[i].priority) + (1i64 << 31))
-            .sum(),
+        priority_sum: victims.iter().fold(0i64, |sum, &i| {
+            sum.saturating_add(i64::from(candidates[i].priority) + (1i64 << 31))
+        }),
         earliest_start_ms,
         victims,
     })
