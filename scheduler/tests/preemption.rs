@@ -519,3 +519,28 @@ fn simulate_shows_the_preemption_run_would_start() {
     let report = run(&cluster);
     assert_eq!(report["results"][0]["preemption"]["budgetViolations"], 1);
 }
+
+/// A preemptor nominated earlier waits while its victims are still terminating because of a
+/// preemption (kube-scheduler's PodEligibleToPreemptOthers), across restarts too: the index
+/// reads it from the victims themselves, not from a hold.
+#[test]
+fn a_nominated_pod_waits_while_preempted_pods_terminate() {
+    let (nodes, placed) = two_zone_case();
+    let with = |deleting: bool, reason: &str| -> Cluster {
+        let refs: Vec<&Placed> = placed.iter().collect();
+        let mut c = index(&nodes, &refs);
+        let mut b = serde_json::to_value(bound_pod(&placed[2], 0)).unwrap();
+        if deleting {
+            b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:10Z");
+        }
+        b["status"]["conditions"] = json!([{"type": "DisruptionTarget", "status": "True", "reason": reason}]);
+        c.apply_pod(&serde_json::from_value(b).unwrap()).unwrap();
+        c
+    };
+    let c = with(true, "PreemptionByScheduler");
+    assert!(c.victims_leaving("n0", 1000));
+    assert!(!c.victims_leaving("n0", 0), "only lower-priority pods count");
+    assert!(!c.victims_leaving("n1", 1000), "another node");
+    assert!(!with(false, "PreemptionByScheduler").victims_leaving("n0", 1000), "not deleted yet");
+    assert!(!with(true, "EvictionByEvictionAPI").victims_leaving("n0", 1000), "evicted by someone else");
+}

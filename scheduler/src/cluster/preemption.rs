@@ -174,6 +174,14 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether a pod of `priority` nominated to `node` should wait instead of preempting again:
+    /// lower-priority pods there are still terminating because a scheduler preempted them (as
+    /// kube-scheduler's `PodEligibleToPreemptOthers`). This holds across a restart or a leader
+    /// change, when the nominating replica's hold is gone but its victims are still leaving.
+    pub fn victims_leaving(&self, node: &str, priority: i32) -> bool {
+        preempt::waits_for_victims(priority, self.candidates(node))
+    }
+
     /// `node`'s topology with the pods `removed` gone: the published zones minus every other
     /// pending assumption and hold (except `own`'s), minus cluster-shared IDs held elsewhere,
     /// plus what each removed pod the NRT counts gives back.

@@ -107,6 +107,18 @@ impl Engine {
             return Outcome::None;
         }
         let priority = preempt::priority_of(&p.pod);
+        // Nominated earlier (by this replica before a restart, or by another leader) and the
+        // victims still terminating: their room is coming, preempting again would evict more.
+        let nominated = p
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty());
+        if let Some(node) = nominated.filter(|n| self.cluster.victims_leaving(n, priority)) {
+            Self::count_attempt(self, "waiting_for_victims");
+            return Outcome::Waiting { node };
+        }
         let Some(found) = self.cluster.preempt(&self.model, spec, priority) else {
             Self::count_attempt(self, "no_victims");
             return Outcome::None;
