@@ -541,6 +541,12 @@ fn a_nominated_pod_waits_while_preempted_pods_terminate() {
     assert!(c.victims_leaving("n0", 1000));
     assert!(!c.victims_leaving("n0", 0), "only lower-priority pods count");
     assert!(!c.victims_leaving("n1", 1000), "another node");
-    assert!(!with(false, "PreemptionByScheduler").victims_leaving("n0", 1000), "not deleted yet");
-    assert!(!with(true, "EvictionByEvictionAPI").victims_leaving("n0", 1000), "evicted by someone else");
+    assert!(
+        !with(false, "PreemptionByScheduler").victims_leaving("n0", 1000),
+        "not deleted yet"
+    );
+    assert!(
+        !with(true, "EvictionByEvictionAPI").victims_leaving("n0", 1000),
+        "evicted by someone else"
+    );
 }
