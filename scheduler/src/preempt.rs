@@ -14,13 +14,11 @@ use std::{
     collections::{BTreeMap, BTreeSet},
 };
 
-use k8s_openapi::{
-    api::{core::v1::Pod, policy::v1::PodDisruptionBudget},
-    apimachinery::pkg::apis::meta::v1::LabelSelector,
-};
+use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use numaplane::allocation::{Allocation, ContainerKind};
 
 use crate::{
+    constraints::selector::Selector,
     node::NumaTopology,
     pod::{PodSpec, Qos},
     resources::{CPU, ResId, ResKind, ResList, Resources},
@@ -115,8 +113,8 @@ fn more_important(a: &VictimInfo, b: &VictimInfo) -> Ordering {
 pub struct Budget {
     /// Namespace.
     pub namespace: String,
-    /// `spec.selector`; `None` (absent) matches nothing.
-    pub selector: Option<LabelSelector>,
+    /// `spec.selector`, parsed once; absent or invalid matches nothing, as upstream.
+    pub selector: Selector,
     /// `status.disruptionsAllowed`.
     pub allowed: i32,
     /// `status.disruptedPods`: names the API server has already processed.
@@ -133,7 +131,8 @@ impl Budget {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
-            selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
+            selector: Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))
+                .unwrap_or_default(),
             allowed: status.and_then(|s| s.disruptions_allowed).unwrap_or(0),
             disrupted: status
                 .and_then(|s| s.disrupted_pods.as_ref())
@@ -148,38 +147,9 @@ impl Budget {
         if self.namespace != pod.namespace || pod.labels.is_empty() {
             return false;
         }
-        let Some(sel) = &self.selector else {
-            return false;
-        };
-        let empty = sel.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-            && sel.match_expressions.as_ref().is_none_or(Vec::is_empty);
-        !empty && selector_matches(sel, &pod.labels).unwrap_or(false)
+        // An empty selector matches everything in general, but nothing for a budget.
+        !self.selector.is_everything() && self.selector.matches(&pod.labels)
     }
-}
-
-/// A label selector's verdict on `labels`; `None` when the selector is invalid (an unknown
-/// operator, or values where the operator allows none).
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> Option<bool> {
-    for (k, v) in sel.match_labels.iter().flatten() {
-        if labels.get(k) != Some(v) {
-            return Some(false);
-        }
-    }
-    for e in sel.match_expressions.iter().flatten() {
-        let values = e.values.as_deref().unwrap_or(&[]);
-        let have = labels.get(&e.key);
-        let ok = match e.operator.as_str() {
-            "In" if !values.is_empty() => have.is_some_and(|v| values.contains(v)),
-            "NotIn" if !values.is_empty() => have.is_none_or(|v| !values.contains(v)),
-            "Exists" if values.is_empty() => have.is_some(),
-            "DoesNotExist" if values.is_empty() => have.is_none(),
-            _ => return None,
-        };
-        if !ok {
-            return Some(false);
-        }
-    }
-    Some(true)
 }
 
 /// kube-scheduler's `filterPodsWithPDBViolation`: splits `pods` (indexes, in the order given)
@@ -233,25 +203,26 @@ pub struct NodeVictims {
 /// are offered back once more in the same order until none can return: every victim left is
 /// needed. `fits(removed)` says whether the pod fits with exactly the candidates `removed`
 /// (indexes) gone. `None`: no candidate, or the pod does not fit even with all gone.
-pub fn select_victims(
+pub fn select_victims<C: std::borrow::Borrow<VictimInfo>>(
     node: &str,
-    candidates: &[VictimInfo],
+    candidates: &[C],
     priority: i32,
     budgets: &[Budget],
     mut fits: impl FnMut(&BTreeSet<usize>) -> bool,
 ) -> Option<NodeVictims> {
+    let candidates: Vec<&VictimInfo> = candidates.iter().map(std::borrow::Borrow::borrow).collect();
     let mut potential: Vec<usize> = (0..candidates.len())
         .filter(|&i| candidates[i].priority < priority && !candidates[i].terminating)
         .collect();
     if potential.is_empty() {
         return None;
     }
-    potential.sort_by(|&a, &b| more_important(&candidates[a], &candidates[b]));
+    potential.sort_by(|&a, &b| more_important(candidates[a], candidates[b]));
     let mut removed: BTreeSet<usize> = potential.iter().copied().collect();
     if !fits(&removed) {
         return None;
     }
-    let views: Vec<&VictimInfo> = potential.iter().map(|&i| &candidates[i]).collect();
+    let views: Vec<&VictimInfo> = potential.iter().map(|&i| candidates[i]).collect();
     let (violating, fine) = split_by_budgets(&views, budgets);
     let violating: BTreeSet<usize> = violating.into_iter().map(|i| potential[i]).collect();
     let order: Vec<usize> = potential
@@ -280,7 +251,7 @@ pub fn select_victims(
         }
     }
     let mut victims: Vec<usize> = removed.into_iter().collect();
-    victims.sort_by(|&a, &b| more_important(&candidates[a], &candidates[b]));
+    victims.sort_by(|&a, &b| more_important(candidates[a], candidates[b]));
     let highest_priority = victims.first().map_or(i32::MIN, |&i| candidates[i].priority);
     let earliest_start_ms = victims
         .iter()
@@ -464,6 +435,7 @@ pub fn give_back(topo: &mut NumaTopology, r: &Release) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn victim(name: &str, priority: i32, start_ms: i64) -> VictimInfo {
         VictimInfo {
@@ -481,10 +453,11 @@ mod tests {
     fn budget(app: &str, allowed: i32) -> Budget {
         Budget {
             namespace: "ns".into(),
-            selector: Some(LabelSelector {
+            selector: Selector::from_label_selector(Some(&LabelSelector {
                 match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
                 ..LabelSelector::default()
-            }),
+            }))
+            .expect("valid"),
             allowed,
             disrupted: BTreeSet::new(),
         }
@@ -568,7 +541,7 @@ mod tests {
         let mut other = budget("a", 0);
         other.namespace = "elsewhere".into();
         let mut empty = budget("a", 0);
-        empty.selector = Some(LabelSelector::default());
+        empty.selector = Selector::everything();
         let mut bare = victim("bare", 1, 1);
         bare.labels.clear();
         assert_eq!(
@@ -619,28 +592,35 @@ mod tests {
     }
 
     #[test]
-    fn selectors_follow_label_semantics_and_reject_invalid_ones() {
+    fn budget_selectors_follow_label_semantics_and_invalid_ones_cover_nothing() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement as Req;
-        let labels = BTreeMap::from([("app".to_owned(), "x".to_owned())]);
-        let sel = |op: &str, values: Option<Vec<&str>>| LabelSelector {
-            match_expressions: Some(vec![Req {
-                key: "app".into(),
-                operator: op.into(),
-                values: values.map(|v| v.into_iter().map(str::to_owned).collect()),
-            }]),
-            ..LabelSelector::default()
+        let pod = victim("x", 1, 1);
+        let covers = |op: &str, values: Option<Vec<&str>>| {
+            let pdb = PodDisruptionBudget {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    namespace: Some("ns".into()),
+                    ..Default::default()
+                },
+                spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
+                    selector: Some(LabelSelector {
+                        match_expressions: Some(vec![Req {
+                            key: "app".into(),
+                            operator: op.into(),
+                            values: values.map(|v| v.into_iter().map(str::to_owned).collect()),
+                        }]),
+                        ..LabelSelector::default()
+                    }),
+                    ..Default::default()
+                }),
+                status: None,
+            };
+            Budget::from_pdb(&pdb).covers(&pod)
         };
-        assert_eq!(
-            selector_matches(&sel("In", Some(vec!["x", "y"])), &labels),
-            Some(true)
-        );
-        assert_eq!(
-            selector_matches(&sel("NotIn", Some(vec!["x"])), &labels),
-            Some(false)
-        );
-        assert_eq!(selector_matches(&sel("Exists", None), &labels), Some(true));
-        assert_eq!(selector_matches(&sel("DoesNotExist", None), &labels), Some(false));
-        assert_eq!(selector_matches(&sel("In", Some(vec![])), &labels), None);
-        assert_eq!(selector_matches(&sel("Gt", Some(vec!["1"])), &labels), None);
+        assert!(covers("In", Some(vec!["x", "y"])));
+        assert!(!covers("NotIn", Some(vec!["x"])));
+        assert!(covers("Exists", None));
+        assert!(!covers("DoesNotExist", None));
+        assert!(!covers("In", Some(vec![])), "invalid: covers nothing");
+        assert!(!covers("Gt", Some(vec!["1"])), "invalid: covers nothing");
     }
 }

@@ -233,11 +233,12 @@ impl Cluster {
     }
 
     /// Whether `pod` fits `basics`' node with the pods `removed` gone: node fit, then predicted
-    /// admission on the zones they leave.
+    /// admission on the zones they leave (`own`: the pod's key, whose hold is not in its way).
     fn fits_without(
         &self,
         cfg: &Config,
         pod: &PreparedPod<'_>,
+        own: &str,
         basics: &NodeBasics,
         removed: &BTreeSet<&str>,
     ) -> bool {
@@ -249,7 +250,7 @@ impl Cluster {
             TopologyState::Missing => cfg.no_topology != NoTopology::Reject,
             TopologyState::Invalid { .. } => false,
             TopologyState::Valid(_) => self
-                .topology_without(&basics.name, removed, &pod.spec.key())
+                .topology_without(&basics.name, removed, own)
                 .is_some_and(|t| {
                     let mut w = WorkingZones::from_topology(&t);
                     admission::admits_prepared(&self.res, &t, &mut w, pod)
@@ -274,6 +275,7 @@ impl Cluster {
         consider: impl Fn(&str) -> bool,
     ) -> Option<Preemption> {
         let prepared = PreparedPod::new(pod);
+        let own = pod.key();
         let budgets: Vec<Budget> = self.preemption.budgets.values().cloned().collect();
         let mut options: Vec<(NodeVictims, Vec<&VictimInfo>)> = Vec::new();
         for basics in self.nodes().filter(|b| consider(&b.name)) {
@@ -281,10 +283,9 @@ impl Cluster {
             if !candidates.iter().any(|c| c.priority < priority) {
                 continue;
             }
-            let owned: Vec<VictimInfo> = candidates.iter().map(|c| (*c).clone()).collect();
-            let chosen = preempt::select_victims(&basics.name, &owned, priority, &budgets, |removed| {
-                let keys: BTreeSet<&str> = removed.iter().map(|&i| owned[i].key.as_str()).collect();
-                self.fits_without(cfg, &prepared, basics, &keys)
+            let chosen = preempt::select_victims(&basics.name, &candidates, priority, &budgets, |removed| {
+                let keys: BTreeSet<&str> = removed.iter().map(|&i| candidates[i].key.as_str()).collect();
+                self.fits_without(cfg, &prepared, &own, basics, &keys)
             });
             if let Some(v) = chosen {
                 options.push((v, candidates));
@@ -331,7 +332,7 @@ impl Cluster {
             })
             .map(String::as_str)
             .collect();
-        self.fits_without(cfg, &PreparedPod::new(pod), basics, &removed)
+        self.fits_without(cfg, &PreparedPod::new(pod), &pod.key(), basics, &removed)
     }
 
     /// The decision for `pod` on `node` once `removed` are gone.
