@@ -224,7 +224,10 @@ impl Cluster {
         let mut new = None;
         if let Some(node) = node {
             let mut bound = BoundPod::new(&self.res, &spec, node.clone(), starting);
-            bound.claims = self.record_claims(pod, &node);
+            let record = self.record_for(pod, &node);
+            if let Some(r) = &record {
+                bound.claims = super::shared_slots::claims_of(&mut self.res, r);
+            }
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
             self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
@@ -234,7 +237,8 @@ impl Cluster {
                 .or_default()
                 .insert(key.clone());
             self.pods.insert(key.clone(), bound);
-            self.preemption.note_pod(&mut self.res, &key, pod, &spec);
+            self.preemption
+                .note_pod(&mut self.res, &key, pod, &spec, record.as_ref());
             self.settle(&node);
         }
         self.index_claims(&key, old, new);

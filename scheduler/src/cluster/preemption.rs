@@ -75,22 +75,18 @@ impl State {
             .map(|h| &h.taken)
     }
 
-    /// Records a bound pod (called by `apply_pod` for a pod bound to a node).
+    /// Records a bound pod (called by `apply_pod` for a pod bound to a node, with its
+    /// allocation record for that node if it has one).
     pub(super) fn note_pod(
         &mut self,
         res: &mut crate::resources::Resources,
         key: &str,
         pod: &Pod,
         spec: &PodSpec,
+        record: Option<&Allocation>,
     ) {
-        let release = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(numaplane::allocation::ANNOTATION))
-            .and_then(|v| Allocation::parse(v).ok())
-            .filter(|r| spec.node_name.as_deref() == Some(r.node.as_str()))
-            .map(|r| preempt::release_of(res, spec, &r))
+        let release = record
+            .map(|r| preempt::release_of(res, spec, r))
             .unwrap_or_default();
         self.victims
             .insert(key.to_owned(), (VictimInfo::from_pod(pod), release));

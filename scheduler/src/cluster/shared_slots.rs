@@ -116,17 +116,15 @@ impl Cluster {
         out
     }
 
-    /// The device IDs a bound pod's allocation record names for `node`. A record for another
-    /// node (a failed Binding's leftover) claims nothing; one that does not parse is counted.
-    pub(super) fn record_claims(&mut self, pod: &Pod, node: &str) -> Claims {
-        let Some(value) = pod
+    /// A bound pod's allocation record for `node`, parsed once for its device claims and what
+    /// evicting it gives back. A record for another node (a failed Binding's leftover) is
+    /// none; one that does not parse is counted.
+    pub(super) fn record_for(&mut self, pod: &Pod, node: &str) -> Option<Allocation> {
+        let value = pod
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(numaplane::allocation::ANNOTATION))
-        else {
-            return Vec::new();
-        };
+            .and_then(|a| a.get(numaplane::allocation::ANNOTATION))?;
         let record = match Allocation::parse(value) {
             Ok(r) => r,
             Err(e) => {
@@ -136,13 +134,10 @@ impl Cluster {
                     error = %numaplane::error_chain(&e),
                     "allocation record ignored"
                 );
-                return Vec::new();
+                return None;
             }
         };
-        if record.node != node {
-            return Vec::new();
-        }
-        claims_of(&mut self.res, &record)
+        (record.node == node).then_some(record)
     }
 }
 
