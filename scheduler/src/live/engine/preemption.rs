@@ -92,7 +92,7 @@ impl Engine {
             if now.saturating_sub(h.since_ms) < timeout {
                 let node = h.node.clone();
                 self.cluster.restore_hold(key, h);
-                Self::count_attempt(self, "waiting_for_victims");
+                self.count_attempt("waiting_for_victims");
                 return Outcome::Waiting { node };
             }
             tracing::warn!(pod = %key, node = %h.node, "preemption hold expired: the node never showed room; preempting again if needed");
@@ -116,18 +116,18 @@ impl Engine {
             .and_then(|s| s.nominated_node_name.clone())
             .filter(|n| !n.is_empty());
         if let Some(node) = nominated.filter(|n| self.cluster.victims_leaving(n, priority)) {
-            Self::count_attempt(self, "waiting_for_victims");
+            self.count_attempt("waiting_for_victims");
             return Outcome::Waiting { node };
         }
         let Some(found) = self.cluster.preempt(&self.model, spec, priority) else {
-            Self::count_attempt(self, "no_victims");
+            self.count_attempt("no_victims");
             return Outcome::None;
         };
         let spec = spec.clone();
         let preemptor = p.pod.clone();
         let profile = p.profile.clone();
         self.cluster.hold_for(&spec, &found, now);
-        Self::count_attempt(self, "victims_chosen");
+        self.count_attempt("victims_chosen");
         self.metrics
             .preemption_victims
             .inc_by(u64::try_from(found.victims.len()).unwrap_or(u64::MAX));
@@ -142,8 +142,8 @@ impl Engine {
         let metrics = self.metrics.clone();
         let node = found.node.clone();
         let victims = found.victims.clone();
-        // Supervised by the loop's own lifetime: the writes are retried by the next attempt
-        // (the hold expires) if any fails; failures are logged and counted.
+        // Not joined, as the bind tasks: it ends on its own. A failed write is logged and counted,
+        // and the hold's expiry brings a new attempt.
         tokio::spawn(async move {
             let ns = spec.namespace.clone();
             if let Err(e) = eviction::nominate(&writer, &ns, &spec.name, &node).await {
