@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config_file;
 pub mod constraints;
+pub mod dra;
 pub mod extender;
 pub mod fit;
 pub mod gates;
