@@ -1,4 +1,4 @@
-//! The seeded fault soak of issue 20: the whole live loop (two elected scheduler replicas, one
+//! The seeded fault soak: the whole live loop (two elected scheduler replicas, one
 //! exporter hosting the allocator per node, per node a fake kubelet with pod-resources and the
 //! device-plugin side, the HTTP-level fake API server) under churn, with faults injected at
 //! random from a seed, and the invariants checked while it runs.

@@ -40,7 +40,7 @@ pub struct ShapeKey {
     strategy: Strategy,
     weights: Vec<(ResId, i64)>,
     no_topology: NoTopology,
-    /// hook(volumes): the rules the pod's volumes impose ([`crate::volume_binding::VolumeFilter::shape`]).
+    /// The rules the pod's volumes impose ([`crate::volume_binding::VolumeFilter::shape`]).
     volumes: String,
 }
 
@@ -76,7 +76,7 @@ impl ShapeKey {
         }
     }
 
-    /// hook(volumes): the shape of a prepared pod, its volume rules included.
+    /// The shape of a prepared pod, its volume rules included.
     pub fn of_prepared(cfg: &Config, pod: &crate::prepared::PreparedPod<'_>) -> Self {
         let mut key = Self::of(cfg, pod.spec);
         key.volumes = pod.volumes.shape();

@@ -18,7 +18,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::{
-    cluster::{Cluster, Config, NodeVerdict},
+    cluster::{Cluster, Config},
+    decision::NodeVerdict,
     pod::{PodError, PodSpec},
     resources::Resources,
     score::MAX_SCORE,

@@ -1,4 +1,5 @@
-//! The scheduler's plain view of a node's NUMA topology, built from its NodeResourceTopology.
+//! The scheduler's plain view of a node: its Node-level state ([`NodeBasics`]) and its NUMA
+//! topology, built from its NodeResourceTopology.
 //!
 //! Everything that can be wrong with an NRT is a typed [`NrtError`]; such a node is reported
 //! as "topology unknown or invalid" and never panics the scheduler.
@@ -10,10 +11,32 @@ use numaplane::{
     quantity::Quantity,
 };
 
+use k8s_openapi::api::core::v1::Taint;
+
 use crate::{
     resources::{Dense, ResId, Resources},
     topology_manager::{NumaDistances, NumaInfo, Policy, PolicyOptions, Scope, TopologyManagerError},
 };
+
+/// Node-level state (the Node object and its bound pods) that the fit checks and the
+/// constraint plugins read.
+#[derive(Clone, Debug, Default)]
+pub struct NodeBasics {
+    /// Node name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `status.allocatable`.
+    pub allocatable: Dense,
+    /// Sum of effective requests of non-terminal pods bound to the node.
+    pub requested: Dense,
+    /// Number of non-terminal pods bound to the node.
+    pub pod_count: i64,
+}
 
 /// Attribute carrying the kubelet option `prefer-closest-numa-nodes`.
 pub const ATTR_PREFER_CLOSEST: &str = nrt::attr::TOPOLOGY_MANAGER_PREFER_CLOSEST;

@@ -61,10 +61,10 @@ pub struct PodSpec {
     pub scheduler_name: Option<String>,
     /// Phase is Succeeded or Failed.
     pub terminal: bool,
-    /// hook(volumes): the PersistentVolumeClaims its volumes use.
-    pub claims: Vec<crate::volume_binding::ClaimRef>,
-    /// hook (issue 19): what kube-scheduler's constraint plugins read, parsed once.
-    pub facts: std::sync::Arc<crate::constraints::PodFacts>,
+    /// The PersistentVolumeClaims its volumes use.
+    pub claims: Vec<ClaimRef>,
+    /// What kube-scheduler's constraint plugins read, parsed once.
+    pub facts: std::sync::Arc<crate::pod_facts::PodFacts>,
 }
 
 /// A pod that cannot be modelled.
@@ -246,8 +246,7 @@ impl PodSpec {
             .unwrap_or_else(|| "default".to_owned());
         let key = format!("{namespace}/{name}");
         let spec = pod.spec.clone().unwrap_or_default();
-        // hook(volumes)
-        let claims = crate::volume_binding::claims_of(&name, Some(&spec));
+        let claims = claims_of(&name, Some(&spec));
         let mut qos = QosAcc::default();
         let mut init_containers = Vec::new();
         for c in spec.init_containers.iter().flatten() {
@@ -271,8 +270,7 @@ impl PodSpec {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
-        // hook (issue 19)
-        let facts = std::sync::Arc::new(crate::constraints::PodFacts::from_pod(pod, &namespace));
+        let facts = std::sync::Arc::new(crate::pod_facts::PodFacts::from_pod(pod, &namespace));
         Ok(PodSpec {
             namespace,
             name,
@@ -333,6 +331,37 @@ impl PodSpec {
                 .any(|(id, _)| res.kind(id) == crate::resources::ResKind::Extended)
         })
     }
+}
+
+/// A claim a pod's volume names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// Claim name in the pod's namespace.
+    pub name: String,
+    /// A generic ephemeral volume: the claim is `<pod>-<volume>` and must be owned by the pod.
+    pub ephemeral: bool,
+}
+
+/// The claims `pod`'s volumes use, in volume order: `persistentVolumeClaim` volumes and generic
+/// ephemeral volumes (whose claim the ephemeral volume controller names `<pod>-<volume>`).
+pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<ClaimRef> {
+    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or(&[]);
+    volumes
+        .iter()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(ClaimRef {
+                    name: c.claim_name.clone(),
+                    ephemeral: false,
+                })
+            } else {
+                v.ephemeral.as_ref().map(|_| ClaimRef {
+                    name: format!("{pod_name}-{}", v.name),
+                    ephemeral: true,
+                })
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -18,10 +18,10 @@ use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use numaplane::allocation::{Allocation, ContainerKind};
 
 use crate::{
-    constraints::selector::Selector,
     node::NumaTopology,
     pod::{PodSpec, Qos},
     resources::{CPU, ResId, ResKind, ResList, Resources},
+    selector::Selector,
 };
 
 /// The condition kube-scheduler puts on a victim before deleting it.

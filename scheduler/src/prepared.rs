@@ -65,7 +65,7 @@ pub struct PreparedPod<'a> {
     /// Containers in the kubelet's admission order: init containers (sidecars included), then
     /// app containers.
     pub containers: Vec<Unit<'a>>,
-    /// hook(volumes): what the pod's volumes allow (set by the cluster index, which knows the
+    /// What the pod's volumes allow (set by the cluster index, which knows the
     /// claims; none when prepared without it).
     pub volumes: crate::volume_binding::VolumeFilter,
 }

@@ -9,7 +9,8 @@ use numaplane::nrt::NodeResourceTopology;
 use serde::Serialize;
 
 use crate::{
-    cluster::{Cluster, Config, Decision},
+    cluster::{Cluster, Config},
+    decision::Decision,
     pod::PodSpec,
     score::Scorer,
 };
@@ -232,7 +233,7 @@ pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
         path: p.clone(),
         message: e.to_string(),
     })?;
-    // hook (issue 19): a bad podTopologySpread section is a bad config file.
+    // A bad podTopologySpread section is a bad config file.
     file.pod_topology_spread
         .defaults()
         .map_err(|e| SimulateError::ParseConfig {
@@ -252,10 +253,10 @@ pub struct PodResult {
     /// Set when the pod itself is malformed (then no node is evaluated).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// hook(gates): the pod has scheduling gates, so it is not decided (no node is evaluated).
+    /// The pod has scheduling gates, so it is not decided (no node is evaluated).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gated: bool,
-    /// hook(unsupported): fields the pod sets that the model does not enforce.
+    /// Fields the pod sets that the model does not enforce.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsupported: Vec<crate::unsupported::Unsupported>,
     /// For a pod that fits nowhere: the preemption the live scheduler would start (not applied
@@ -321,10 +322,9 @@ pub enum Explain {
 pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
     let mut cluster = Cluster::new();
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
-    // hook(volumes)
     cluster_inputs.storage.load_into(&mut cluster.volumes);
     cluster.reset_pdbs(&cluster_inputs.budgets);
-    // hook (issue 19): Namespaces and the default spread constraints.
+    // Namespaces and the default spread constraints.
     for ns in &cluster_inputs.namespaces {
         cluster.apply_namespace(ns);
     }
@@ -380,9 +380,9 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     };
     let mut results = Vec::new();
     for p in &pods {
-        // hook(unsupported): listed in the pod's result (and its table line).
+        // Listed in the pod's result (and its table line).
         let unsupported = crate::unsupported::detect(p);
-        // hook(gates): not decided, not assumed.
+        // Not decided, not assumed.
         if crate::gates::gated(p) {
             results.push(PodResult {
                 decision: crate::gates::gated_decision(p),
@@ -484,7 +484,6 @@ pub fn render_table(report: &Report) -> String {
                     .unwrap_or(0);
                 let _ = writeln!(out, "POD {:<32} -> {node} (score {score})", d.pod);
             }
-            // hook(gates)
             None if r.gated => {
                 let _ = writeln!(out, "POD {:<32} -> GATED", d.pod);
             }
@@ -530,7 +529,6 @@ pub fn render_table(report: &Report) -> String {
                 p.node
             );
         }
-        // hook(unsupported)
         for u in &r.unsupported {
             let _ = writeln!(out, "    not enforced: {} ({})", u.field, u.rule);
         }

@@ -22,8 +22,7 @@ use k8s_openapi::api::{
 };
 
 use crate::{
-    cluster::{Decision, NodeVerdict},
-    fit::FitFailure,
+    fit::{Filter, FitFailure},
     pod::PodSpec,
 };
 
@@ -55,37 +54,6 @@ const ZONE_LABELS: [&str; 4] = [
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
 ];
-
-/// A claim a pod's volume names.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ClaimRef {
-    /// Claim name in the pod's namespace.
-    pub name: String,
-    /// A generic ephemeral volume: the claim is `<pod>-<volume>` and must be owned by the pod.
-    pub ephemeral: bool,
-}
-
-/// The claims `pod`'s volumes use, in volume order: `persistentVolumeClaim` volumes and generic
-/// ephemeral volumes (whose claim the ephemeral volume controller names `<pod>-<volume>`).
-pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<ClaimRef> {
-    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or(&[]);
-    volumes
-        .iter()
-        .filter_map(|v| {
-            if let Some(c) = &v.persistent_volume_claim {
-                Some(ClaimRef {
-                    name: c.claim_name.clone(),
-                    ephemeral: false,
-                })
-            } else {
-                v.ephemeral.as_ref().map(|_| ClaimRef {
-                    name: format!("{pod_name}-{}", v.name),
-                    ephemeral: true,
-                })
-            }
-        })
-        .collect()
-}
 
 /// What the index keeps of a claim.
 #[derive(Clone, Debug, PartialEq)]
@@ -257,12 +225,14 @@ impl VolumeFilter {
         }
     }
 
-    /// The failures on the node `name` with `labels`, one per kube-scheduler reason.
+    /// The failures on the node `name` with `labels`: the reasons of the first plugin that
+    /// fails (VolumeBinding, then VolumeZone), one per kube-scheduler reason.
     pub fn failures(&self, name: &str, labels: &BTreeMap<String, String>) -> Vec<FitFailure> {
         let rules = match self {
             VolumeFilter::None => return vec![],
             VolumeFilter::Unschedulable(r) => {
                 return vec![FitFailure {
+                    filter: Filter::VolumeBinding,
                     category: r.clone(),
                     message: r.clone(),
                 }];
@@ -298,12 +268,23 @@ impl VolumeFilter {
                         .to_owned(),
                 ),
             };
+            let filter = if category == ZONE_CONFLICT {
+                Filter::VolumeZone
+            } else {
+                Filter::VolumeBinding
+            };
             if !out.iter().any(|f| f.category == category) {
                 out.push(FitFailure {
+                    filter,
                     category: category.to_owned(),
                     message,
                 });
             }
+        }
+        // kube-scheduler reports a node under its first failing plugin: VolumeBinding's
+        // reasons hide VolumeZone's.
+        if let Some(first) = out.iter().map(|f| f.filter).min() {
+            out.retain(|f| f.filter == first);
         }
         out
     }
@@ -640,29 +621,6 @@ impl VolumeIndex {
     /// Whether any claim, volume or class is known (for tests and reports).
     pub fn is_empty(&self) -> bool {
         self.claims.is_empty() && self.volumes.is_empty() && self.classes.is_empty()
-    }
-}
-
-/// The decision for a pod whose volumes fit nowhere: kube-scheduler's PreFilter message
-/// (`0/N nodes are available: <reason>.`, the reason once, not per node), every node rejected
-/// with it.
-pub fn blocked_decision<'a>(pod: &PodSpec, reason: &str, nodes: impl Iterator<Item = &'a str>) -> Decision {
-    let verdicts: Vec<NodeVerdict> = nodes
-        .map(|n| NodeVerdict {
-            node: n.to_owned(),
-            feasible: false,
-            score: None,
-            reasons: vec![reason.to_owned()],
-            categories: vec![reason.to_owned()],
-        })
-        .collect();
-    Decision {
-        pod: pod.key(),
-        node: None,
-        message: format!("0/{} nodes are available: {reason}.", verdicts.len()),
-        placement: None,
-        allocation: None,
-        nodes: verdicts,
     }
 }
 
@@ -1108,95 +1066,6 @@ mod tests {
         assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
         idx.delete_claim("ns", "c");
         assert!(idx.filter(&p).blocked().is_some_and(|r| r.contains("not found")));
-    }
-
-    #[test]
-    fn blocked_decisions_carry_the_reason_once() {
-        let p = pod(claim_volume("c"));
-        let d = blocked_decision(
-            &p,
-            "persistentvolumeclaim \"c\" not found",
-            ["a", "b"].into_iter(),
-        );
-        assert_eq!(
-            d.message,
-            "0/2 nodes are available: persistentvolumeclaim \"c\" not found."
-        );
-        assert_eq!(d.nodes.len(), 2);
-        assert!(d.nodes.iter().all(|v| !v.feasible));
-    }
-
-    /// Through the cluster index: the volume rules decide the node, the verdict cache keeps
-    /// pods of one resource shape but different volumes apart, and explained verdicts name
-    /// kube-scheduler's reason.
-    #[test]
-    fn the_cluster_places_pods_where_their_volumes_are() {
-        use crate::cluster::{Cluster, Config};
-        use k8s_openapi::api::core::v1::Node;
-        let mut c = Cluster::new();
-        for n in ["n1", "n2"] {
-            let node: Node = serde_json::from_value(json!({"metadata": {"name": n,
-                "labels": {"kubernetes.io/hostname": n}},
-                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10"}}}))
-            .expect("node");
-            c.apply_node(&node).expect("indexed");
-        }
-        let on = |node: &str| {
-            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
-        };
-        c.volumes.apply_claim(&bound_pvc("on-n2", "pv2"));
-        c.volumes.apply_volume(&pv("pv2", on("n2")));
-        c.volumes.apply_claim(&bound_pvc("on-n1", "pv1"));
-        c.volumes.apply_volume(&pv("pv1", on("n1")));
-        let cfg = Config::default();
-        let decide = |c: &Cluster, claim: Option<&str>| {
-            let volumes = claim.map_or(json!([]), claim_volume);
-            c.decide(&cfg, &pod(volumes)).node
-        };
-        // The same pod shape, three times: without volumes n1 wins the tie by name.
-        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
-        assert_eq!(decide(&c, None).as_deref(), Some("n1"));
-        assert_eq!(decide(&c, Some("on-n1")).as_deref(), Some("n1"));
-        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
-        let explained = c.schedule(&cfg, &pod(claim_volume("on-n2")), true);
-        let n1 = explained.nodes.iter().find(|v| v.node == "n1").expect("n1");
-        assert!(!n1.feasible);
-        assert_eq!(n1.categories, [NODE_CONFLICT]);
-        // A missing claim: one message, as kube-scheduler's PreFilter gives it.
-        let d = c.decide(&cfg, &pod(claim_volume("missing")));
-        assert_eq!(d.node, None);
-        assert_eq!(
-            d.message,
-            "0/2 nodes are available: persistentvolumeclaim \"missing\" not found."
-        );
-        // A WaitForFirstConsumer claim: assumed on the chosen node, so a second pod sharing it
-        // follows even where it would not have gone.
-        c.volumes.apply_class(&class(
-            "wffc",
-            "WaitForFirstConsumer",
-            "csi.example.com",
-            json!({}),
-        ));
-        c.volumes
-            .apply_claim(&pvc("shared", json!({"spec": {"storageClassName": "wffc"}})));
-        let first = pod(claim_volume("shared"));
-        let d = c.decide(&cfg, &first);
-        assert_eq!(d.node.as_deref(), Some("n1"));
-        assert_eq!(c.volumes.claims_to_select(&first, "n1"), ["shared"]);
-        c.assume(&first, &d);
-        let mut second = first.clone();
-        second.name = "web-1".into();
-        second.uid = Some("other".into());
-        // n1 is fuller now, so LeastAllocated-style ties do not matter: the claim decides.
-        assert!(
-            c.schedule(&cfg, &second, true)
-                .nodes
-                .iter()
-                .any(|v| v.node == "n2" && !v.feasible)
-        );
-        c.forget(&first.key(), first.uid.as_deref());
-        assert!(c.schedule(&cfg, &second, true).nodes.iter().all(|v| v.feasible));
     }
 
     #[test]

@@ -219,9 +219,11 @@ pub(super) fn allocate(
             }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            // Every reusable device first (those without a NUMA node too), then the zones,
-            // then the free devices without a NUMA node.
-            let reused_unaligned = reuse.take_unaligned(id, need, init);
+            // Every reusable device first, those on a NUMA node before those without (the tie
+            // rule the published-ID path follows too: the device manager's own order is Go map
+            // order), then the zones, then the free devices without a NUMA node.
+            let aligned_reusable = reuse.total_aligned(id).min(need);
+            let reused_unaligned = reuse.take_unaligned(id, need - aligned_reusable, init);
             let left = need - reused_unaligned;
             let in_zones = w
                 .available

@@ -5,7 +5,8 @@ use super::*;
 use crate::{
     admission::{self, Placement, WorkingZones},
     cache::{ShapeKey, Shapes, UNKNOWN_FAILURE},
-    fit::{self, NodeBasics},
+    fit,
+    node::NodeBasics,
     pod::PodSpec,
     prepared::PreparedPod,
 };
@@ -33,6 +34,7 @@ impl Cluster {
                 score,
                 reasons: vec![],
                 categories: vec![],
+                filter: None,
             })
             .collect()
     }
@@ -51,14 +53,16 @@ impl Cluster {
             score: None,
             reasons: vec![],
             categories: vec![],
+            filter: None,
         };
         let mut failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
-        // hook(volumes): after node fit, as kube-scheduler's filter order has it.
+        // After node fit, as kube-scheduler's filter order has it.
         if failures.is_empty() {
             failures = pod.volumes.failures(&basics.name, &basics.labels);
         }
         if !failures.is_empty() {
             if explain {
+                verdict.filter = failures.first().map(|f| f.filter);
                 for f in failures {
                     verdict.categories.push(f.category);
                     verdict.reasons.push(f.message);
@@ -80,6 +84,7 @@ impl Cluster {
             score: None,
             reasons: vec![],
             categories: vec![],
+            filter: None,
         };
         self.topology_verdict_into(cfg, &PreparedPod::new(pod), node, true, &mut verdict);
         verdict
@@ -101,6 +106,10 @@ impl Cluster {
         explain: bool,
         verdict: &mut NodeVerdict,
     ) {
+        if explain {
+            // Cleared below when the node passes.
+            verdict.filter = Some(fit::Filter::NumaTopology);
+        }
         match self.topology(node) {
             TopologyState::Missing => {
                 if cfg.no_topology == NoTopology::Reject {
@@ -115,6 +124,7 @@ impl Cluster {
                     return;
                 }
                 verdict.feasible = true;
+                verdict.filter = None;
                 verdict.score = Some(cfg.scorer.score_prepared(&self.res, None, pod));
             }
             TopologyState::Invalid { reason, .. } => {
@@ -132,6 +142,7 @@ impl Cluster {
                 match admission::predict_prepared(&self.res, topo, &mut w, pod) {
                     Ok(_) => {
                         verdict.feasible = true;
+                        verdict.filter = None;
                         verdict.score = Some(cfg.scorer.score_prepared(&self.res, Some(topo), pod));
                     }
                     Err(r) => {
@@ -157,7 +168,7 @@ impl Cluster {
         self.schedule_prepared(cfg, &self.prepare(pod), explain)
     }
 
-    /// hook(volumes): [`PreparedPod::new`] with what the pod's volumes allow.
+    /// [`PreparedPod::new`] with what the pod's volumes allow.
     fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
         let mut prepared = PreparedPod::new(pod);
         prepared.volumes = self.volumes.filter(pod);
@@ -172,11 +183,11 @@ impl Cluster {
         explain: bool,
     ) -> Decision {
         let pod = prepared.spec;
-        // hook(volumes): kube-scheduler's PreFilter rejects the pod once, not per node.
+        // kube-scheduler's PreFilter rejects the pod once, not per node.
         if let Some(reason) = prepared.volumes.blocked() {
-            return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+            return crate::decision::blocked_decision(pod, reason, self.node_names());
         }
-        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, explain) {
             return d;
         }
@@ -290,13 +301,12 @@ impl Cluster {
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
         let prepared = &self.prepare(pod);
-        // hook(volumes)
         if let Some(reason) = prepared.volumes.blocked() {
-            let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+            let mut d = crate::decision::blocked_decision(pod, reason, self.node_names());
             d.nodes.clear();
             return d;
         }
-        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {
             return d;
         }
@@ -380,6 +390,7 @@ impl Cluster {
                 score: Some(score),
                 reasons: vec![],
                 categories: vec![],
+                filter: None,
             }],
             node: Some(node),
             placement,

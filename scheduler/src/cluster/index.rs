@@ -5,7 +5,7 @@ use super::*;
 use crate::cluster::assume::take;
 use crate::cluster::shared_slots::strip;
 use crate::{
-    fit::NodeBasics,
+    node::NodeBasics,
     node::{NrtError, NumaTopology},
     pod::{PodError, PodSpec},
     resources::{Dense, ResList},
@@ -58,7 +58,7 @@ impl Cluster {
             Some(&slot) => slot,
             None => self.new_slot(&name),
         };
-        self.constraints.set_node(&name, &basics.labels); // hook (issue 19)
+        self.constraints.set_node(&name, &basics.labels);
         self.slots[slot] = Some(basics);
         self.touch(slot);
         Ok(())
@@ -117,7 +117,7 @@ impl Cluster {
         let Some(slot) = self.index.remove(name) else {
             return;
         };
-        self.constraints.delete_node(name); // hook (issue 19)
+        self.constraints.delete_node(name);
         self.slots[slot] = None;
         self.order.retain(|&s| s != slot);
         self.free_slots.push(slot);
@@ -230,8 +230,8 @@ impl Cluster {
             }
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
-            self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
-            self.volumes.note_user(&spec); // hook(volumes): ReadWriteOncePod
+            self.constraints.set_pod(&key, &node, &spec.facts);
+            self.volumes.note_user(&spec); // ReadWriteOncePod
             self.node_pods
                 .entry(node.clone())
                 .or_default()
@@ -275,8 +275,8 @@ impl Cluster {
     /// [`Self::index_claims`]).
     pub(super) fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
-        self.constraints.remove_pod(key); // hook (issue 19)
-        self.volumes.drop_user(key); // hook(volumes)
+        self.constraints.remove_pod(key);
+        self.volumes.drop_user(key);
         self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);

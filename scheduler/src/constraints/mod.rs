@@ -8,19 +8,15 @@
 //! InterPodAffinity 2, each normalised to 0..=100 over the nodes that pass every filter.
 
 pub mod config;
-pub mod facts;
 pub mod index;
 pub mod interpod;
-pub mod nodeaffinity;
 pub mod ports;
-pub mod selector;
 pub mod spread;
 pub mod volumes;
 
-pub use facts::PodFacts;
 pub use index::{ConstraintIndex, SpreadDefaults};
 
-use crate::fit::NodeBasics;
+use crate::{fit::Filter, node::NodeBasics, pod_facts::PodFacts};
 
 /// A fast, non-keyed hasher for the per-decision maps of topology values (the FxHash
 /// multiply-rotate): the keys are node label values, and the per-node lookups of a decision
@@ -56,17 +52,21 @@ pub const INTER_POD_AFFINITY_WEIGHT: i64 = 2;
 /// Weight of the PodTopologySpread score in kube-scheduler's default profile.
 pub const POD_TOPOLOGY_SPREAD_WEIGHT: i64 = 2;
 
-/// A failed constraint on one node: kube-scheduler's category, and the node's message.
+/// A failed constraint on one node: the plugin, kube-scheduler's category, and the node's
+/// message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
+    /// The plugin that failed.
+    pub filter: Filter,
     /// Aggregate category (kube-scheduler's reason text).
     pub category: String,
     /// Detail.
     pub message: String,
 }
 
-fn failure(category: &str, message: impl Into<String>) -> Failure {
+fn failure(filter: Filter, category: &str, message: impl Into<String>) -> Failure {
     Failure {
+        filter,
         category: category.to_owned(),
         message: message.into(),
     }
@@ -102,14 +102,19 @@ impl ConstraintIndex {
             .and_then(|a| a.error.as_deref())
             .map(|e| {
                 failure(
+                    Filter::InterPodAffinity,
                     "node(s) didn't match pod affinity/anti-affinity",
                     format!("parsing pod: {e}"),
                 )
             })
             .or_else(|| {
-                pod.spread_error
-                    .as_deref()
-                    .map(|e| failure(spread::CONSTRAINTS_NOT_MATCH, format!("parsing pod: {e}")))
+                pod.spread_error.as_deref().map(|e| {
+                    failure(
+                        Filter::PodTopologySpread,
+                        spread::CONSTRAINTS_NOT_MATCH,
+                        format!("parsing pod: {e}"),
+                    )
+                })
             });
         let interpod = interpod::Filter::new(self, pod);
         let spread = spread::Filter::new(self, pod, spread::hard_constraints(self, pod), nodes);
@@ -151,24 +156,31 @@ impl PodConstraints<'_> {
         }
         if !ports::fits(self.index, &self.pod.host_ports, &node.name) {
             return Some(failure(
+                Filter::NodePorts,
                 ports::NO_FREE_PORTS,
                 "a requested host port is bound by a pod on the node",
             ));
         }
         if !volumes::fits(self.index, &self.pod.volumes, &node.name) {
             return Some(failure(
+                Filter::VolumeRestrictions,
                 volumes::DISK_CONFLICT,
                 "a volume of the pod is in use by a pod on the node (VolumeRestrictions)",
             ));
         }
         if let Some(r) = self.spread.as_ref().and_then(|s| s.check(node)) {
             return Some(failure(
+                Filter::PodTopologySpread,
                 r,
                 "a topology spread constraint (DoNotSchedule) is violated here",
             ));
         }
         if let Some(r) = self.interpod.as_ref().and_then(|s| s.check(self.index, node)) {
-            return Some(failure(r, r.trim_start_matches("node(s) ")));
+            return Some(failure(
+                Filter::InterPodAffinity,
+                r,
+                r.trim_start_matches("node(s) "),
+            ));
         }
         None
     }

@@ -152,7 +152,7 @@ pub fn pending(
     nodes: Vec<Node>,
     listed: &ListedNrts,
     pods: Vec<Pod>,
-    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     cfg: &ConfigFile,
 ) -> ExplainReport {
     let objects = Inputs {
@@ -194,7 +194,7 @@ pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFi
         nodes,
         nrts: listed.nrts.clone(),
         pods: pods.into_iter().filter(|p| pod_key(p) != key).collect(),
-        namespaces, // hook (issue 19)
+        namespaces,
         skipped: Vec::new(),
         storage,
         budgets,

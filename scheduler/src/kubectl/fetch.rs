@@ -151,7 +151,7 @@ pub async fn list_bound_pods(client: &Client) -> Result<Vec<Pod>, KubectlError> 
         .collect())
 }
 
-/// hook(volumes): the PersistentVolumeClaims of `namespace`, every PersistentVolume and
+/// The PersistentVolumeClaims of `namespace`, every PersistentVolume and
 /// StorageClass: what the scheduler's volume rules read for a pod with claims.
 pub async fn list_storage(
     client: &Client,
@@ -195,7 +195,7 @@ pub async fn list_budgets(
         .map_err(|e| request_error("list poddisruptionbudgets.policy".to_owned(), e))
 }
 
-/// Lists every Namespace (hook, issue 19): their labels decide `namespaceSelector`s.
+/// Lists every Namespace: their labels decide `namespaceSelector`s.
 pub async fn list_namespaces(
     client: &Client,
 ) -> Result<Vec<k8s_openapi::api::core::v1::Namespace>, KubectlError> {

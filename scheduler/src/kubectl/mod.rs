@@ -277,10 +277,10 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
-                    let namespaces = fetch::list_namespaces(&client).await?; // hook (issue 19)
+                    let namespaces = fetch::list_namespaces(&client).await?;
                     let cfg = sched_config.unwrap_or_default();
-                    // hook(volumes): only a pod with claims needs the storage objects.
-                    let claims = crate::volume_binding::claims_of(&name, pod.spec.as_ref());
+                    // Only a pod with claims needs the storage objects.
+                    let claims = crate::pod::claims_of(&name, pod.spec.as_ref());
                     let storage = if claims.is_empty() {
                         Default::default()
                     } else {

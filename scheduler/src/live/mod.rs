@@ -172,7 +172,7 @@ pub fn spawn_watches(
         tx.clone(),
         Input::BoundPodEvent,
     );
-    // hook (issue 19): Namespace labels for `namespaceSelector` (schedulers only: in extender
+    // Namespace labels for `namespaceSelector` (schedulers only: in extender
     // mode kube-scheduler applies inter-pod affinity itself).
     if !names.is_empty() {
         forward(
@@ -289,10 +289,10 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let pending_names: &[String] = if cfg.extender { &[] } else { &cfg.scheduler_names };
     spawn_watches(&mut tasks, &client, pending_names, &tx);
-    // hook(volumes): kube-scheduler binds volumes itself in extender mode.
+    // kube-scheduler binds volumes itself in extender mode.
     if !cfg.extender {
         engine::volumes::spawn_watches(&mut tasks, &client, &tx);
-        // hook(preemption): in extender mode kube-scheduler preempts.
+        // In extender mode kube-scheduler preempts.
         engine::preemption::spawn_watches(&mut tasks, &client, &tx);
     }
     tasks.spawn(async move {

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{
     Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint, Volume, WeightedPodAffinityTerm,
 };
 
-use super::{
+use crate::{
     nodeaffinity::RequiredNodeAffinity,
     selector::{Op, Requirement, Selector, SelectorError},
 };

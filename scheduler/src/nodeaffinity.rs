@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
 
-use super::selector::{Op, Requirement};
+use crate::selector::{Op, Requirement};
 
 /// One field requirement (`matchFields`): only `metadata.name` exists on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
