@@ -59,6 +59,8 @@ pub enum Stream {
     Volumes,
     /// hook(volumes): StorageClasses.
     Classes,
+    /// CSINodes (attach limits).
+    CsiNodes,
     /// hook(preemption): PodDisruptionBudgets.
     Budgets,
     /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
@@ -508,7 +510,7 @@ impl Engine {
                     Stream::Bound => "bound_pods",
                     Stream::Pending(_) => "pending_pods",
                     // hook(volumes)
-                    Stream::Claims | Stream::Volumes | Stream::Classes => {
+                    Stream::Claims | Stream::Volumes | Stream::Classes | Stream::CsiNodes => {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
                     Stream::Budgets => "poddisruptionbudgets",
