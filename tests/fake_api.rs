@@ -4,7 +4,7 @@
 //!
 //! # What is emulated
 //! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
-//!   persistentvolumes; `storage.k8s.io/v1` storageclasses; `events.k8s.io/v1` events;
+//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `events.k8s.io/v1` events;
 //!   `policy/v1` poddisruptionbudgets;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
@@ -297,6 +297,7 @@ fn builtin_resources() -> Vec<ResourceDef> {
             .with_status(),
         ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
             .with_short_names(&["sc"]),
+        ResourceDef::new("storage.k8s.io", "v1", "csinodes", "CSINode", false),
         ResourceDef::new(
             "policy",
             "v1",

@@ -351,7 +351,7 @@ pub fn release_of(res: &mut Resources, spec: &PodSpec, record: &Allocation) -> R
                 .find(|m| m.name == c.name && m.sidecar),
         };
         let Some(model) = model else { continue };
-        if spec.qos == Qos::Guaranteed {
+        if spec.qos == Qos::Guaranteed && !spec.pod_level {
             let amounts = zones.entry(zone).or_default();
             for (id, v) in model.requests.positive() {
                 let exclusive = match res.kind(id) {

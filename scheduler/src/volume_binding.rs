@@ -7,18 +7,27 @@
 //! `volume.kubernetes.io/selected-node` annotation the scheduler writes before the Binding (the
 //! VolumeBinding PreBind), so a provisioner creates the volume where the pod lands.
 //!
+//! NodeVolumeLimits (kube-scheduler's CSI attach limits) is judged here too: per node, the unique
+//! CSI volumes its pods use (claim → bound PersistentVolume's `csi.driver`/`volumeHandle`, or an
+//! unbound claim's StorageClass provisioner) plus the pod's own new ones, per driver, against the
+//! node's CSINode `spec.drivers[].allocatable.count`
+//! (`pkg/scheduler/framework/plugins/nodevolumelimits/csi.go`).
+//!
 //! Pure and synchronous: the live loop feeds the index and writes the annotations.
 //!
 //! Not modelled (the pod stays pending with kube-scheduler's reason rather than be placed
 //! where the volume cannot follow): binding a `WaitForFirstConsumer` claim to a pre-provisioned
 //! volume (a class without a provisioner, such as local volumes: kube-scheduler writes the
-//! volume's `claimRef` itself), and storage capacity (`CSIStorageCapacity`).
+//! volume's `claimRef` itself), and storage capacity (`CSIStorageCapacity`). Attach limits do
+//! not translate in-tree volumes (`awsElasticBlockStore` and the like) to their CSI drivers, do
+//! not count VolumeAttachments no pod references, and do not read the Node's legacy
+//! `attachable-volumes-csi-*` allocatable; inline `csi` volumes count for nothing, as upstream.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::{
     core::v1::{NodeSelector, PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm},
-    storage::v1::StorageClass,
+    storage::v1::{CSINode, StorageClass},
 };
 
 use crate::{
@@ -46,6 +55,12 @@ pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeC
 /// kube-scheduler's VolumeRestrictions reason for a `ReadWriteOncePod` claim in use.
 pub const READ_WRITE_ONCE_POD_CONFLICT: &str =
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+
+/// kube-scheduler's NodeVolumeLimits reason.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
+/// The handle prefix of an unbound claim's volume (upstream uses a random prefix per process so
+/// that it collides with no real handle; this one cannot collide either: handles hold no NUL).
+const UNBOUND_HANDLE: &str = "\u{0}unbound";
 
 /// The zone and region labels VolumeZone compares (beta and GA).
 const ZONE_LABELS: [&str; 4] = [
@@ -113,6 +128,8 @@ impl Claim {
 #[derive(Clone, Debug, PartialEq)]
 struct Volume {
     node_affinity: Option<NodeSelector>,
+    /// `spec.csi`: driver and volume handle.
+    csi: Option<(String, String)>,
     /// VolumeZone: per zone/region label, the values it allows (`a__b` lists several).
     zones: Vec<(String, BTreeSet<String>)>,
 }
@@ -134,6 +151,11 @@ impl Volume {
             })
             .collect();
         Volume {
+            csi: v
+                .spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .map(|c| (c.driver.clone(), c.volume_handle.clone())),
             node_affinity: v
                 .spec
                 .as_ref()
@@ -151,11 +173,14 @@ struct Class {
     /// Volumes of the class can be created on demand.
     provisions: bool,
     allowed_topologies: Vec<TopologySelectorTerm>,
+    /// `provisioner`: the CSI driver of an unbound claim's volume-to-be.
+    provisioner: String,
 }
 
 impl Class {
     fn of(c: &StorageClass) -> Self {
         Class {
+            provisioner: c.provisioner.clone(),
             wait_for_first_consumer: c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
             provisions: !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER,
             allowed_topologies: c.allowed_topologies.clone().unwrap_or_default(),
@@ -184,6 +209,9 @@ pub enum NodeRule {
     /// An unbound `WaitForFirstConsumer` claim of a class that provisions nothing: it needs a
     /// pre-provisioned volume bound by the scheduler, which numaplane does not do.
     NeedsStaticBinding,
+    /// NodeVolumeLimits: the nodes where the pod's new CSI volumes would exceed a driver's
+    /// attach limit, each with what is exceeded.
+    AttachLimit(BTreeMap<String, String>),
 }
 
 /// The verdict of a pod's volumes before any node is looked at.
@@ -261,6 +289,9 @@ impl VolumeFilter {
                     BIND_CONFLICT,
                     "the StorageClass's allowedTopologies exclude the node".to_owned(),
                 ),
+                NodeRule::AttachLimit(over) => {
+                    (MAX_VOLUME_COUNT, over.get(name).cloned().unwrap_or_default())
+                }
                 NodeRule::NeedsStaticBinding => (
                     BIND_CONFLICT,
                     "a WaitForFirstConsumer claim's StorageClass has no provisioner; binding it to \
@@ -305,6 +336,7 @@ fn rule_holds(rule: &NodeRule, name: &str, labels: &BTreeMap<String, String>) ->
         NodeRule::SelectedNode(n) => n == name,
         NodeRule::AllowedTopologies(terms) => topology_terms_match(terms, labels),
         NodeRule::NeedsStaticBinding => false,
+        NodeRule::AttachLimit(over) => !over.contains_key(name),
     }
 }
 
@@ -344,8 +376,12 @@ pub struct VolumeIndex {
     /// Claim key → the pods bound (or placed by us) that use it, whichever scheduler's:
     /// VolumeRestrictions' `ReadWriteOncePod` rule.
     users: HashMap<String, BTreeSet<String>>,
-    /// Pod key → the claim keys it is a user of (to drop it without a scan).
-    used_by: HashMap<String, Vec<String>>,
+    /// Pod key → the claim keys it is a user of (to drop it without a scan), and its node.
+    used_by: HashMap<String, (Vec<String>, String)>,
+    /// Node → the claim keys its pods use, with the number of pods using each (NodeVolumeLimits).
+    node_claims: HashMap<String, BTreeMap<String, u32>>,
+    /// Node → CSI driver → `allocatable.count` of its CSINode (drivers without a count left out).
+    csi_limits: HashMap<String, BTreeMap<String, i64>>,
 }
 
 fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
@@ -434,6 +470,107 @@ impl VolumeIndex {
         for c in all {
             self.apply_class(c);
         }
+    }
+
+    /// Adds or replaces a CSINode (its drivers' attach limits).
+    pub fn apply_csi_node(&mut self, n: &CSINode) {
+        let Some(name) = n.metadata.name.clone() else {
+            return;
+        };
+        let limits: BTreeMap<String, i64> = n
+            .spec
+            .drivers
+            .iter()
+            .filter_map(|d| Some((d.name.clone(), i64::from(d.allocatable.as_ref()?.count?))))
+            .collect();
+        if limits.is_empty() {
+            self.csi_limits.remove(&name);
+        } else {
+            self.csi_limits.insert(name, limits);
+        }
+    }
+
+    /// Removes a CSINode.
+    pub fn delete_csi_node(&mut self, name: &str) {
+        self.csi_limits.remove(name);
+    }
+
+    /// Replaces every CSINode.
+    pub fn reset_csi_nodes(&mut self, all: &[CSINode]) {
+        self.csi_limits.clear();
+        for n in all {
+            self.apply_csi_node(n);
+        }
+    }
+
+    /// upstream's `getCSIDriverInfo`: the driver and unique volume name (`driver/handle`) of the
+    /// claim `key`; `None` when it counts against no limit (unknown claim, no CSI volume, no
+    /// class or an unknown one).
+    fn csi_volume(&self, key: &str) -> Option<(String, String)> {
+        let claim = self.claims.get(key)?;
+        if let Some(pv) = claim.volume_name.as_deref().and_then(|n| self.volumes.get(n)) {
+            let (driver, handle) = pv.csi.as_ref()?;
+            return Some((driver.clone(), format!("{driver}/{handle}")));
+        }
+        // Unbound, or its volume is not known (yet): the class's provisioner counts.
+        let class = self.classes.get(claim.class.as_deref()?)?;
+        let driver = &class.provisioner;
+        (!driver.is_empty()).then(|| (driver.clone(), format!("{driver}/{UNBOUND_HANDLE}-{key}")))
+    }
+
+    /// NodeVolumeLimits for a pod whose claims are `keys`: the nodes where its new volumes
+    /// exceed a driver's limit, with what is exceeded. Empty when nothing is limited.
+    fn attach_limits(&self, keys: &[String]) -> BTreeMap<String, String> {
+        let mut over = BTreeMap::new();
+        if self.csi_limits.is_empty() {
+            return over;
+        }
+        // Unique volume → driver, as upstream's `newVolumes`.
+        let new: BTreeMap<String, String> = keys
+            .iter()
+            .filter_map(|k| self.csi_volume(k))
+            .map(|(driver, unique)| (unique, driver))
+            .collect();
+        if new.is_empty() {
+            return over;
+        }
+        for (node, limits) in &self.csi_limits {
+            if !new.values().any(|d| limits.contains_key(d)) {
+                continue;
+            }
+            let attached: BTreeMap<String, String> = self
+                .node_claims
+                .get(node)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| self.csi_volume(k))
+                .map(|(driver, unique)| (unique, driver))
+                .collect();
+            let mut counts: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+            for driver in attached.values() {
+                counts.entry(driver).or_default().0 += 1;
+            }
+            for (unique, driver) in &new {
+                if !attached.contains_key(unique) {
+                    counts.entry(driver).or_default().1 += 1;
+                }
+            }
+            for (driver, (attached, adding)) in counts {
+                let Some(&limit) = limits.get(driver) else {
+                    continue;
+                };
+                if adding > 0 && attached.saturating_add(adding) > limit {
+                    over.insert(
+                        node.clone(),
+                        format!(
+                            "CSI driver {driver}: {attached} volume(s) attached and {adding} new, limit {limit} (CSINode)"
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
+        over
     }
 
     /// Whether the claim's class binds on the first consumer (a missing class, or none, means
@@ -541,6 +678,12 @@ impl VolumeIndex {
                 rules.push(NodeRule::AllowedTopologies(class.allowed_topologies.clone()));
             }
         }
+        // NodeVolumeLimits runs before VolumeBinding and VolumeZone in kube-scheduler's order.
+        let keys: Vec<String> = found.iter().map(|(k, _)| k.clone()).collect();
+        let over = self.attach_limits(&keys);
+        if !over.is_empty() {
+            rules.insert(0, NodeRule::AttachLimit(over));
+        }
         let mut deduped: Vec<NodeRule> = Vec::with_capacity(rules.len());
         for r in rules {
             if !deduped.contains(&r) {
@@ -588,39 +731,60 @@ impl VolumeIndex {
         self.assumed.retain(|_, (p, _)| p != pod_key);
     }
 
-    /// Records that the pod `pod` (bound, or placed by us) uses its claims.
-    pub fn note_user(&mut self, pod: &PodSpec) {
+    /// Records that the pod `pod` (bound, or placed by us) uses its claims on `node`.
+    pub fn note_user(&mut self, pod: &PodSpec, node: &str) {
         let key = pod.key();
         self.drop_user(&key);
         if pod.claims.is_empty() {
             return;
         }
-        let claims: Vec<String> = pod
+        let mut claims: Vec<String> = pod
             .claims
             .iter()
             .map(|r| format!("{}/{}", pod.namespace, r.name))
             .collect();
+        claims.sort_unstable();
+        claims.dedup();
+        let on_node = self.node_claims.entry(node.to_owned()).or_default();
         for c in &claims {
             self.users.entry(c.clone()).or_default().insert(key.clone());
+            *on_node.entry(c.clone()).or_default() += 1;
         }
-        self.used_by.insert(key, claims);
+        self.used_by.insert(key, (claims, node.to_owned()));
     }
 
     /// The pod `pod_key` no longer runs (or was not placed after all).
     pub fn drop_user(&mut self, pod_key: &str) {
-        for c in self.used_by.remove(pod_key).into_iter().flatten() {
+        let Some((claims, node)) = self.used_by.remove(pod_key) else {
+            return;
+        };
+        for c in claims {
             if let Some(pods) = self.users.get_mut(&c) {
                 pods.remove(pod_key);
                 if pods.is_empty() {
                     self.users.remove(&c);
                 }
             }
+            if let Some(on_node) = self.node_claims.get_mut(&node) {
+                if let Some(n) = on_node.get_mut(&c) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        on_node.remove(&c);
+                    }
+                }
+                if on_node.is_empty() {
+                    self.node_claims.remove(&node);
+                }
+            }
         }
     }
 
-    /// Whether any claim, volume or class is known (for tests and reports).
+    /// Whether any claim, volume, class or CSINode limit is known (for tests and reports).
     pub fn is_empty(&self) -> bool {
-        self.claims.is_empty() && self.volumes.is_empty() && self.classes.is_empty()
+        self.claims.is_empty()
+            && self.volumes.is_empty()
+            && self.classes.is_empty()
+            && self.csi_limits.is_empty()
     }
 }
 
@@ -633,6 +797,8 @@ pub struct StorageObjects {
     pub volumes: Vec<PersistentVolume>,
     /// StorageClasses.
     pub classes: Vec<StorageClass>,
+    /// CSINodes (`storage.k8s.io/v1`): attach limits.
+    pub csi_nodes: Vec<CSINode>,
 }
 
 impl StorageObjects {
@@ -642,6 +808,7 @@ impl StorageObjects {
             "PersistentVolumeClaim" => self.claims.push(serde_json::from_value(doc)?),
             "PersistentVolume" => self.volumes.push(serde_json::from_value(doc)?),
             "StorageClass" => self.classes.push(serde_json::from_value(doc)?),
+            "CSINode" => self.csi_nodes.push(serde_json::from_value(doc)?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -651,7 +818,7 @@ impl StorageObjects {
     pub fn is_storage_kind(kind: &str) -> bool {
         matches!(
             kind,
-            "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass"
+            "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass" | "CSINode"
         )
     }
 
@@ -660,6 +827,7 @@ impl StorageObjects {
         index.reset_claims(&self.claims);
         index.reset_volumes(&self.volumes);
         index.reset_classes(&self.classes);
+        index.reset_csi_nodes(&self.csi_nodes);
     }
 }
 
@@ -746,7 +914,7 @@ mod tests {
         let me = pod(claim_volume("c"));
         assert_eq!(idx.filter(&me).blocked(), None, "nobody uses it yet");
         // The pod itself (re-placed, or seen bound) is no conflict; another one is.
-        idx.note_user(&me);
+        idx.note_user(&me, "n1");
         assert_eq!(idx.filter(&me).blocked(), None);
         let other: PodSpec = spec_of(
             &serde_json::from_value(json!({
@@ -762,7 +930,7 @@ mod tests {
         let mut rwo = bound_pvc("c", "pv1");
         rwo.spec.get_or_insert_with(Default::default).access_modes = Some(vec!["ReadWriteOnce".into()]);
         idx.apply_claim(&rwo);
-        idx.note_user(&me);
+        idx.note_user(&me, "n1");
         assert_eq!(idx.filter(&other).blocked(), None);
     }
 

@@ -661,9 +661,9 @@ async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
         .find(|x| x["node"] == a.as_str())
         .unwrap();
     assert_eq!(rejected["feasible"], false);
-    assert_eq!(
-        result["unsupported"][0]["field"], "spec.volumes",
-        "attach limits are named: {v}"
+    assert!(
+        result["unsupported"].as_array().is_none_or(|u| u.is_empty()),
+        "a claim is fully modelled (attach limits included): {v}"
     );
 
     let table = env.run(&["explain", &format!("{}/gated", env.ns)]).await;

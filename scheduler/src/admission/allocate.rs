@@ -49,7 +49,7 @@ pub(super) fn allocate(
         pool_cpus_taken,
         ..
     } = st;
-    let (qos, req) = (u.qos, &u.request);
+    let req = &u.request;
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
         .collect();
@@ -83,7 +83,7 @@ pub(super) fn allocate(
             ));
         }
     }
-    let wants = memory_requests(res, topo, qos, req);
+    let wants = memory_requests(res, topo, u);
     if !wants.is_empty() {
         let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| memory_rejection(res, &wants))?;
         // An init container's memory is not modelled as held: it must only fit.

@@ -226,6 +226,7 @@ fn run(
 ) -> Result<Placement, Rejection> {
     let wants_memory = topo.memory_managed
         && pod.qos == Qos::Guaranteed
+        && !pod.spec.pod_level
         && pod
             .containers
             .iter()
@@ -278,6 +279,7 @@ fn run_world(
     };
     let wants_memory = |u: &Unit<'_>| {
         topo.memory_managed
+            && u.managed
             && u.qos == Qos::Guaranteed
             && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
     };

@@ -220,7 +220,7 @@ impl Cluster {
         let new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
         self.charge(&node, &bound.request, 1);
         self.constraints.set_pod(&key, &node, &pod.facts);
-        self.volumes.note_user(pod); // ReadWriteOncePod
+        self.volumes.note_user(pod, &node); // ReadWriteOncePod, attach limits
         self.node_pods.entry(node).or_default().insert(key.clone());
         self.pods.insert(key.clone(), bound);
         if let Some(a) = taken {

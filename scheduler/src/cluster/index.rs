@@ -231,7 +231,7 @@ impl Cluster {
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
             self.constraints.set_pod(&key, &node, &spec.facts);
-            self.volumes.note_user(&spec); // ReadWriteOncePod
+            self.volumes.note_user(&spec, &node); // ReadWriteOncePod, attach limits
             self.node_pods
                 .entry(node.clone())
                 .or_default()

@@ -90,7 +90,9 @@ impl BoundPod {
                 .filter(|c| c.sidecar)
                 .chain(&spec.containers)
         };
+        // A pod with pod-level resources gets no exclusive CPUs or memory (see `Unit::managed`).
         let guaranteed_exclusive = spec.qos == Qos::Guaranteed
+            && !spec.pod_level
             && containers().any(|c| {
                 c.requests.positive().any(|(id, _)| {
                     (res.kind(id) == ResKind::Cpu && c.integer_cpu) || res.kind(id).is_memory_like()

@@ -151,17 +151,18 @@ pub async fn list_bound_pods(client: &Client) -> Result<Vec<Pod>, KubectlError> 
         .collect())
 }
 
-/// The PersistentVolumeClaims of `namespace`, every PersistentVolume and
-/// StorageClass: what the scheduler's volume rules read for a pod with claims.
+/// The PersistentVolumeClaims of `namespace`, every PersistentVolume,
+/// StorageClass and CSINode: what the scheduler's volume rules read for a pod with claims.
 pub async fn list_storage(
     client: &Client,
     namespace: &str,
 ) -> Result<crate::volume_binding::StorageObjects, KubectlError> {
     use k8s_openapi::api::{
         core::v1::{PersistentVolume, PersistentVolumeClaim},
-        storage::v1::StorageClass,
+        storage::v1::{CSINode, StorageClass},
     };
     let lp = ListParams::default();
+    let csi_nodes: Api<CSINode> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let classes: Api<StorageClass> = Api::all(client.clone());
@@ -180,6 +181,11 @@ pub async fn list_storage(
             .list(&lp)
             .await
             .map_err(|e| request_error("list storageclasses.storage.k8s.io".to_owned(), e))?
+            .items,
+        csi_nodes: csi_nodes
+            .list(&lp)
+            .await
+            .map_err(|e| request_error("list csinodes.storage.k8s.io".to_owned(), e))?
             .items,
     })
 }

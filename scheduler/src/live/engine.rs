@@ -58,6 +58,8 @@ pub enum Stream {
     Volumes,
     /// StorageClasses.
     Classes,
+    /// CSINodes (attach limits).
+    CsiNodes,
     /// PodDisruptionBudgets.
     Budgets,
     /// Namespaces (their labels, for `namespaceSelector`).
@@ -506,7 +508,7 @@ impl Engine {
                     Stream::Nrts => "noderesourcetopologies",
                     Stream::Bound => "bound_pods",
                     Stream::Pending(_) => "pending_pods",
-                    Stream::Claims | Stream::Volumes | Stream::Classes => {
+                    Stream::Claims | Stream::Volumes | Stream::Classes | Stream::CsiNodes => {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
                     Stream::Budgets => "poddisruptionbudgets",
