@@ -14,7 +14,11 @@ pub enum CelError {
     Compile { expression: String, reason: String },
     /// The expression compiled but failed on this device (no such key, type mismatch, ...).
     #[error("evaluate CEL selector `{expression}` on device {device}: {reason}")]
-    Evaluate { expression: String, device: String, reason: String },
+    Evaluate {
+        expression: String,
+        device: String,
+        reason: String,
+    },
     /// The evaluation exceeded the cost limit (1,000,000, as the API server's).
     #[error("evaluate CEL selector `{expression}`: cost limit exceeded")]
     CostLimit { expression: String },
