@@ -145,15 +145,26 @@ impl Agent {
         let node = &self.args.node_name;
         for e in &checked.appeared {
             self.metrics.allocatable_wait(&e.resource, "appeared");
-            tracing::info!(
-                node = %node,
-                resource = %e.resource,
-                cause = e.wait.cause.as_str(),
-                devices = e.seen.len(),
-                reads = e.wait.reads,
-                after = ?e.wait.since.elapsed(),
-                "allocatable shows the kubelet's devices"
-            );
+            // Shown by the first read: the usual case, not worth an info line each time.
+            let level_info = e.wait.reads > 1;
+            macro_rules! appeared {
+                ($level:ident) => {
+                    tracing::$level!(
+                        node = %node,
+                        resource = %e.resource,
+                        cause = e.wait.cause.as_str(),
+                        devices = e.seen.len(),
+                        reads = e.wait.reads,
+                        after = ?e.wait.since.elapsed(),
+                        "allocatable shows the kubelet's devices"
+                    )
+                };
+            }
+            if level_info {
+                appeared!(info);
+            } else {
+                appeared!(debug);
+            }
         }
         for e in &checked.gave_up {
             self.metrics.allocatable_wait(&e.resource, "gave_up");
