@@ -10,7 +10,9 @@
 //! are deleted at random so later pods reuse their CPUs, devices and slots. The main run keeps
 //! about half the capacity alive with the scheduler's default parallel bindings; the near-full
 //! run makes pods wait for capacity, so pods are bound out of creation order; the step-by-step
-//! test pins that case down (the plugin steers by binding order, as the kubelet admits).
+//! test pins that case down (the plugin steers by binding order, as the kubelet admits). In both
+//! runs one node's device plugins register again mid-stream (their sockets removed while its
+//! kubelet runs), and every invariant must still hold.
 //!
 //! Against a real cluster (`NUMAPLANE_E2E_KUBECONFIG`): the real nodes' kubelets and the
 //! exporters installed there (deploy/) take the fake kubelets' place; the test runs its own
@@ -234,6 +236,15 @@ async fn simulated(api: &ApiTarget, window: usize, default_pods: usize) {
         "whole system: nodes up, scheduler serving after {:.1} s",
         setup.elapsed().as_secs_f64()
     );
+    // A fault mid-stream: once the first node admits pods, its device plugins register again.
+    let faulty = nodes.values().next().unwrap().clone();
+    let fault = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while faulty.admitted() == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        faulty.reregister_plugins().await.map(|()| faulty.name.clone())
+    });
     let report = sys::drive(
         client.clone(),
         &ns,
@@ -281,6 +292,21 @@ async fn simulated(api: &ApiTarget, window: usize, default_pods: usize) {
         scheduler.stderr()
     );
     assert!(report.deleted >= pods / 2, "too little churn: {report:?}");
+    let reregistered = fault.await.unwrap().unwrap();
+    let node = &nodes[&reregistered];
+    assert!(node.registrations(sys::GPU) >= 2 && node.registrations(sys::NIC) >= 2);
+    // The exporter read allocatable again for the lists the plugins sent after registering.
+    let text = node.exporter.metrics().unwrap();
+    assert!(
+        metric_value(
+            &text,
+            "numaplane_exporter_allocatable_rereads_total",
+            &[("cause", "device_plugin")]
+        )
+        .unwrap_or(0.0)
+            >= 2.0,
+        "{text}"
+    );
 
     // Everything goes: every kubelet frees all, and every NRT shows the empty node (checked
     // against the kubelet state by the NRT watcher as before).

@@ -80,6 +80,22 @@ pub struct ScanLabels {
     pub result: String,
 }
 
+/// Labels of allocatable re-reads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RereadLabels {
+    /// `device_plugin`, `node_allocatable` or `retry`.
+    pub cause: String,
+}
+
+/// Labels of waits for devices in allocatable.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitLabels {
+    /// The extended resource.
+    pub resource: String,
+    /// `appeared` or `gave_up`.
+    pub outcome: String,
+}
+
 /// Labels of NRT writes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
@@ -161,6 +177,10 @@ pub struct Metrics {
     pub scan_duration: Histogram,
     /// Scans by trigger and result.
     pub scans: Family<ScanLabels, Counter>,
+    /// `GetAllocatableResources` read again because devices may have changed, by cause.
+    pub allocatable_rereads: Family<RereadLabels, Counter>,
+    /// Waits for expected devices to appear in allocatable, by resource and outcome.
+    pub allocatable_waits: Family<WaitLabels, Counter>,
     /// Pod-resources calls by method and code.
     pub podresources_requests: Family<CallLabels, Counter>,
     /// Kubelet outages (socket gone or unanswering), each followed by reconnection attempts.
@@ -229,6 +249,8 @@ impl Metrics {
             zone_cost: r.family("zone_cost", "NUMA distance from a zone to another zone (SLIT)"),
             scan_duration: r.with_unit("scan_duration", "Duration of one scan: kubelet calls, accounting and object build", Unit::Seconds, Histogram::new(exponential_buckets(0.000_1, 2.0, 16))),
             scans: r.family("scans", "Scans by trigger and result"),
+            allocatable_rereads: r.family("allocatable_rereads", "GetAllocatableResources read again because a device list may have reached the kubelet, by cause"),
+            allocatable_waits: r.family("allocatable_waits", "Waits for expected devices to appear in GetAllocatableResources, by resource and outcome"),
             podresources_requests: r.family("podresources_requests", "Calls to the kubelet pod-resources API by method and gRPC code"),
             kubelet_reconnects: r.family("kubelet_reconnects", "Reconnections to the kubelet pod-resources socket"),
             kubelet_watch_active: r.family("kubelet_watch_active", "1 while the kubelet Watch stream is open"),
@@ -334,6 +356,25 @@ impl Metrics {
             .get_or_create(&ScanLabels {
                 trigger: trigger.to_owned(),
                 result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one re-read of allocatable.
+    pub fn allocatable_reread(&self, cause: &str) {
+        self.allocatable_rereads
+            .get_or_create(&RereadLabels {
+                cause: cause.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one ended wait for devices in allocatable.
+    pub fn allocatable_wait(&self, resource: &str, outcome: &str) {
+        self.allocatable_waits
+            .get_or_create(&WaitLabels {
+                resource: resource.to_owned(),
+                outcome: outcome.to_owned(),
             })
             .inc();
     }

@@ -59,8 +59,18 @@ impl Cluster {
             None => self.new_slot(&name),
         };
         self.constraints.set_node(&name, &basics.labels);
+        let lagging = self
+            .published
+            .get(&name)
+            .map(|t| t.lagging_behind(&self.res, &basics.allocatable));
         self.slots[slot] = Some(basics);
         self.touch(slot);
+        // What the NRT lags the Node on follows the Node's allocatable too.
+        if let Some(lagging) = lagging
+            && !matches!(self.topology(&name), TopologyState::Valid(t) if t.lagging == lagging)
+        {
+            self.recompute(&name);
+        }
         Ok(())
     }
 
@@ -187,6 +197,9 @@ impl Cluster {
             if !taken.is_empty() {
                 strip(&mut topo, *rid, &taken);
             }
+        }
+        if let Some(b) = self.node_basics(node) {
+            topo.lagging = base.lagging_behind(&self.res, &b.allocatable);
         }
         self.topologies
             .insert(node.to_owned(), TopologyState::Valid(Box::new(topo)));

@@ -566,6 +566,52 @@ mod tests {
     }
 
     #[test]
+    fn a_numaplane_nrt_that_lags_its_node_is_the_reason_shown() {
+        // The exporter's NRT promises to describe every extended resource of the Node, and has
+        // no GPUs yet: the Node already allocates them.
+        let mut lagging = nrt("late", &[], "4");
+        lagging.zones[0]
+            .resources
+            .as_mut()
+            .unwrap_or_else(|| panic!("resources"))
+            .retain(|r| r.name == "cpu");
+        lagging.zones[0].attributes = None;
+        lagging
+            .attributes
+            .get_or_insert_with(Vec::new)
+            .push(numaplane::nrt::AttributeInfo {
+                name: numaplane::nrt::attr::NODE_LEVEL_RESOURCES.to_owned(),
+                value: String::new(),
+            });
+        let listed = ListedNrts {
+            nrts: vec![lagging],
+            undecodable: vec![],
+        };
+        let r = pending(
+            pod(None, None),
+            vec![node("late")],
+            &listed,
+            vec![],
+            vec![],
+            &ConfigFile::default(),
+        );
+        let ExplainReport::Pending(p) = &r else {
+            panic!("not pending: {r:?}")
+        };
+        let d = &p.report.results[0].decision;
+        assert_eq!(d.node, None);
+        assert_eq!(
+            d.nodes[0].reasons,
+            vec![
+                "NRT lags the node: example.com/gpu allocatable on the node, not in its NodeResourceTopology"
+                    .to_owned()
+            ]
+        );
+        let text = render_table(&r);
+        assert!(text.contains("NRT lags the node: example.com/gpu"), "{text}");
+    }
+
+    #[test]
     fn a_pod_the_model_cannot_read_is_a_problem() {
         let mut p = pod(None, None);
         if let Some(c) = p.spec.as_mut().map(|s| &mut s.containers[0]) {
