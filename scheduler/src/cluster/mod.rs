@@ -15,7 +15,7 @@ use crate::{
     fit::NodeBasics,
     node::NumaTopology,
     pod::{PodSpec, Qos},
-    resources::{ResId, ResKind, ResList, Resources},
+    resources::{ResId, ResList, Resources},
 };
 use numaplane::allocation::Allocation;
 use serde::Serialize;
@@ -91,16 +91,9 @@ impl BoundPod {
                 .filter(|c| c.sidecar)
                 .chain(&spec.containers)
         };
-        let guaranteed_exclusive = spec.qos == Qos::Guaranteed
-            && containers().any(|c| {
-                c.requests.positive().any(|(id, _)| {
-                    (res.kind(id) == ResKind::Cpu && c.integer_cpu) || res.kind(id).is_memory_like()
-                })
-            });
-        let mut extended: Vec<ResId> = containers()
-            .flat_map(|c| c.requests.positive().map(|(id, _)| id))
-            .filter(|&id| res.kind(id) == ResKind::Extended)
-            .collect();
+        let guaranteed_exclusive =
+            spec.qos == Qos::Guaranteed && containers().any(|c| c.pinned_if_guaranteed(res));
+        let mut extended: Vec<ResId> = containers().flat_map(|c| c.extended(res)).collect();
         extended.sort_unstable();
         extended.dedup();
         BoundPod {

@@ -122,6 +122,9 @@ pub struct Metrics {
     pub extender_requests: Family<ExtenderLabels, Counter>,
     /// Extender call latency by verb.
     pub extender_latency: Family<VerbLabels, Histogram>,
+    /// Extender calls answered without the model (the pod has nothing the Topology Manager
+    /// aligns), by verb.
+    pub extender_unaligned: Family<VerbLabels, Counter>,
     /// hook(unsupported): pods warned of a field the model does not enforce, by field.
     pub unsupported_constraints: Family<FieldLabels, Counter>,
     /// Preemption attempts by result.
@@ -160,6 +163,7 @@ impl Metrics {
             nrt_crd_installed: Gauge::default(),
             watch_errors: Family::default(),
             extender_requests: Family::default(),
+            extender_unaligned: Family::default(),
             unsupported_constraints: Family::default(),
             extender_latency: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
@@ -271,6 +275,11 @@ impl Metrics {
             "Extender calls by verb (filter, prioritize, bind) and result (ok, error)",
             m.extender_requests.clone(),
         );
+        registry.register(
+            "extender_unaligned_pods",
+            "Extender calls answered at once, without the model, because the pod has nothing the Topology Manager aligns (every node passes, equal scores, a plain Binding), by verb",
+            m.extender_unaligned.clone(),
+        );
         registry.register_with_unit(
             "extender_request_duration",
             "Time to answer one extender call, by verb",
@@ -332,6 +341,12 @@ impl Metrics {
         self.extender_latency
             .get_or_create(&VerbLabels { verb })
             .observe(seconds);
+    }
+
+    /// Records one extender call answered without the model.
+    pub fn extender_unaligned_call(&self, verb: &'static str, ok: bool, seconds: f64) {
+        self.extender_call(verb, ok, seconds);
+        self.extender_unaligned.get_or_create(&VerbLabels { verb }).inc();
     }
 
     /// Counts one bounded reason in `family`.
