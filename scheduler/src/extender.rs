@@ -1146,28 +1146,48 @@ mod tests {
         // Nothing the CPU, memory or device manager pins: answered at once.
         for (why, pod) in [
             ("BestEffort", one(json!({}))),
-            ("Burstable, whole CPUs", one(json!({"requests": {"cpu": "4", "memory": "1Gi"}}))),
+            (
+                "Burstable, whole CPUs",
+                one(json!({"requests": {"cpu": "4", "memory": "1Gi"}})),
+            ),
             (
                 "Burstable, hugepages",
-                one(json!({"requests": {"cpu": "1", "hugepages-2Mi": "1Gi", "memory": "1Gi"},
-                           "limits": {"hugepages-2Mi": "1Gi"}})),
+                one(
+                    json!({"requests": {"cpu": "1", "hugepages-2Mi": "1Gi", "memory": "1Gi"},
+                           "limits": {"hugepages-2Mi": "1Gi"}}),
+                ),
             ),
-            ("native non-NUMA resource", one(json!({"requests": {"ephemeral-storage": "1Gi"}}))),
+            (
+                "native non-NUMA resource",
+                one(json!({"requests": {"ephemeral-storage": "1Gi"}})),
+            ),
         ] {
             assert!(is_unaligned(&pod), "{why}");
         }
         // What the Topology Manager aligns goes to the model.
         for (why, pod) in [
-            ("Guaranteed, whole CPUs", one(g(json!({"cpu": "4", "memory": "1Gi"})))),
+            (
+                "Guaranteed, whole CPUs",
+                one(g(json!({"cpu": "4", "memory": "1Gi"}))),
+            ),
             // The Static memory manager pins a Guaranteed pod's memory whatever its CPUs.
-            ("Guaranteed, fractional CPUs", one(g(json!({"cpu": "500m", "memory": "1Gi"})))),
+            (
+                "Guaranteed, fractional CPUs",
+                one(g(json!({"cpu": "500m", "memory": "1Gi"}))),
+            ),
             (
                 "Guaranteed, hugepages",
                 one(g(json!({"cpu": "500m", "memory": "1Gi", "hugepages-1Gi": "2Gi"}))),
             ),
             // The device manager gives hints whatever the QoS class.
-            ("Burstable, a device", one(json!({"requests": {"cpu": "1"}, "limits": {"example.com/gpu": "1"}}))),
-            ("BestEffort, a device", one(json!({"limits": {"nvidia.com/gpu": "1"}}))),
+            (
+                "Burstable, a device",
+                one(json!({"requests": {"cpu": "1"}, "limits": {"example.com/gpu": "1"}})),
+            ),
+            (
+                "BestEffort, a device",
+                one(json!({"limits": {"nvidia.com/gpu": "1"}})),
+            ),
             (
                 "a device in an init container",
                 pod_with(
@@ -1202,7 +1222,11 @@ mod tests {
         let mut roomy = node("roomy");
         roomy["status"]["futureField"] = json!({"x": 1});
         let by_objects = ExtenderArgs {
-            nodes: Some(NodeList::new(vec![node("split"), json!({"metadata": {}}), roomy.clone()])),
+            nodes: Some(NodeList::new(vec![
+                node("split"),
+                json!({"metadata": {}}),
+                roomy.clone(),
+            ])),
             node_names: None,
             ..args
         };
@@ -1243,7 +1267,10 @@ mod tests {
         };
         let ghost = unaligned_args(&["ghost"]);
         assert_eq!(filter(&c, &reject, &spec, &ghost).node_names, Some(vec![]));
-        assert_eq!(filter_unaligned(&ghost).node_names, Some(vec!["ghost".to_owned()]));
+        assert_eq!(
+            filter_unaligned(&ghost).node_names,
+            Some(vec!["ghost".to_owned()])
+        );
     }
 
     #[test]

@@ -350,9 +350,9 @@ impl ContainerSpec {
     /// is Guaranteed: whole CPUs (static CPU manager) or memory and hugepages (Static memory
     /// manager).
     pub fn pinned_if_guaranteed(&self, res: &Resources) -> bool {
-        self.requests
-            .positive()
-            .any(|(id, _)| (res.kind(id) == ResKind::Cpu && self.integer_cpu) || res.kind(id).is_memory_like())
+        self.requests.positive().any(|(id, _)| {
+            (res.kind(id) == ResKind::Cpu && self.integer_cpu) || res.kind(id).is_memory_like()
+        })
     }
 
     /// The extended (device-plugin) resources it requests.

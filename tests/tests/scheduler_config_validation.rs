@@ -62,10 +62,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for p in paths {
         if p.is_dir() {
             yaml_files(&p, out);
-        } else if p
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml")
-        {
+        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             out.push(p);
         }
     }
@@ -83,7 +80,10 @@ fn documents(text: &str) -> Vec<String> {
             last.push('\n');
         }
     }
-    docs.retain(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')));
+    docs.retain(|d| {
+        d.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
     docs
 }
 
@@ -173,8 +173,10 @@ fn configurations() -> Vec<Found> {
 /// control-plane node, which kube-scheduler requires to exist) pointed at `kubeconfig`.
 fn runnable(text: &str, kubeconfig: &Path) -> String {
     let re = regex::Regex::new(r"(?m)^(\s+kubeconfig:\s*)\S.*$").unwrap();
-    re.replace_all(text, |c: &regex::Captures<'_>| format!("{}{}", &c[1], kubeconfig.display()))
-        .into_owned()
+    re.replace_all(text, |c: &regex::Captures<'_>| {
+        format!("{}{}", &c[1], kubeconfig.display())
+    })
+    .into_owned()
 }
 
 /// kube-scheduler's verdict on `text`: `Ok` or its error.
@@ -192,7 +194,9 @@ fn validate(script: &Path, dir: &Path, name: &str, text: &str) -> Result<(), Str
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("control-plane-cache"),
         );
     }
-    let out = cmd.output().expect("running control-plane validate-scheduler-config");
+    let out = cmd
+        .output()
+        .expect("running control-plane validate-scheduler-config");
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -283,7 +287,10 @@ fn kube_schedulers_validation_refuses_native_managed_resources() {
 fn markdown_and_configmap_extraction() {
     let kc = Path::new("/tmp/k");
     assert_eq!(
-        runnable("clientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n", kc),
+        runnable(
+            "clientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n",
+            kc
+        ),
         "clientConnection:\n  kubeconfig: /tmp/k\n"
     );
     assert_eq!(documents("# c\n---\na: 1\n---\n\nb: 2\n").len(), 2);

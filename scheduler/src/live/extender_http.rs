@@ -65,7 +65,12 @@ fn text(body: String, status: StatusCode) -> Reply {
 /// The extender routes, answered by the loop behind `tx` (or at once for unaligned pods);
 /// `client` fetches a pod that `bind` names but no `filter` brought; `writer` binds unaligned
 /// pods.
-pub fn routes(tx: mpsc::UnboundedSender<Input>, client: Client, writer: Writer, metrics: Arc<Metrics>) -> Extra {
+pub fn routes(
+    tx: mpsc::UnboundedSender<Input>,
+    client: Client,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+) -> Extra {
     let ctx = Ctx {
         tx,
         client,
@@ -148,9 +153,7 @@ impl Ctx {
             return false;
         };
         match seen.remove(&key) {
-            Some((uid, at)) => {
-                at.elapsed() < POD_TTL && uid.as_deref().is_none_or(|u| u == args.pod_uid)
-            }
+            Some((uid, at)) => at.elapsed() < POD_TTL && uid.as_deref().is_none_or(|u| u == args.pod_uid),
             None => false,
         }
     }

@@ -269,9 +269,9 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
         .as_ref()
         .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
     let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
-    let extra = cfg.extender.then(|| {
-        extender_http::routes(tx.clone(), client.clone(), writer.clone(), metrics.clone())
-    });
+    let extra = cfg
+        .extender
+        .then(|| extender_http::routes(tx.clone(), client.clone(), writer.clone(), metrics.clone()));
     let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), extra).await?;
     let metrics_server = match cfg.metrics_listen {
         Some(at) => {

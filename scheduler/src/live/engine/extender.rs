@@ -260,9 +260,7 @@ impl Engine {
         reply: oneshot::Sender<BindReply>,
     ) {
         let t0 = Instant::now();
-        let done = |metrics: &Metrics,
-                    reply: oneshot::Sender<BindReply>,
-                    r: Result<(), String>| {
+        let done = |metrics: &Metrics, reply: oneshot::Sender<BindReply>, r: Result<(), String>| {
             metrics.extender_call("bind", r.is_ok(), t0.elapsed().as_secs_f64());
             let _ = reply.send(BindReply::Done(r));
         };
