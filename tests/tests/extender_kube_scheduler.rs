@@ -17,8 +17,9 @@
 //! with `CI=true`, a missing kit or a control plane that does not start fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
@@ -26,108 +27,35 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use numaplane::allocation::{ANNOTATION, Allocation};
-use numaplane_e2e::harness::{Agent, metric_value};
+use numaplane_e2e::control_plane::{self, ControlPlane};
+use numaplane_e2e::harness::{Agent, free_port, metric_value};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "numaplane-extender-e2e";
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    control_plane::repo_root()
 }
 
-/// The control-plane script of the kit, or `None` (after one line saying so) on a fresh clone.
-fn kit() -> Option<PathBuf> {
-    let script = repo().join("../shared/k8s/control-plane");
-    if script.is_file() {
-        return Some(script);
-    }
-    let why = format!(
-        "{} not found: the extender was not run behind the real kube-scheduler \
-         (put the k8s kit at ../shared/k8s and run `cargo test -p numaplane-e2e --test extender_kube_scheduler`)",
-        script.display()
-    );
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: {why}");
-    eprintln!("skipped: {why}");
-    None
+/// The address the extender serves its verbs on, chosen before kube-scheduler starts: its
+/// configuration names it, and this binary's control plane starts with that configuration.
+fn verbs_addr() -> SocketAddr {
+    static ADDR: OnceLock<SocketAddr> = OnceLock::new();
+    *ADDR.get_or_init(|| ([127, 0, 0, 1], free_port().unwrap()).into())
 }
 
-/// A control plane of the kit in a directory of its own, stopped on drop.
-struct ControlPlane {
-    script: PathBuf,
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-}
-
-impl ControlPlane {
-    fn command(script: &Path) -> Command {
-        let mut cmd = Command::new("bash");
-        cmd.arg(script);
-        if std::env::var_os("CONTROL_PLANE_CACHE").is_none() {
-            cmd.env(
-                "CONTROL_PLANE_CACHE",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("control-plane-cache"),
-            );
-        }
-        cmd
-    }
-
-    /// `control-plane start DIR flags`: the kubeconfig path is its last stdout line.
-    fn start_in(script: &Path, dir: &Path, flags: &[&str]) -> PathBuf {
-        let out = Self::command(script)
-            .arg("start")
-            .arg(dir)
-            .args(flags)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "control-plane start {flags:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        PathBuf::from(stdout.lines().last().unwrap().trim())
-    }
-
-    fn start(script: PathBuf) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = Self::start_in(&script, dir.path(), &[]);
-        ControlPlane {
-            script,
-            dir,
-            kubeconfig,
-        }
-    }
-
-    /// Adds kube-scheduler with `config` (what runs stays).
-    fn start_scheduler(&self, config: &Path) {
-        let flag = format!("--scheduler-config={}", config.display());
-        Self::start_in(&self.script, self.dir.path(), &[&flag]);
-    }
-
-    fn log(&self, component: &str) -> String {
-        std::fs::read_to_string(self.dir.path().join("logs").join(format!("{component}.log")))
-            .unwrap_or_default()
-    }
-
-    async fn client(&self) -> kube::Client {
-        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(config).unwrap()
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = Self::command(&self.script)
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
+/// kube-scheduler's configuration for this binary's control plane: the shipped one, pointed at
+/// [`verbs_addr`].
+fn options() -> control_plane::Options {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "extender-kube-scheduler-config-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&path, config_for(&shipped_scheduler_config(), verbs_addr())).unwrap();
+    control_plane::Options {
+        scheduler_config: Some(path),
+        controllers: None,
     }
 }
 
@@ -147,7 +75,7 @@ fn shipped_scheduler_config() -> String {
 
 /// The shipped config for this cluster: the extender at `addr` instead of 127.0.0.1:10270, and
 /// no `clientConnection` (the control-plane script gives kube-scheduler its own kubeconfig).
-fn config_for(shipped: &str, addr: std::net::SocketAddr) -> String {
+fn config_for(shipped: &str, addr: SocketAddr) -> String {
     const SHIPPED_URL: &str = "urlPrefix: http://127.0.0.1:10270";
     assert_eq!(shipped.matches(SHIPPED_URL).count(), 1, "{shipped}");
     let client_connection = regex::Regex::new(r"(?m)^clientConnection:\n(?:[ \t]+.*\n)*").unwrap();
@@ -183,7 +111,8 @@ fn nrt(node: &str, capacity: u32, free: [u32; 2]) -> DynamicObject {
 async fn create_node(client: &kube::Client, name: &str, group: &str, cpus: u32) {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"numaplane.io/e2e-group": group, "kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true", "numaplane.io/e2e-group": group,
+                                              "kubernetes.io/hostname": name}},
         // Nodes may carry their status on create (no kubelet will write it).
         "status": {"allocatable": {"cpu": cpus.to_string(), "memory": "256Gi", "pods": "110"},
                    "capacity": {"cpu": cpus.to_string(), "memory": "256Gi", "pods": "110"}}}))
@@ -224,7 +153,7 @@ async fn bound(pods: &Api<Pod>, name: &str, cp: &ControlPlane, ext: &Agent) -> P
             Instant::now() < deadline,
             "{name} not bound: {:?}\nkube-scheduler:\n{}\nextender:\n{}",
             p.status,
-            tail(&cp.log("kube-scheduler"), 40),
+            tail(&cp.log("kube-scheduler.log"), 40),
             tail(&ext.stderr(), 40)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -268,39 +197,32 @@ fn unaligned(ext: &Agent, verb: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_preempts_through_the_extender()
 {
-    let Some(script) = kit() else { return };
-    let cp = ControlPlane::start(script);
-    let client = cp.client().await;
-
-    // The NRT CRD, as deploy/ installs it.
-    let kubeconfig = cp.kubeconfig.display().to_string();
-    for args in [
-        vec!["apply", "-f", "deploy/crd.yaml"],
-        vec![
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/noderesourcetopologies.topology.node.k8s.io",
-        ],
-    ] {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(&args)
-            .current_dir(repo())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+    let Some(cluster) = control_plane::require(
+        "the extender behind the real kube-scheduler started with the shipped config",
+        &options(),
+    ) else {
+        return;
+    };
+    let Some(cp) = cluster.control_plane() else {
+        println!(
+            "{}",
+            control_plane::skip_line(
+                "the extender behind the real kube-scheduler (NUMAPLANE_E2E_KUBECONFIG names a cluster whose kube-scheduler this test cannot configure)"
+            )
         );
-    }
+        return;
+    };
+    let _turn = control_plane::exclusive(&cluster).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let kubeconfig = cp.kubeconfig().display().to_string();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": NS, "labels": {"numaplane.io/e2e": "true"}}}),
+            )
+            .unwrap(),
         )
         .await
         .unwrap();
@@ -350,13 +272,18 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     }
 
     // The extender, synced, before kube-scheduler asks it anything.
-    let mut ext = Agent::spawn_scheduler(
+    let mut ext = Agent::spawn_binary(
+        numaplane_e2e::binaries::scheduler(),
         "extender",
         &[
             "--kubeconfig".to_owned(),
             kubeconfig.clone(),
             "--leader-elect=false".to_owned(),
+            "--listen".to_owned(),
+            verbs_addr().to_string(),
         ],
+        "--metrics-listen",
+        "info,numaplane_scheduler=debug",
     )
     .unwrap();
     ext.wait_serving(WAIT).await.unwrap();
@@ -365,12 +292,9 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
         assert!(Instant::now() < deadline, "extender not ready: {}", ext.stderr());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // kube-scheduler with the shipped config: it must start at all (it refused native
-    // managedResources once and exited).
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kube-scheduler-config.yaml");
-    std::fs::write(&config, config_for(&shipped_scheduler_config(), ext.addr())).unwrap();
-    cp.start_scheduler(&config);
+    // kube-scheduler runs with the shipped config since the control plane started (it refused
+    // native managedResources once and exited); the extender was down until now, which
+    // `ignorable: true` allows.
 
     // 1. A Guaranteed CPU-only pod: `wide` is rejected by the extender (no zone holds 4 CPUs).
     pods.create(&PostParams::default(), &pod("pinned-4", "fit", "4", true, None))
@@ -446,7 +370,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
         assert!(
             Instant::now() < deadline,
             "no victim evicted\nkube-scheduler:\n{}\nextender:\n{}",
-            tail(&cp.log("kube-scheduler"), 40),
+            tail(&cp.log("kube-scheduler.log"), 40),
             tail(&ext.stderr(), 40)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;

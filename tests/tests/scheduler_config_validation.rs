@@ -15,29 +15,26 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use numaplane_e2e::control_plane;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    control_plane::repo_root()
 }
 
-/// The control-plane script of the kit, or why it cannot be used (the test then skips, or
-/// fails under CI).
+/// The control-plane script of the kit, or `None` after one line saying what was skipped and
+/// how to run it (a fresh clone); with `CI=true`, where the kit always is, a missing kit fails.
 fn kit() -> Option<PathBuf> {
-    let script = repo().join("../shared/k8s/control-plane");
-    if script.is_file() {
+    if let Some(script) = control_plane::kit() {
         return Some(script);
     }
     let why = format!(
         "{} not found: the real kube-scheduler's validation of the shipped KubeSchedulerConfigurations was not run \
          (put the k8s kit at ../shared/k8s and run `cargo test -p numaplane-e2e --test scheduler_config_validation`)",
-        script.display()
+        repo().join("../shared/k8s/control-plane").display()
     );
     assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: {why}");
-    eprintln!("skipped: {why}");
+    println!("SKIPPED: {why}");
     None
 }
 
@@ -188,11 +185,8 @@ fn validate(script: &Path, dir: &Path, name: &str, text: &str) -> Result<(), Str
     let mut cmd = Command::new("bash");
     cmd.arg(script).arg("validate-scheduler-config").arg(&file);
     if std::env::var_os("CONTROL_PLANE_CACHE").is_none() {
-        // Unpacked once for the runs of this test binary and the next ones.
-        cmd.env(
-            "CONTROL_PLANE_CACHE",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("control-plane-cache"),
-        );
+        // Unpacked once, shared with the control planes of the other test binaries.
+        cmd.env("CONTROL_PLANE_CACHE", repo().join("target/control-plane-cache"));
     }
     let out = cmd
         .output()
