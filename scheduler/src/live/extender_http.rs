@@ -49,8 +49,11 @@ struct Ctx {
     metrics: Arc<Metrics>,
     /// Unaligned pods of recent `filter` calls (`namespace/name` → UID and when), so their
     /// `bind` skips the loop too.
-    unaligned: Arc<Mutex<HashMap<String, (Option<String>, Instant)>>>,
+    unaligned: Arc<Mutex<SeenUnaligned>>,
 }
+
+/// `namespace/name` → the pod's UID and when its `filter` came.
+type SeenUnaligned = HashMap<String, (Option<String>, Instant)>;
 
 type Reply = Box<dyn warp::Reply>;
 
