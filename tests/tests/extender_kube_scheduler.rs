@@ -300,7 +300,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     pods.create(&PostParams::default(), &pod("pinned-4", "fit", "4", true, None))
         .await
         .unwrap();
-    let p = bound(&pods, "pinned-4", &cp, &ext).await;
+    let p = bound(&pods, "pinned-4", cp, &ext).await;
     assert_eq!(node_of(&p), "numa");
     let r = record(&p).expect("the extender's bind writes the record with the Binding");
     assert_eq!(r.node, "numa");
@@ -322,7 +322,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     pods.create(&PostParams::default(), &pod("pinned-2", "fit", "2", true, None))
         .await
         .unwrap();
-    let p = bound(&pods, "pinned-2", &cp, &ext).await;
+    let p = bound(&pods, "pinned-2", cp, &ext).await;
     assert!(record(&p).is_some(), "{:?}", p.metadata.annotations);
     assert!(requests(&ext, "prioritize") > before);
 
@@ -333,7 +333,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     )
     .await
     .unwrap();
-    let p = bound(&pods, "burstable", &cp, &ext).await;
+    let p = bound(&pods, "burstable", cp, &ext).await;
     assert!(record(&p).is_none(), "{:?}", p.metadata.annotations);
     for verb in ["filter", "prioritize", "bind"] {
         assert!(unaligned(&ext, verb) >= 1.0, "{verb}: {}", ext.metrics().unwrap());
@@ -400,7 +400,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     )
     .await
     .unwrap();
-    let p = bound(&pods, "preemptor", &cp, &ext).await;
+    let p = bound(&pods, "preemptor", cp, &ext).await;
     assert_eq!(node_of(&p), "full");
     assert_eq!(
         record(&p).unwrap().containers[0].numa_nodes,
