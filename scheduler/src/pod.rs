@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, NodeSelector, Pod, Toleration};
 use numaplane::quantity::Quantity;
 
-use crate::resources::{CPU, MEMORY, ResId, ResList, Resources};
+use crate::resources::{CPU, MEMORY, ResId, ResKind, ResList, Resources};
 
 /// Pod QoS class, computed with the standard Kubernetes rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -418,10 +418,20 @@ impl PodSpec {
 
     /// Requests anything other than cpu/memory/pods/ephemeral-storage-like native resources.
     pub fn requests_extended(&self, res: &Resources) -> bool {
+        self.init_containers
+            .iter()
+            .chain(&self.containers)
+            .any(|c| c.extended(res).next().is_some())
+    }
+
+    /// Whether the kubelet's Topology Manager has anything to align for this pod on some node.
+    /// Its hint providers give hints for a Guaranteed pod's whole CPUs (static CPU manager) and
+    /// memory and hugepages (Static memory manager), and for any pod's device-plugin
+    /// resources; every other pod is admitted under every policy with nothing pinned, so the
+    /// NUMA side has nothing to say about it. Init containers count: they are admitted too.
+    pub fn topology_aligned(&self, res: &Resources) -> bool {
         self.init_containers.iter().chain(&self.containers).any(|c| {
-            c.requests
-                .positive()
-                .any(|(id, _)| res.kind(id) == crate::resources::ResKind::Extended)
+            (self.qos == Qos::Guaranteed && !self.pod_level && c.pinned_if_guaranteed(res)) || c.extended(res).next().is_some()
         })
     }
 }
@@ -455,6 +465,25 @@ pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSp
             }
         })
         .collect()
+}
+
+impl ContainerSpec {
+    /// Whether the kubelet pins some of this container's resources to NUMA nodes when its pod
+    /// is Guaranteed: whole CPUs (static CPU manager) or memory and hugepages (Static memory
+    /// manager).
+    pub fn pinned_if_guaranteed(&self, res: &Resources) -> bool {
+        self.requests.positive().any(|(id, _)| {
+            (res.kind(id) == ResKind::Cpu && self.integer_cpu) || res.kind(id).is_memory_like()
+        })
+    }
+
+    /// The extended (device-plugin) resources it requests.
+    pub fn extended<'a>(&'a self, res: &'a Resources) -> impl Iterator<Item = ResId> + 'a {
+        self.requests
+            .positive()
+            .map(|(id, _)| id)
+            .filter(|&id| res.kind(id) == ResKind::Extended)
+    }
 }
 
 #[cfg(test)]

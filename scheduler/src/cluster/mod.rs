@@ -15,7 +15,7 @@ use crate::{
     node::NodeBasics,
     node::NumaTopology,
     pod::{PodSpec, Qos},
-    resources::{ResId, ResKind, ResList, Resources},
+    resources::{ResId, ResList, Resources},
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -91,17 +91,11 @@ impl BoundPod {
                 .chain(&spec.containers)
         };
         // A pod with pod-level resources gets no exclusive CPUs or memory (see `Unit::managed`).
-        let guaranteed_exclusive = spec.qos == Qos::Guaranteed
+        let guaranteed_exclusive =
+            spec.qos == Qos::Guaranteed
             && !spec.pod_level
-            && containers().any(|c| {
-                c.requests.positive().any(|(id, _)| {
-                    (res.kind(id) == ResKind::Cpu && c.integer_cpu) || res.kind(id).is_memory_like()
-                })
-            });
-        let mut extended: Vec<ResId> = containers()
-            .flat_map(|c| c.requests.positive().map(|(id, _)| id))
-            .filter(|&id| res.kind(id) == ResKind::Extended)
-            .collect();
+            && containers().any(|c| c.pinned_if_guaranteed(res));
+        let mut extended: Vec<ResId> = containers().flat_map(|c| c.extended(res)).collect();
         extended.sort_unstable();
         extended.dedup();
         BoundPod {

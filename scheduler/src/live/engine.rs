@@ -28,6 +28,7 @@ mod watched;
 pub use self::watched::{Apply, InitBuffer};
 
 pub use self::extender::{BindReply, ExtenderBindDone, ExtenderCall};
+pub(crate) use self::extender::{POD_CAP, POD_TTL, bind_unaligned};
 
 use super::{
     api::{BindError, Writer},

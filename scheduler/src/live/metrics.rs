@@ -123,6 +123,9 @@ pub struct Metrics {
     pub extender_requests: Family<ExtenderLabels, Counter>,
     /// Extender call latency by verb.
     pub extender_latency: Family<VerbLabels, Histogram>,
+    /// Extender calls answered without the model (the pod has nothing the Topology Manager
+    /// aligns), by verb.
+    pub extender_unaligned: Family<VerbLabels, Counter>,
     /// Pods warned of a field the model does not enforce, by field.
     pub unsupported_constraints: Family<FieldLabels, Counter>,
     /// Preemption attempts by result.
@@ -164,6 +167,7 @@ impl Metrics {
             leader: r.family("leader", "1 while this replica holds the leader Lease"),
             nrt_crd_installed: r.family("nrt_crd_installed", "1 while the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is served, 0 while it is not installed"),
             watch_errors: r.family("watch_errors", "Watch stream errors by resource"),
+            extender_unaligned: r.family("extender_unaligned_pods", "Extender calls answered at once, without the model, because the pod has nothing the Topology Manager aligns (every node passes, equal scores, a plain Binding), by verb"),
             extender_requests: r.family("extender_requests", "Extender calls by verb (filter, prioritize, bind) and result (ok, error)"),
             extender_latency: r.with_unit("extender_request_duration", "Time to answer one extender call, by verb", Unit::Seconds, Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
@@ -217,6 +221,12 @@ impl Metrics {
         self.extender_latency
             .get_or_create(&VerbLabels { verb })
             .observe(seconds);
+    }
+
+    /// Records one extender call answered without the model.
+    pub fn extender_unaligned_call(&self, verb: &'static str, ok: bool, seconds: f64) {
+        self.extender_call(verb, ok, seconds);
+        self.extender_unaligned.get_or_create(&VerbLabels { verb }).inc();
     }
 
     /// Counts one bounded reason in `family`.
