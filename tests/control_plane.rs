@@ -4,7 +4,7 @@
 //!
 //! Where the tests run:
 //! - `NUMAPLANE_E2E_KUBECONFIG` set: that cluster (which must have deploy/crd.yaml installed);
-//! - else the kit present: one control plane for the whole test binary, started by the first test
+//! - else the kit present (`../shared/k8s`, or `NUMAPLANE_E2E_K8S_KIT`): one control plane for the whole test binary, started by the first test
 //!   that asks, with the NRT CRD installed. A start that fails fails the test: the kit is always
 //!   there in CI, so a broken start must not pass as a skip;
 //! - else (a fresh clone without the kit): a test that needs a real server prints one line saying
@@ -40,6 +40,9 @@ pub struct Options {
     pub scheduler_config: Option<PathBuf>,
     /// Run kube-controller-manager with these controllers (`*` for its defaults).
     pub controllers: Option<String>,
+    /// Leave deploy/crd.yaml out (see [`ControlPlane::install_nrt_crd`]), for the tests of
+    /// what the components do before it is installed.
+    pub without_nrt_crd: bool,
 }
 
 /// A running control plane started from the kit.
@@ -79,6 +82,12 @@ impl ControlPlane {
         client_for(&self.kubeconfig).await
     }
 
+    /// Installs deploy/crd.yaml (when started [`Options::without_nrt_crd`]) and waits until it
+    /// is established.
+    pub fn install_nrt_crd(&self) -> Result<(), HarnessError> {
+        Ok(install_nrt_crd(&self.kubeconfig)?)
+    }
+
     /// Runs `kubectl --kubeconfig <admin> args`; returns stdout, or an error with stderr.
     pub fn kubectl(&self, args: &[&str]) -> Result<String, HarnessError> {
         kubectl(&self.kubeconfig, args)
@@ -94,22 +103,12 @@ pub async fn client_for(path: &Path) -> Result<kube::Client, HarnessError> {
 
 /// Runs `kubectl --kubeconfig <kubeconfig> args`; returns stdout, or an error with stderr.
 pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String, HarnessError> {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("kubectl {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl {args:?} exited with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .stdin(Stdio::null());
+    Ok(crate::render::run_kubectl(cmd, &format!("kubectl {args:?}"))?)
 }
 
 /// The repository's root.
@@ -120,10 +119,21 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".."))
 }
 
-/// The kit's `control-plane` script, `../shared/k8s/control-plane` from the repository's root,
-/// if it is there.
+/// Environment variable naming the kit's directory when it is not `../shared/k8s` next to the
+/// repository.
+pub const KIT_ENV: &str = "NUMAPLANE_E2E_K8S_KIT";
+
+/// The kit's directory: `$NUMAPLANE_E2E_K8S_KIT`, else `../shared/k8s` from the repository's
+/// root.
+pub fn kit_dir() -> PathBuf {
+    std::env::var_os(KIT_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/k8s"))
+}
+
+/// The kit's `control-plane` script, if it is there.
 pub fn kit() -> Option<PathBuf> {
-    let script = repo_root().join("../shared/k8s/control-plane");
+    let script = kit_dir().join("control-plane");
     script.is_file().then_some(script)
 }
 
@@ -176,7 +186,7 @@ pub fn cluster_with(options: &Options) -> Result<Option<Cluster>, HarnessError> 
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             return Err(format!(
                 "CI=true but the control-plane kit is missing at {}: CI always has it",
-                repo_root().join("../shared/k8s").display()
+                kit_dir().display()
             )
             .into());
         }
@@ -214,8 +224,8 @@ pub fn require(what: &str, options: &Options) -> Option<Cluster> {
 /// The line a test prints when it does not run for want of a real API server.
 pub fn skip_line(what: &str) -> String {
     format!(
-        "SKIPPED (no real API server): {what}; run it with NUMAPLANE_E2E_KUBECONFIG=<kubeconfig of a cluster with deploy/crd.yaml>, or with the control-plane kit at {}",
-        repo_root().join("../shared/k8s").display()
+        "SKIPPED (no real API server): {what}; run it with NUMAPLANE_E2E_KUBECONFIG=<kubeconfig of a cluster with deploy/crd.yaml>, or with the control-plane kit at {} (or {KIT_ENV}=<its directory>)",
+        kit_dir().display()
     )
 }
 
@@ -267,21 +277,23 @@ fn start(script: &Path, options: &Options) -> Result<ControlPlane, String> {
         .map(PathBuf::from)
         .filter(|p| p.is_file())
         .ok_or_else(|| format!("control-plane start printed no kubeconfig path: {stdout:?}\n{stderr}"))?;
-    let crd = repo_root().join("deploy/crd.yaml");
-    let crd = crd.display().to_string();
-    kubectl(&kubeconfig, &["apply", "--server-side", "-f", &crd])
-        .and_then(|_| {
-            kubectl(
-                &kubeconfig,
-                &[
-                    "wait",
-                    "--for=condition=established",
-                    "--timeout=60s",
-                    "crd/noderesourcetopologies.topology.node.k8s.io",
-                ],
-            )
-        })
-        .map_err(|e| format!("installing deploy/crd.yaml: {e}"))?;
+    if !options.without_nrt_crd {
+        install_nrt_crd(&kubeconfig)?;
+    }
+    // The ServiceAccount admission plugin refuses a pod whose ServiceAccount does not exist, and
+    // no controller manager creates `default/default` here.
+    kubectl(
+        &kubeconfig,
+        &["create", "serviceaccount", "default", "--namespace", "default"],
+    )
+    .or_else(|e| {
+        if e.to_string().contains("already exists") {
+            Ok(String::new())
+        } else {
+            Err(e)
+        }
+    })
+    .map_err(|e| format!("creating default/default: {e}"))?;
     eprintln!(
         "control plane from the kit up in {:.1}s at {} ({options:?})",
         started.elapsed().as_secs_f64(),
@@ -293,6 +305,26 @@ fn start(script: &Path, options: &Options) -> Result<ControlPlane, String> {
         options: options.clone(),
         _watchdog: Mutex::new(watchdog),
     })
+}
+
+/// `kubectl apply` of deploy/crd.yaml, then waits until it is established.
+fn install_nrt_crd(kubeconfig: &Path) -> Result<(), String> {
+    let crd = repo_root().join("deploy/crd.yaml");
+    let crd = crd.display().to_string();
+    kubectl(kubeconfig, &["apply", "--server-side", "-f", &crd])
+        .and_then(|_| {
+            kubectl(
+                kubeconfig,
+                &[
+                    "wait",
+                    "--for=condition=established",
+                    "--timeout=60s",
+                    "crd/noderesourcetopologies.topology.node.k8s.io",
+                ],
+            )
+        })
+        .map(drop)
+        .map_err(|e| format!("installing deploy/crd.yaml: {e}"))
 }
 
 /// A process that stops the control plane in `dir` and removes `dir` once its stdin closes,
@@ -359,13 +391,18 @@ async fn clear(client: &kube::Client) -> Result<(), HarnessError> {
         nodes.delete_collection(&now, &e2e).await?;
     }
     let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
-    if !nrts.list_metadata(&ListParams::default()).await?.items.is_empty() {
+    // No NRTs to clear when the CRD is not installed (yet).
+    let nrt_count = async || match nrts.list_metadata(&ListParams::default()).await {
+        Ok(list) => Ok(list.items.len()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(0),
+        Err(e) => Err(e),
+    };
+    if nrt_count().await? > 0 {
         nrts.delete_collection(&now, &ListParams::default()).await?;
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let mut left = nodes.list_metadata(&e2e).await?.items.len()
-            + nrts.list_metadata(&ListParams::default()).await?.items.len();
+        let mut left = nodes.list_metadata(&e2e).await?.items.len() + nrt_count().await?;
         for ns in namespaces.list(&e2e).await?.items {
             let Some(name) = ns.metadata.name else { continue };
             let pods: Api<Pod> = Api::namespaced(client.clone(), &name);

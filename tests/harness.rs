@@ -267,6 +267,73 @@ impl ApiTarget {
     }
 }
 
+/// Does what the kubelet does for a pod whose deletion was asked (the kit's control plane has no
+/// kubelet, so a bound pod deleted gracefully would stay `Terminating`): deletes it for good,
+/// with a grace period of 0. Keeps each such pod as first seen with its `deletionTimestamp`,
+/// for tests of what was written before the deletion. Stops when dropped.
+pub struct Terminator {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Pod>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Terminator {
+    /// The pods whose deletion it finished, each as it was when the deletion was asked.
+    pub fn terminated(&self) -> Vec<Pod> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for Terminator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ApiTarget {
+    /// A [`Terminator`] for the pods of `namespace`.
+    pub fn finish_deletions(&self, namespace: &str) -> Terminator {
+        use futures::StreamExt as _;
+        use kube::runtime::{WatchStreamExt as _, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pods: Api<Pod> = Api::namespaced(self.client(), namespace);
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut finished = std::collections::BTreeSet::new();
+            let mut events =
+                std::pin::pin!(watcher(pods.clone(), watcher::Config::default()).applied_objects());
+            while let Some(ev) = events.next().await {
+                let Ok(pod) = ev else { continue };
+                if pod.metadata.deletion_timestamp.is_none() {
+                    continue;
+                }
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if !finished.insert(uid.clone()) {
+                    continue;
+                }
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                sink.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(pod);
+                let _ = pods
+                    .delete(
+                        &name,
+                        &DeleteParams::default()
+                            .grace_period(0)
+                            .preconditions(kube::api::Preconditions {
+                                uid: Some(uid),
+                                resource_version: None,
+                            }),
+                    )
+                    .await;
+            }
+        });
+        Terminator { seen, task }
+    }
+}
+
 /// A unique object name for this test run (real clusters are shared between runs).
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())

@@ -77,7 +77,7 @@ fn with_overlay<T>(
 }
 
 /// Runs a kubectl command; its stdout, or an error naming `what` with its stderr.
-fn run_kubectl(mut cmd: Command, what: &str) -> Result<String, String> {
+pub fn run_kubectl(mut cmd: Command, what: &str) -> Result<String, String> {
     let out = cmd
         .output()
         .map_err(|e| format!("{what}: {e} (scripts/setup says how to install kubectl)"))?;

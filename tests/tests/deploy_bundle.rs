@@ -1329,19 +1329,17 @@ async fn install_bundle(target: &ApiTarget) {
     let components: Vec<PathBuf> = COMPONENTS.iter().map(|c| deploy().join(c)).collect();
     let out = render::apply(&deploy(), &components, cp.kubeconfig())
         .unwrap_or_else(|e| panic!("kubectl apply -k deploy/ with {COMPONENTS:?}: {e}"));
-    // Every object of the rendered bundle is there, as rendered.
-    for o in full() {
-        let (kind, name) = (
-            o["kind"].as_str().unwrap(),
-            o["metadata"]["name"].as_str().unwrap(),
-        );
-        let mut args = vec!["get", kind, name, "-o", "name"];
-        if let Some(ns) = o["metadata"]["namespace"].as_str() {
-            args.extend(["-n", ns]);
-        }
-        cp.kubectl(&args)
-            .unwrap_or_else(|e| panic!("{kind} {name} not there after apply: {e}\n{out}"));
-    }
+    // Every object of the rendered bundle is there (one `kubectl get` of them all).
+    let rendered = dir.path().join("bundle.json");
+    std::fs::write(
+        &rendered,
+        json!({"apiVersion": "v1", "kind": "List", "items": full()}).to_string(),
+    )
+    .unwrap();
+    let there = cp
+        .kubectl(&["get", "-f", rendered.to_str().unwrap(), "-o", "name"])
+        .unwrap_or_else(|e| panic!("the bundle is not all there after apply: {e}\n{out}"));
+    assert_eq!(there.lines().count(), full().len(), "{there}");
 }
 
 /// The bundle on a real API server: each ServiceAccount is allowed, as the server itself
@@ -1397,6 +1395,8 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let ns = unique_name("np-rbac");
     let node = unique_name("np-rbac-node");
     target.create_namespace(&ns).await.unwrap();
+    // The kubelet's part of the eviction below, where there is no kubelet.
+    let _terminator = target.finish_deletions(&ns);
     if let Some(fake) = target.fake() {
         // Where the bundle puts the Leases.
         fake.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}));
@@ -1693,6 +1693,9 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             "memory".into(),
             k8s_openapi::apimachinery::pkg::api::resource::Quantity("126Gi".into()),
         );
+        // Burstable: no limits, and so no extended resource (the API server requires limits
+        // equal to requests for those).
+        r.requests.as_mut().unwrap().remove(GPU);
         r.limits = None;
     }
     pods.create(&PostParams::default(), &hog).await.unwrap();
@@ -1704,6 +1707,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             "memory".into(),
             k8s_openapi::apimachinery::pkg::api::resource::Quantity("4Gi".into()),
         );
+        r.requests.as_mut().unwrap().remove(GPU);
         r.limits = None;
         if target.fake().is_some() {
             spec.priority = Some(1000);

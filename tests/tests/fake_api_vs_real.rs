@@ -174,17 +174,15 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
         Some(binding("not-the-uid", "n1")),
     )
     .await;
-    // The storage error names the key and a version: only what a client reads is compared.
+    // The storage error names the key and a version: the head and the precondition's words
+    // are compared.
     let mut s = shape(code, &v, &[(&uid, "<uid>"), (&ns, "<ns>")]);
-    s.message = s
-        .message
-        .split_once(": StorageError")
-        .map(|(head, _)| head.to_owned())
-        .unwrap_or(s.message.clone())
-        + &s.message
-            .rsplit_once("AdditionalErrorMsg: ")
-            .map(|(_, tail)| format!(" .. {tail}"))
-            .unwrap_or_default();
+    if let (Some((head, _)), Some((_, tail))) = (
+        s.message.split_once(": StorageError"),
+        s.message.rsplit_once("AdditionalErrorMsg: "),
+    ) {
+        s.message = format!("{head}: .. {tail}");
+    }
     out.insert("bind with another UID", s);
     let (code, v) = request(
         &client,

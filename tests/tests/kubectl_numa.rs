@@ -596,7 +596,7 @@ async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": format!("{}-pv", env.ns)},
-                "spec": {"capacity": {"storage": "1Gi"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt/e2e"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [b]}]}]}}}}))
             .unwrap(),
         )
@@ -609,8 +609,19 @@ async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "data",
                     "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-                "spec": {"volumeName": format!("{}-pv", env.ns)}, "status": {"phase": "Bound"}}))
+                "spec": {"volumeName": format!("{}-pv", env.ns), "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}},
+                "status": {"phase": "Bound"}}))
             .unwrap(),
+        )
+        .await
+        .unwrap();
+    // A real server takes the status through its subresource only.
+    claims
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
         )
         .await
         .unwrap();

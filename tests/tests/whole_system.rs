@@ -5,7 +5,8 @@
 //! Against a real kube-apiserver (the kit's control plane, see `numaplane_e2e::control_plane`),
 //! or the HTTP-level fake API without one: simulated nodes, each a fake kubelet (real gRPC
 //! servers on Unix sockets, see `numaplane_e2e::whole_system`) and an exporter process.
-//! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000) of a mixed shape (1–4 exclusive CPUs,
+//! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000 on the fake, 150 on a real kube-apiserver)
+//! of a mixed shape (1–4 exclusive CPUs,
 //! memory, GPUs, NIC slots) are created while fewer than a window are alive, and reflected pods
 //! are deleted at random so later pods reuse their CPUs, devices and slots. The main run keeps
 //! about half the capacity alive with the scheduler's default parallel bindings; the near-full
@@ -97,6 +98,14 @@ fn external(api: &ApiTarget) -> bool {
     matches!(api.cluster(), Some(Cluster::External(_)))
 }
 
+/// Pods of the main simulated run on a real kube-apiserver: every write goes through etcd
+/// there, and the suite's time is bounded (`scripts/test` within 15 minutes on 2 cores);
+/// `NUMAPLANE_E2E_SYSTEM_PODS` asks for more.
+const REAL_PODS: usize = 150;
+/// Pods of the near-full run on a real kube-apiserver: more than [`FULL_WINDOW`], so that pods
+/// still wait for capacity.
+const REAL_FULL_PODS: usize = 200;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     let api = ApiTarget::start().await.unwrap();
@@ -104,7 +113,7 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
         real_cluster(&api).await;
         return;
     }
-    simulated(&api, WINDOW, 1000).await;
+    simulated(&api, WINDOW, if api.is_real() { REAL_PODS } else { 1000 }).await;
 }
 
 /// The same flow with the nodes kept near full, so that pods wait for capacity and a pod can be
@@ -117,7 +126,12 @@ async fn pods_waiting_for_capacity_get_their_recorded_devices() {
         return;
     }
     // Fewer pods than the main run: every one of them waits for capacity, which is the point.
-    simulated(&api, FULL_WINDOW, 400).await;
+    simulated(
+        &api,
+        FULL_WINDOW,
+        if api.is_real() { REAL_FULL_PODS } else { 400 },
+    )
+    .await;
 }
 
 /// The root of the swap above, one step at a time: pods `a` (older) and `b` (newer), one GPU
