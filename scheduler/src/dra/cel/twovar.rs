@@ -85,7 +85,7 @@ fn bind(h: &mut MacroExprHelper<'_>, name: String, init: IdedExpr, body: IdedExp
 
 /// `body` with `first` and `second` bound to `@pair[0]` and `@pair[1]`.
 fn with_pair(h: &mut MacroExprHelper<'_>, first: &str, second: &str, body: IdedExpr) -> IdedExpr {
-    let mut element = |h: &mut MacroExprHelper<'_>, i: i64| {
+    let element = |h: &mut MacroExprHelper<'_>, i: i64| {
         let pair = ident(h, PAIR);
         let index = literal(h, LiteralValue::Int(CelInt::from(i)));
         call(h, "_[_]", vec![pair, index])
