@@ -15,6 +15,7 @@
 
 mod check;
 mod library;
+mod twovar;
 mod values;
 
 use std::collections::BTreeMap;

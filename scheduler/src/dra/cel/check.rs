@@ -608,6 +608,7 @@ impl Checker {
         let size = match (name, ret) {
             ("split", _) => receiver_size.map(|n| n.saturating_add(1)),
             ("lists.range", _) => None,
+            ("@pairs", _) => all.first().and_then(|a| a.size),
             ("slice" | "distinct" | "reverse" | "sort" | "findAll" | "@sortByAssociatedKeys", _) => {
                 receiver_size
             }
@@ -794,4 +795,8 @@ static SIGNATURES: &[Sig] = &[
     m("ip", &[C], P),
     m("masked", &[C], C),
     m("prefixLength", &[C], I),
+    // Helpers of the two-variable comprehensions (not callable from CEL source).
+    g("@pairs", &[X], L),
+    g("@toMap", &[L], M),
+    g("@mergeMaps", &[L], M),
 ];

@@ -32,6 +32,7 @@ fn build() -> Result<Env, DeclarationError> {
     env.add_extension(extensions::strings)?;
     env.add_extension(extensions::lists)?;
     env.add_macro(Macro::receiver("bind", 3, bind_macro))?;
+    super::twovar::register(&mut env)?;
     for t in [
         &QUANTITY_TYPE,
         &SEMVER_TYPE,

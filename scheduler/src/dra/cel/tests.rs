@@ -778,3 +778,23 @@ fn conformance_selectors_reject_what_they_should() {
         matches!(s.matches(&view(&small)), Err(CelError::Evaluate { reason, .. }) if reason == "no such key: type")
     );
 }
+
+#[test]
+fn two_variable_comprehensions() {
+    yes("[10, 20].all(i, v, v == (i + 1) * 10)");
+    yes("{'a': 1, 'b': 2}.exists(k, v, k == 'b' && v == 2)");
+    yes("[1, 2, 3].existsOne(i, v, v == 2) && ![2, 2].existsOne(i, v, v == 2)");
+    yes("[1, 2, 3].transformList(i, v, i * v) == [0, 2, 6]");
+    yes("[1, 2, 3].transformList(i, v, i > 0, v) == [2, 3]");
+    yes("{'a': 1}.transformMap(k, v, v + 1) == {'a': 2}");
+    yes("{'a': 1, 'b': 2}.transformMap(k, v, v > 1, v) == {'b': 2}");
+    yes("[1, 2].transformMapEntry(i, v, {string(v): i}) == {'1': 0, '2': 1}");
+    eval_err(
+        "[1, 1].transformMapEntry(i, v, {'x': v}) == {}",
+        "key already exists",
+    );
+    yes(r#"device.attributes["gpu.example.com"].exists(k, v, k == "numa" && v == 1)"#);
+    yes("[1, 2].all(x, x > 0)");
+    compile_err("[1].all(i, i, true)", "duplicate variable");
+    compile_err("[1].all(i, v, w)", "undeclared reference to 'w'");
+}

@@ -215,6 +215,19 @@ pub(super) fn device_obj<'a>(view: &DeviceView<'a>, needs: Needs) -> Result<Devi
     // even one that reads only `device.driver`; the maps themselves are only built if read.
     let mut attributes: HashMap<&'a str, HashMap<CelMapKey<'a>, Box<dyn Val + 'a>>> = HashMap::new();
     for (name, attr) in view.attributes.into_iter().flatten() {
+        if !needs.attributes {
+            // Only what can fail: a missing value, or a version that is not one.
+            if attr.int.is_none() && attr.bool.is_none() && attr.string.is_none() {
+                match &attr.version {
+                    Some(v) => {
+                        parse_semver(v)
+                            .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?;
+                    }
+                    None => return Err(format!("attribute {name}: unsupported attribute value")),
+                }
+            }
+            continue;
+        }
         // kube's order: int, bool, string, version.
         let value: Box<dyn Val + 'a> = if let Some(i) = attr.int {
             Box::new(CelInt::from(i))
@@ -228,18 +241,18 @@ pub(super) fn device_obj<'a>(view: &DeviceView<'a>, needs: Needs) -> Result<Devi
         } else {
             return Err(format!("attribute {name}: unsupported attribute value"));
         };
-        if needs.attributes {
-            let (domain, id) = qualified(name, view.driver);
-            attributes
-                .entry(domain)
-                .or_default()
-                .insert(CelMapKey::from(id), value);
-        }
+        let (domain, id) = qualified(name, view.driver);
+        attributes
+            .entry(domain)
+            .or_default()
+            .insert(CelMapKey::from(id), value);
     }
     let mut capacity: HashMap<&'a str, HashMap<CelMapKey<'a>, Box<dyn Val + 'a>>> = HashMap::new();
-    for (name, cap) in view.capacity.into_iter().flatten() {
+    // kube's capacities are parsed quantities already (the API server rejects any other), so
+    // they are parsed here only when the selector reads them.
+    for (name, cap) in view.capacity.into_iter().flatten().filter(|_| needs.capacity) {
         let q = Quantity::try_from(&cap.value).map_err(|e| format!("capacity {name}: {e}"))?;
-        if needs.capacity {
+        {
             let (domain, id) = qualified(name, view.driver);
             capacity
                 .entry(domain)
