@@ -1,6 +1,7 @@
 //! The volume rules through the cluster index: they decide the node, the verdict cache keeps pods
 //! of one resource shape but different volumes apart, and explained verdicts name
 //! kube-scheduler's reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},

@@ -5,6 +5,7 @@
 //!
 //! Comments and string literals are not read: a doc link is no dependency. The scheduler's DRA
 //! module must also stay below the model: it may not reach the cluster index or the live loop.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -316,10 +317,10 @@ impl Graph {
         }
         let mut marks = BTreeMap::new();
         for m in &self.modules {
-            if marks.get(m).copied().unwrap_or(Mark::New) == Mark::New {
-                if let Some(c) = visit(self, m, &mut marks, &mut Vec::new()) {
-                    return Some(c);
-                }
+            if marks.get(m).copied().unwrap_or(Mark::New) == Mark::New
+                && let Some(c) = visit(self, m, &mut marks, &mut Vec::new())
+            {
+                return Some(c);
             }
         }
         None
