@@ -65,6 +65,8 @@ pub struct PodSpec {
     pub claims: Vec<crate::volume_binding::ClaimRef>,
     /// hook (issue 19): what kube-scheduler's constraint plugins read, parsed once.
     pub facts: std::sync::Arc<crate::constraints::PodFacts>,
+    /// `spec.resourceClaims`, resolved to ResourceClaim names where known.
+    pub resource_claims: Vec<crate::dra::state::PodClaim>,
 }
 
 /// A pod that cannot be modelled.
@@ -273,6 +275,7 @@ impl PodSpec {
         );
         // hook (issue 19)
         let facts = std::sync::Arc::new(crate::constraints::PodFacts::from_pod(pod, &namespace));
+        let resource_claims = crate::dra::state::pod_claims(pod);
         Ok(PodSpec {
             namespace,
             name,
@@ -292,6 +295,7 @@ impl PodSpec {
             terminal,
             claims,
             facts,
+            resource_claims,
         })
     }
 

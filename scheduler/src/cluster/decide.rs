@@ -158,7 +158,7 @@ impl Cluster {
     }
 
     /// hook(volumes): [`PreparedPod::new`] with what the pod's volumes allow.
-    fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
+    pub(super) fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
         let mut prepared = PreparedPod::new(pod);
         prepared.volumes = self.volumes.filter(pod);
         prepared
@@ -172,6 +172,9 @@ impl Cluster {
         explain: bool,
     ) -> Decision {
         let pod = prepared.spec;
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, explain).0;
+        }
         // hook(volumes): kube-scheduler's PreFilter rejects the pod once, not per node.
         if let Some(reason) = prepared.volumes.blocked() {
             return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
@@ -295,6 +298,9 @@ impl Cluster {
             let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
             d.nodes.clear();
             return d;
+        }
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, false).0;
         }
         // hook (issue 19): pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {

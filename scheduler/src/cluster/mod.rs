@@ -29,6 +29,10 @@ mod preemption;
 // hook (issue 19): kube-scheduler's constraint plugins on the decision path.
 mod constrained;
 mod shared_slots;
+// kube-scheduler's DynamicResources filter for pods with resource claims.
+mod claims;
+
+pub use claims::ClaimsOutcome;
 
 pub use preemption::{Hold, Preemption};
 
@@ -234,6 +238,8 @@ pub struct Cluster {
     preemption: preemption::State,
     /// hook (issue 19): pods' constraint facts, node labels and Namespaces.
     constraints: crate::constraints::ConstraintIndex,
+    /// DeviceClasses, ResourceSlices and ResourceClaims, and the devices claims hold.
+    pub dra: crate::dra::state::DraState,
 }
 
 /// One node's verdict for one pod.
