@@ -1201,11 +1201,6 @@ where
                 }
             }
         }
-        for c in &mut out {
-            if c.requests.as_ref().is_some_and(|r| r.len() == requests.len()) {
-                c.requests = None;
-            }
-        }
         out
     }
 
