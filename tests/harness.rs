@@ -1,6 +1,6 @@
-//! Harness for agent end-to-end tests: an API target (the HTTP-level fake, or a real cluster
-//! when `NUMAPLANE_E2E_KUBECONFIG` is set) and a running `numaplane-exporter run` process with
-//! its metrics endpoint.
+//! Harness for agent end-to-end tests: an API target (a real kube-apiserver, see
+//! [`crate::control_plane`], or the HTTP-level fake where there is none or where a test injects
+//! faults) and a running `numaplane-exporter run` process with its metrics endpoint.
 //!
 //! Tests talk to either target through kube-rs only, so the same assertions run against both.
 //! Fake-only checks (request logs, injected API failures) go through [`ApiTarget::fake`].
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
@@ -29,27 +29,50 @@ pub struct ApiTarget {
     client: kube::Client,
     kubeconfig: PathBuf,
     fake: Option<FakeApiServer>,
+    cluster: Option<crate::control_plane::Cluster>,
+    _turn: Option<crate::control_plane::Exclusive>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl ApiTarget {
-    /// The fake API server with the NRT CRD installed, or the real cluster of
-    /// `NUMAPLANE_E2E_KUBECONFIG` (which must have the CRD from deploy/crd.yaml installed).
+    /// The real API server when there is one (see [`crate::control_plane`]): the cluster of
+    /// `NUMAPLANE_E2E_KUBECONFIG`, else this test binary's control plane from the kit, with the
+    /// test holding the binary's turn on it. Without either (a fresh clone), the HTTP-level fake
+    /// with the NRT CRD installed, after one line saying that the real-server run was skipped.
+    /// Panics when the kit is there but its control plane cannot be started.
     pub async fn start() -> Result<Self, HarnessError> {
-        match std::env::var_os(REAL_CLUSTER_ENV) {
-            Some(path) => {
-                let path = PathBuf::from(path);
-                let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
-                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-                Ok(Self {
-                    client: kube::Client::try_from(config)?,
-                    kubeconfig: path,
-                    fake: None,
-                    _dir: None,
-                })
+        Self::start_with(&crate::control_plane::Options::default()).await
+    }
+
+    /// [`Self::start`] on a control plane started with `options`.
+    pub async fn start_with(options: &crate::control_plane::Options) -> Result<Self, HarnessError> {
+        match crate::control_plane::cluster_with(options) {
+            Ok(Some(cluster)) => Self::on(cluster).await,
+            Ok(None) => {
+                let test = std::thread::current().name().unwrap_or("this test").to_owned();
+                println!(
+                    "{}",
+                    crate::control_plane::skip_line(&format!(
+                        "{test} on a real kube-apiserver (ran on the HTTP-level fake)"
+                    ))
+                );
+                Self::start_fake(true).await
             }
-            None => Self::start_fake(true).await,
+            Err(e) => panic!("no real API server: {e}"),
         }
+    }
+
+    /// The real cluster, holding the binary's turn on it.
+    pub async fn on(cluster: crate::control_plane::Cluster) -> Result<Self, HarnessError> {
+        let turn = crate::control_plane::exclusive(&cluster).await?;
+        Ok(Self {
+            client: cluster.client().await?,
+            kubeconfig: cluster.kubeconfig().to_path_buf(),
+            fake: None,
+            cluster: Some(cluster),
+            _turn: Some(turn),
+            _dir: None,
+        })
     }
 
     /// Always the fake (for tests of what a real cluster cannot be made to do, such as a missing
@@ -65,6 +88,8 @@ impl ApiTarget {
             client: fake.client().await?,
             kubeconfig,
             fake: Some(fake),
+            cluster: None,
+            _turn: None,
             _dir: Some(dir),
         })
     }
@@ -77,6 +102,17 @@ impl ApiTarget {
     /// Whether the target is a real cluster.
     pub fn is_real(&self) -> bool {
         self.fake.is_none()
+    }
+
+    /// The real cluster, when the target is one.
+    pub fn cluster(&self) -> Option<&crate::control_plane::Cluster> {
+        self.cluster.as_ref()
+    }
+
+    /// The kit's control plane, when the target is it (not the fake, not
+    /// `NUMAPLANE_E2E_KUBECONFIG`'s cluster).
+    pub fn control_plane(&self) -> Option<&'static crate::control_plane::ControlPlane> {
+        self.cluster.as_ref().and_then(|c| c.control_plane())
     }
 
     /// The kubeconfig to hand to the agent.
@@ -123,13 +159,24 @@ impl ApiTarget {
         Ok(created.metadata.uid.unwrap_or_default())
     }
 
-    /// Creates a namespace labelled `numaplane.io/e2e=true`.
+    /// Creates a namespace labelled `numaplane.io/e2e=true`, with the `default` ServiceAccount
+    /// the ServiceAccount admission plugin requires of a pod (on the kit's control plane no
+    /// controller manager creates it).
     pub async fn create_namespace(&self, name: &str) -> Result<(), HarnessError> {
         let namespaces: Api<Namespace> = Api::all(self.client());
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
         }))?;
         namespaces.create(&PostParams::default(), &ns).await?;
+        if self.is_real() {
+            let accounts: Api<ServiceAccount> = Api::namespaced(self.client(), name);
+            let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+            match accounts.create(&PostParams::default(), &sa).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(())
     }
 

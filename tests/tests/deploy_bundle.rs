@@ -1295,9 +1295,100 @@ fn topo(numa: i64) -> Option<TopologyInfo> {
     })
 }
 
+/// `kubectl apply -k deploy/` with every component, as a user installs it, on the kit's control
+/// plane (a cluster of `NUMAPLANE_E2E_KUBECONFIG` has it installed already). The Prometheus
+/// Operator is not there: a stand-in for its ServiceMonitor CRD (any spec) lets the
+/// servicemonitor component apply.
+async fn install_bundle(target: &ApiTarget) {
+    let Some(cp) = target.control_plane() else {
+        return;
+    };
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+            "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors", "singular": "servicemonitor"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("servicemonitor-crd.json");
+    std::fs::write(&file, crd.to_string()).unwrap();
+    cp.kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()])
+        .unwrap();
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/servicemonitors.monitoring.coreos.com",
+    ])
+    .unwrap();
+    let components: Vec<PathBuf> = COMPONENTS.iter().map(|c| deploy().join(c)).collect();
+    let out = render::apply(&deploy(), &components, cp.kubeconfig())
+        .unwrap_or_else(|e| panic!("kubectl apply -k deploy/ with {COMPONENTS:?}: {e}"));
+    // Every object of the rendered bundle is there, as rendered.
+    for o in full() {
+        let (kind, name) = (
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap(),
+        );
+        let mut args = vec!["get", kind, name, "-o", "name"];
+        if let Some(ns) = o["metadata"]["namespace"].as_str() {
+            args.extend(["-n", ns]);
+        }
+        cp.kubectl(&args)
+            .unwrap_or_else(|e| panic!("{kind} {name} not there after apply: {e}\n{out}"));
+    }
+}
+
+/// The bundle on a real API server: each ServiceAccount is allowed, as the server itself
+/// answers `kubectl auth can-i --list` for it, exactly what the bundle's rules grant, which
+/// [`each_service_account_grants_exactly_what_its_binary_requests`] holds against what the
+/// binaries request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_account_can_exactly_what_its_rules_grant_on_a_real_server() {
+    let Some(cluster) = numaplane_e2e::control_plane::require(
+        "deploy/'s RBAC checked as each ServiceAccount on a real kube-apiserver",
+        &Default::default(),
+    ) else {
+        return;
+    };
+    let target = ApiTarget::on(cluster).await.unwrap();
+    install_bundle(&target).await;
+    let accounts: Vec<&str> = full()
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(accounts.len() >= 3, "{accounts:?}");
+    for sa in accounts {
+        let rules = rbac::rules_for(full(), NAMESPACE, sa).unwrap();
+        let table = numaplane_e2e::control_plane::kubectl(
+            target.kubeconfig(),
+            &[
+                "auth",
+                "can-i",
+                "--list",
+                &format!("--as=system:serviceaccount:{NAMESPACE}:{sa}"),
+                "--namespace",
+                NAMESPACE,
+            ],
+        )
+        .unwrap();
+        let server = rbac::parse_can_i_list(&table).unwrap();
+        let bundle = rbac::grants_in(&rules, NAMESPACE);
+        assert!(!bundle.is_empty(), "{sa}: the bundle grants nothing");
+        assert_eq!(
+            server, bundle,
+            "{sa}: what the server allows (left) differs from the bundle's rules (right)\n{table}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let target = ApiTarget::start().await.unwrap();
+    install_bundle(&target).await;
     let client = target.client();
     let dir = tempfile::tempdir().unwrap();
     let ns = unique_name("np-rbac");

@@ -50,7 +50,15 @@ struct Env {
 impl Env {
     /// A namespace and `n` nodes, each with two zones of 4 CPUs and 2 GPUs (single-numa-node).
     async fn new(n: usize) -> Env {
-        let target = ApiTarget::start().await.unwrap();
+        Self::on(ApiTarget::start().await.unwrap(), n).await
+    }
+
+    /// [`Self::new`] on the HTTP-level fake, for the faults only it can inject.
+    async fn new_fake(n: usize) -> Env {
+        Self::on(ApiTarget::start_fake(true).await.unwrap(), n).await
+    }
+
+    async fn on(target: ApiTarget, n: usize) -> Env {
         let ns = unique_name("np-sched");
         let prefix = unique_name("np-node");
         target.create_namespace(&ns).await.unwrap();
@@ -531,7 +539,7 @@ async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
-    let env = Env::new(4).await;
+    let env = Env::new_fake(4).await;
     let Some(fake) = env.target.fake() else {
         return; // Fault injection needs the fake.
     };
@@ -674,7 +682,7 @@ fn bindings_of(fake: &FakeApiServer, ns: &str, name: &str) -> Vec<(u16, String)>
 /// double-booked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
-    let env = Env::new(1).await;
+    let env = Env::new_fake(1).await;
     let Some(fake) = env.target.fake() else {
         return; // The races are made by the fake.
     };
@@ -904,7 +912,7 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
 /// failed Binding (and not at all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_event_and_status_writes_are_counted_as_what_they_are() {
-    let env = Env::new(1).await;
+    let env = Env::new_fake(1).await;
     let Some(fake) = env.target.fake() else {
         return; // Fault injection needs the fake.
     };

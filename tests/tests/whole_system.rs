@@ -2,7 +2,8 @@
 //! real scheduler and, per node, the real exporter hosting our device plugin, with no
 //! oversubscription at any moment and no prediction mismatch.
 //!
-//! Against the HTTP-level fake API (default): simulated nodes, each a fake kubelet (real gRPC
+//! Against a real kube-apiserver (the kit's control plane, see `numaplane_e2e::control_plane`),
+//! or the HTTP-level fake API without one: simulated nodes, each a fake kubelet (real gRPC
 //! servers on Unix sockets, see `numaplane_e2e::whole_system`) and an exporter process.
 //! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000) of a mixed shape (1–4 exclusive CPUs,
 //! memory, GPUs, NIC slots) are created while fewer than a window are alive, and reflected pods
@@ -31,6 +32,7 @@ use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::fingerprint;
 use numaplane::nrt::{self, NodeResourceTopology};
 use numaplane::quantity::Quantity;
+use numaplane_e2e::control_plane::Cluster;
 use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use numaplane_e2e::whole_system::{self as sys, SimNode};
 use serde_json::json;
@@ -87,10 +89,16 @@ async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> 
     }
 }
 
+/// Whether the target is `NUMAPLANE_E2E_KUBECONFIG`'s cluster, with real kubelets (the kit's
+/// control plane has none: the simulated nodes run against it).
+fn external(api: &ApiTarget) -> bool {
+    matches!(api.cluster(), Some(Cluster::External(_)))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     let api = ApiTarget::start().await.unwrap();
-    if api.is_real() {
+    if external(&api) {
         real_cluster(&api).await;
         return;
     }
@@ -102,7 +110,7 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_waiting_for_capacity_get_their_recorded_devices() {
     let api = ApiTarget::start().await.unwrap();
-    if api.is_real() {
+    if external(&api) {
         real_cluster(&api).await;
         return;
     }
