@@ -1265,3 +1265,119 @@ fn add_new<'r>(from: impl Iterator<Item = &'r NodeSelectorRequirement>, to: &mut
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn slice(name: &str, devices: serde_json::Value) -> ResourceSlice {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
+            "driver": "d", "nodeName": "n1", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices}}))
+        .unwrap()
+    }
+
+    fn claim(spec: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": spec}})).unwrap()
+    }
+
+    fn run(slices: &[ResourceSlice], claims: &[ResourceClaim]) -> Result<Option<Vec<AllocationResult>>, DraError> {
+        let classes: HashMap<String, DeviceClass> = [(
+            "gpu".to_owned(),
+            serde_json::from_value(json!({"metadata": {"name": "gpu"},
+                "spec": {"selectors": [{"cel": {"expression": "device.driver == \"d\""}}]}}))
+            .unwrap(),
+        )]
+        .into();
+        let allocated = AllocatedState::default();
+        let selectors = SelectorCache::default();
+        let world = World {
+            classes: &classes,
+            all_slices: slices,
+            allocated: &allocated,
+            selectors: &selectors,
+        };
+        let labels = BTreeMap::new();
+        let node = NodeRef { name: "n1", labels: &labels };
+        let candidates: Vec<&ResourceSlice> = slices.iter().collect();
+        let claims: Vec<&ResourceClaim> = claims.iter().collect();
+        allocate(&world, &candidates, &node, &claims, &|c, r| format!("share-{c}-{r}"))
+    }
+
+    fn devices(r: &AllocationResult) -> Vec<String> {
+        r.devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|d| format!("{}={}", d.request, d.device))
+            .collect()
+    }
+
+    #[test]
+    fn backtracks_to_satisfy_match_attribute() {
+        let s = slice(
+            "s",
+            json!([{"name": "a", "attributes": {"numa": {"int": 0}}},
+                   {"name": "b", "attributes": {"numa": {"int": 1}}},
+                   {"name": "c", "attributes": {"numa": {"int": 1}}}]),
+        );
+        let c = claim(json!({
+            "requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}],
+            "constraints": [{"matchAttribute": "d/numa"}]}));
+        let got = run(&[s], &[c]).unwrap().unwrap();
+        assert_eq!(devices(&got[0]), ["r=b", "r=c"]);
+    }
+
+    #[test]
+    fn first_available_falls_back_and_names_the_subrequest() {
+        let s = slice("s", json!([{"name": "a"}]));
+        let c = claim(json!({"requests": [{"name": "r", "firstAvailable": [
+            {"name": "two", "deviceClassName": "gpu", "count": 2},
+            {"name": "one", "deviceClassName": "gpu", "count": 1}]}]}));
+        let got = run(&[s], &[c]).unwrap().unwrap();
+        assert_eq!(devices(&got[0]), ["r/one=a"]);
+    }
+
+    #[test]
+    fn errors_are_fatal_except_invalid_pools() {
+        let dup = slice("s", json!([{"name": "a"}, {"name": "a"}]));
+        let c = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}));
+        let e = run(&[dup], std::slice::from_ref(&c)).unwrap_err();
+        assert!(e.is_node_error(), "{e}");
+        assert!(e.to_string().contains("duplicate device name a"), "{e}");
+
+        let s = slice("s", json!([{"name": "a"}]));
+        let unknown = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "nope"}}]}));
+        let e = run(std::slice::from_ref(&s), &[unknown]).unwrap_err();
+        assert!(!e.is_node_error());
+        assert!(e.to_string().contains("could not retrieve device class nope"), "{e}");
+
+        let bad = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu",
+            "selectors": [{"cel": {"expression": "noSuchVar"}}]}}]}));
+        let e = run(&[s], &[bad]).unwrap_err();
+        assert!(matches!(e, DraError::SelectorCompile { .. }), "{e}");
+    }
+
+    #[test]
+    fn shared_counters_limit_partitions() {
+        let parts = slice(
+            "s",
+            json!([{"name": "half-0", "consumesCounters": [{"counterSet": "mem", "counters": {"gi": {"value": "4"}}}]},
+                   {"name": "half-1", "consumesCounters": [{"counterSet": "mem", "counters": {"gi": {"value": "4"}}}]},
+                   {"name": "whole", "consumesCounters": [{"counterSet": "mem", "counters": {"gi": {"value": "8"}}}]}]),
+        );
+        let mut counters = slice("t", json!(null));
+        counters.spec.devices = None;
+        counters.spec.shared_counters = Some(vec![
+            serde_json::from_value(json!({"name": "mem", "counters": {"gi": {"value": "8"}}})).unwrap(),
+        ]);
+        counters.spec.pool.resource_slice_count = 2;
+        let mut parts = parts;
+        parts.spec.pool.resource_slice_count = 2;
+        let c = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 3}}]}));
+        assert!(run(&[parts.clone(), counters.clone()], &[c]).unwrap().is_none());
+        let c = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}]}));
+        let got = run(&[parts, counters], &[c]).unwrap().unwrap();
+        assert_eq!(devices(&got[0]), ["r=half-0", "r=half-1"]);
+    }
+}
