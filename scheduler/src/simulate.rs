@@ -204,15 +204,22 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
                 "PodDisruptionBudget" => inputs.budgets.push(serde_json::from_value(doc).map_err(bad)?),
                 "DeviceClass" | "ResourceSlice" | "ResourceClaim"
-                    if doc.get("apiVersion").and_then(serde_json::Value::as_str) != Some("resource.k8s.io/v1") =>
+                    if doc.get("apiVersion").and_then(serde_json::Value::as_str)
+                        != Some("resource.k8s.io/v1") =>
                 {
                     inputs.skipped.push(format!(
                         "{path}: document {index}: {kind} ignored: only apiVersion resource.k8s.io/v1 is read"
                     ));
                 }
-                "DeviceClass" => inputs.device_classes.push(serde_json::from_value(doc).map_err(bad)?),
-                "ResourceSlice" => inputs.resource_slices.push(serde_json::from_value(doc).map_err(bad)?),
-                "ResourceClaim" => inputs.resource_claims.push(serde_json::from_value(doc).map_err(bad)?),
+                "DeviceClass" => inputs
+                    .device_classes
+                    .push(serde_json::from_value(doc).map_err(bad)?),
+                "ResourceSlice" => inputs
+                    .resource_slices
+                    .push(serde_json::from_value(doc).map_err(bad)?),
+                "ResourceClaim" => inputs
+                    .resource_claims
+                    .push(serde_json::from_value(doc).map_err(bad)?),
                 // hook(volumes)
                 k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
                     inputs.storage.read(k, doc).map_err(bad)?;
@@ -430,7 +437,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
                 // Without `All`, a pod that fits nowhere is still explained by `schedule`.
-                let (mut decision, outcome) = cluster.schedule_with_claims(&config, &spec, explain == Explain::All);
+                let (mut decision, outcome) =
+                    cluster.schedule_with_claims(&config, &spec, explain == Explain::All);
                 cluster.assume(&spec, &decision);
                 if decision.node.is_some() {
                     cluster.commit_claims(&spec, &outcome.claims);

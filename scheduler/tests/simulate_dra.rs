@@ -44,7 +44,10 @@ fn run(cluster: Vec<Value>, pods: Vec<Value>) -> Report {
             other => panic!("kind {other:?}"),
         }
     }
-    let pods = pods.into_iter().map(|p| serde_json::from_value(p).unwrap()).collect();
+    let pods = pods
+        .into_iter()
+        .map(|p| serde_json::from_value(p).unwrap())
+        .collect();
     simulate(inputs, pods, &ConfigFile::default(), Explain::Failed)
 }
 
@@ -63,8 +66,16 @@ fn claims_are_allocated_on_the_chosen_node_and_held_for_later_pods() {
             claim("b", 1),
         ],
         vec![
-            pod("p1", json!([{"name": "gpu", "resourceClaimName": "a"}]), json!({})),
-            pod("p2", json!([{"name": "gpu", "resourceClaimName": "b"}]), json!({})),
+            pod(
+                "p1",
+                json!([{"name": "gpu", "resourceClaimName": "a"}]),
+                json!({}),
+            ),
+            pod(
+                "p2",
+                json!([{"name": "gpu", "resourceClaimName": "b"}]),
+                json!({}),
+            ),
         ],
     );
     let r = json_of(&report);
@@ -84,8 +95,17 @@ fn claims_are_allocated_on_the_chosen_node_and_held_for_later_pods() {
     // The only device is held by claim a now.
     let second = &r["results"][1];
     assert_eq!(second["node"], Value::Null);
-    assert_eq!(second["nodes"][0]["reasons"], json!(["cannot allocate all claims"]));
-    assert!(second["message"].as_str().unwrap().contains("cannot allocate all claims"), "{second}");
+    assert_eq!(
+        second["nodes"][0]["reasons"],
+        json!(["cannot allocate all claims"])
+    );
+    assert!(
+        second["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot allocate all claims"),
+        "{second}"
+    );
     let table = render_table(&report);
     assert!(table.contains("claim a"), "{table}");
     assert!(table.contains("gpu.example.com/n1/gpu-0"), "{table}");
@@ -117,7 +137,10 @@ fn a_template_claim_is_found_through_the_pod_status_and_an_allocated_claim_count
     // n1's only device is in use, so the pod goes to n2.
     assert_eq!(first["node"], "n2", "{first}");
     assert_eq!(first["claims"][0]["name"], "p1-gpu-x7");
-    assert_eq!(first["claims"][0]["allocation"]["devices"]["results"][0]["pool"], "n2");
+    assert_eq!(
+        first["claims"][0]["allocation"]["devices"]["results"][0]["pool"],
+        "n2"
+    );
     assert!(first.get("unsupported").is_none(), "{first}");
 }
 
@@ -126,23 +149,51 @@ fn missing_claims_and_bad_classes_name_the_claim_and_the_rule() {
     let report = run(
         vec![node("n1"), slice("n1", &["gpu-0"]), class()],
         vec![
-            pod("waiting", json!([{"name": "gpu", "resourceClaimTemplateName": "t"}]), json!({})),
-            pod("missing", json!([{"name": "gpu", "resourceClaimName": "nope"}]), json!({})),
+            pod(
+                "waiting",
+                json!([{"name": "gpu", "resourceClaimTemplateName": "t"}]),
+                json!({}),
+            ),
+            pod(
+                "missing",
+                json!([{"name": "gpu", "resourceClaimName": "nope"}]),
+                json!({}),
+            ),
         ],
     );
     let r = json_of(&report);
-    let reason = |i: usize| r["results"][i]["nodes"][0]["reasons"][0].as_str().unwrap().to_owned();
-    assert!(reason(0).contains("pod claim gpu: waiting for its ResourceClaim"), "{}", reason(0));
-    assert!(reason(1).contains("resourceclaim \"ns/nope\" not found"), "{}", reason(1));
+    let reason = |i: usize| {
+        r["results"][i]["nodes"][0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        reason(0).contains("pod claim gpu: waiting for its ResourceClaim"),
+        "{}",
+        reason(0)
+    );
+    assert!(
+        reason(1).contains("resourceclaim \"ns/nope\" not found"),
+        "{}",
+        reason(1)
+    );
 
     let mut bad = claim("bad", 1);
     bad["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = json!("no-such-class");
     let report = run(
         vec![node("n1"), slice("n1", &["gpu-0"]), class(), bad],
-        vec![pod("p", json!([{"name": "gpu", "resourceClaimName": "bad"}]), json!({}))],
+        vec![pod(
+            "p",
+            json!([{"name": "gpu", "resourceClaimName": "bad"}]),
+            json!({}),
+        )],
     );
     let r = json_of(&report);
     let e = r["results"][0]["claimsError"].as_str().unwrap();
-    assert!(e.contains("claim ns/bad, request gpus: could not retrieve device class no-such-class"), "{e}");
+    assert!(
+        e.contains("claim ns/bad, request gpus: could not retrieve device class no-such-class"),
+        "{e}"
+    );
     assert_eq!(r["results"][0]["node"], Value::Null);
 }

@@ -61,7 +61,9 @@ fn inputs(case: &Value) -> (Vec<Value>, Value) {
     let mut n = 0;
     for d in case["allocated_devices"].as_array().cloned().unwrap_or_default() {
         let parts: Vec<&str> = s(&d).splitn(3, '/').collect();
-        let [driver, pool, device] = parts[..] else { continue };
+        let [driver, pool, device] = parts[..] else {
+            continue;
+        };
         docs.push(allocated_claim(
             n,
             json!({"request": "r", "driver": driver, "pool": pool, "device": device}),
@@ -73,7 +75,9 @@ fn inputs(case: &Value) -> (Vec<Value>, Value) {
     if let Some(agg) = state["aggregatedCapacity"].as_object() {
         for (id, consumed) in agg {
             let parts: Vec<&str> = id.splitn(3, '/').collect();
-            let [driver, pool, device] = parts[..] else { continue };
+            let [driver, pool, device] = parts[..] else {
+                continue;
+            };
             with_capacity.insert(id.clone());
             docs.push(allocated_claim(
                 n,
@@ -83,9 +87,15 @@ fn inputs(case: &Value) -> (Vec<Value>, Value) {
             n += 1;
         }
     }
-    for shared in state["allocatedSharedDeviceIDs"].as_array().cloned().unwrap_or_default() {
+    for shared in state["allocatedSharedDeviceIDs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
         let parts: Vec<&str> = s(&shared).splitn(4, '/').collect();
-        let [driver, pool, device, share] = parts[..] else { continue };
+        let [driver, pool, device, share] = parts[..] else {
+            continue;
+        };
         if with_capacity.contains(&format!("{driver}/{pool}/{device}")) {
             continue;
         }
@@ -114,12 +124,20 @@ fn quantity(v: &Value) -> String {
 }
 
 fn absent_or_empty(v: &Value) -> bool {
-    v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(serde_json::Map::is_empty)
+    v.is_null()
+        || v.as_array().is_some_and(Vec::is_empty)
+        || v.as_object().is_some_and(serde_json::Map::is_empty)
 }
 
 /// One device result in a comparable form.
 fn device_key(r: &Value) -> String {
-    let list = |v: &Value| if absent_or_empty(v) { Value::Null } else { v.clone() };
+    let list = |v: &Value| {
+        if absent_or_empty(v) {
+            Value::Null
+        } else {
+            v.clone()
+        }
+    };
     let consumed: Vec<(String, String)> = r["consumedCapacity"]
         .as_object()
         .map(|m| m.iter().map(|(k, v)| (k.clone(), quantity(v))).collect())
@@ -177,19 +195,36 @@ fn config(v: &Value) -> Vec<Value> {
 }
 
 fn compare_allocation(i: usize, got: &Value, want: &Value) -> Result<(), String> {
-    let mut got_devices: Vec<String> = got["devices"]["results"].as_array().into_iter().flatten().map(device_key).collect();
-    let mut want_devices: Vec<String> =
-        want["devices"]["results"].as_array().into_iter().flatten().map(device_key).collect();
+    let mut got_devices: Vec<String> = got["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(device_key)
+        .collect();
+    let mut want_devices: Vec<String> = want["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(device_key)
+        .collect();
     got_devices.sort();
     want_devices.sort();
     if got_devices != want_devices {
-        return Err(format!("claim {i}: devices\n  got  {got_devices:?}\n  want {want_devices:?}"));
+        return Err(format!(
+            "claim {i}: devices\n  got  {got_devices:?}\n  want {want_devices:?}"
+        ));
     }
-    let (g, w) = (node_selector(&got["nodeSelector"]), node_selector(&want["nodeSelector"]));
+    let (g, w) = (
+        node_selector(&got["nodeSelector"]),
+        node_selector(&want["nodeSelector"]),
+    );
     if g != w {
         return Err(format!("claim {i}: nodeSelector\n  got  {g:?}\n  want {w:?}"));
     }
-    let (g, w) = (config(&got["devices"]["config"]), config(&want["devices"]["config"]));
+    let (g, w) = (
+        config(&got["devices"]["config"]),
+        config(&want["devices"]["config"]),
+    );
     if g != w {
         return Err(format!(
             "claim {i}: config\n  got  {}\n  want {}",
@@ -267,7 +302,11 @@ fn run_case(case: &Value, dir: &std::path::Path) -> Result<(), String> {
     let got = result["claims"].as_array().cloned().unwrap_or_default();
     let want_results = expect["results"].as_array().cloned().unwrap_or_default();
     if got.len() != want_results.len() {
-        return Err(format!("{} claims allocated, want {}", got.len(), want_results.len()));
+        return Err(format!(
+            "{} claims allocated, want {}",
+            got.len(),
+            want_results.len()
+        ));
     }
     for (i, (g, w)) in got.iter().zip(&want_results).enumerate() {
         compare_allocation(i, &g["allocation"], w)?;
@@ -279,7 +318,8 @@ fn run_case(case: &Value, dir: &std::path::Path) -> Result<(), String> {
 fn dra_allocator_vectors_pass_through_the_simulate_binary() {
     let path = vectors_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let vectors: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let vectors: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     let cases = vectors["cases"].as_array().cloned().unwrap_or_default();
     assert!(!cases.is_empty(), "no cases in {}", path.display());
     let dir = tempfile::tempdir().expect("tempdir");
@@ -289,7 +329,11 @@ fn dra_allocator_vectors_pass_through_the_simulate_binary() {
             failures.push(format!("{}: {e}", s(&case["name"])));
         }
     }
-    eprintln!("{}/{} DRA allocator vectors pass", cases.len() - failures.len(), cases.len());
+    eprintln!(
+        "{}/{} DRA allocator vectors pass",
+        cases.len() - failures.len(),
+        cases.len()
+    );
     assert!(
         failures.is_empty(),
         "{} of {} vectors fail:\n{}",

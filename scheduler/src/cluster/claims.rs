@@ -35,13 +35,12 @@ const CATEGORY: &str = "cannot allocate all claims";
 fn share_id(pod: &str, claim: usize, result: usize) -> String {
     // FNV-1a over the inputs, twice with different seeds for 128 bits.
     let mut out = [0u64; 2];
-    for (i, seed) in [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142].into_iter().enumerate() {
+    for (i, seed) in [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142]
+        .into_iter()
+        .enumerate()
+    {
         let mut h = seed;
-        for b in pod
-            .bytes()
-            .chain(claim.to_le_bytes())
-            .chain(result.to_le_bytes())
-        {
+        for b in pod.bytes().chain(claim.to_le_bytes()).chain(result.to_le_bytes()) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -61,7 +60,12 @@ fn share_id(pod: &str, claim: usize, result: usize) -> String {
 impl Cluster {
     /// [`Self::schedule`], and for a pod with claims the allocations it would get on the
     /// chosen node (or the claim error that failed the attempt).
-    pub fn schedule_with_claims(&self, cfg: &Config, pod: &PodSpec, explain: bool) -> (Decision, ClaimsOutcome) {
+    pub fn schedule_with_claims(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        explain: bool,
+    ) -> (Decision, ClaimsOutcome) {
         if !self.dra.enabled() || pod.resource_claims.is_empty() {
             return (self.schedule(cfg, pod, explain), ClaimsOutcome::default());
         }
@@ -155,7 +159,10 @@ impl Cluster {
         share: &dyn Fn(usize, usize) -> String,
     ) -> (Decision, ClaimsOutcome) {
         let pod = prepared.spec;
-        let mut verdicts: Vec<NodeVerdict> = nodes.iter().map(|n| self.evaluate(cfg, prepared, n, true)).collect();
+        let mut verdicts: Vec<NodeVerdict> = nodes
+            .iter()
+            .map(|n| self.evaluate(cfg, prepared, n, true))
+            .collect();
         if let Some(cons) = cons {
             for (v, n) in verdicts.iter_mut().zip(nodes) {
                 if v.feasible {
@@ -235,7 +242,10 @@ impl Cluster {
     /// The attempt fails with an error (no node is chosen; kube-scheduler retries the pod
     /// later): the node where it surfaced carries the reason.
     fn claims_failed(&self, pod: &PodSpec, node: &NodeBasics, e: DraError) -> (Decision, ClaimsOutcome) {
-        let message = format!("running DynamicResources filter plugin on node {}: {e}", node.name);
+        let message = format!(
+            "running DynamicResources filter plugin on node {}: {e}",
+            node.name
+        );
         (
             Decision {
                 pod: pod.key(),

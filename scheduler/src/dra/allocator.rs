@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use k8s_openapi::api::{
     core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm},
     resource::v1::{
-        AllocationResult, CapacityRequirements, Device, DeviceAllocationConfiguration, DeviceAllocationResult,
-        DeviceAttribute, DeviceClass, DeviceRequestAllocationResult, DeviceSelector, DeviceTaint, DeviceToleration,
-        ResourceClaim, ResourceSlice,
+        AllocationResult, CapacityRequirements, Device, DeviceAllocationConfiguration,
+        DeviceAllocationResult, DeviceAttribute, DeviceClass, DeviceRequestAllocationResult, DeviceSelector,
+        DeviceTaint, DeviceToleration, ResourceClaim, ResourceSlice,
     },
 };
 use numaplane::quantity::Quantity;
@@ -414,7 +414,10 @@ fn taint_blocks(taint: &DeviceTaint, tolerations: &[DeviceToleration]) -> bool {
         return false;
     }
     !tolerations.iter().any(|t| {
-        if t.effect.as_deref().is_some_and(|e| !e.is_empty() && e != taint.effect) {
+        if t.effect
+            .as_deref()
+            .is_some_and(|e| !e.is_empty() && e != taint.effect)
+        {
             return false;
         }
         if t.key.as_deref().is_some_and(|k| !k.is_empty() && k != taint.key) {
@@ -454,7 +457,13 @@ where
         for (ci, claim) in claims.iter().enumerate() {
             let key = claim_key(claim);
             let mut min_devices = 0usize;
-            for (ri, request) in claim.spec.iter().flat_map(|s| s.devices.iter()).flat_map(|d| d.requests.iter().flatten()).enumerate() {
+            for (ri, request) in claim
+                .spec
+                .iter()
+                .flat_map(|s| s.devices.iter())
+                .flat_map(|d| d.requests.iter().flatten())
+                .enumerate()
+            {
                 let subs = request.first_available.as_deref().unwrap_or_default();
                 if !subs.is_empty() {
                     let mut min = usize::MAX;
@@ -479,13 +488,8 @@ where
                             all_devices: Vec::new(),
                             selected_sub: 0,
                         };
-                        let r = self.validate(
-                            &key,
-                            (ci, ri, si),
-                            r,
-                            sub.allocation_mode.as_deref(),
-                            sub.count,
-                        )?;
+                        let r =
+                            self.validate(&key, (ci, ri, si), r, sub.allocation_mode.as_deref(), sub.count)?;
                         min = min.min(r.count);
                         self.requests.insert((ci, ri, si), r);
                     }
@@ -519,7 +523,13 @@ where
                     all_devices: Vec::new(),
                     selected_sub: 0,
                 };
-                let r = self.validate(&key, (ci, ri, 0), r, exactly.allocation_mode.as_deref(), exactly.count)?;
+                let r = self.validate(
+                    &key,
+                    (ci, ri, 0),
+                    r,
+                    exactly.allocation_mode.as_deref(),
+                    exactly.count,
+                )?;
                 min_devices = min_devices.saturating_add(r.count);
                 self.requests.insert((ci, ri, 0), r);
             }
@@ -530,7 +540,13 @@ where
                 });
             }
             let mut constraints = Vec::new();
-            for (i, c) in claim.spec.iter().flat_map(|s| s.devices.iter()).flat_map(|d| d.constraints.iter().flatten()).enumerate() {
+            for (i, c) in claim
+                .spec
+                .iter()
+                .flat_map(|s| s.devices.iter())
+                .flat_map(|d| d.constraints.iter().flatten())
+                .enumerate()
+            {
                 let requests: HashSet<String> = c.requests.iter().flatten().cloned().collect();
                 if let Some(attribute) = c.match_attribute.clone() {
                     constraints.push(Constraint::Match {
@@ -561,11 +577,14 @@ where
                 request: request.to_owned(),
             });
         }
-        self.world.classes.get(name).ok_or_else(|| DraError::UnknownClass {
-            claim: claim.to_owned(),
-            request: request.to_owned(),
-            class: name.to_owned(),
-        })
+        self.world
+            .classes
+            .get(name)
+            .ok_or_else(|| DraError::UnknownClass {
+                claim: claim.to_owned(),
+                request: request.to_owned(),
+                class: name.to_owned(),
+            })
     }
 
     fn validate(
@@ -658,7 +677,15 @@ where
         };
         let class_owner = || format!("class {}", r.class.metadata.name.as_deref().unwrap_or(""));
         let claim_owner = || format!("claim {}", claim_key(self.claims[key.0]));
-        let mut ok = self.selectors_match(r.class.spec.as_ref().and_then(|s| s.selectors.as_deref()).unwrap_or_default(), &view, &class_owner)?;
+        let mut ok = self.selectors_match(
+            r.class
+                .spec
+                .as_ref()
+                .and_then(|s| s.selectors.as_deref())
+                .unwrap_or_default(),
+            &view,
+            &class_owner,
+        )?;
         if ok {
             ok = self.selectors_match(r.selectors, &view, &claim_owner)?;
         }
@@ -682,7 +709,10 @@ where
     ) -> Result<bool, DraError> {
         for (i, s) in selectors.iter().enumerate() {
             let Some(cel) = s.cel.as_ref() else {
-                return Err(DraError::EmptyClassSelector { owner: owner(), index: i });
+                return Err(DraError::EmptyClassSelector {
+                    owner: owner(),
+                    index: i,
+                });
             };
             if let Err(source) = self.world.selectors.compile(&cel.expression) {
                 return Err(DraError::SelectorCompile {
@@ -735,7 +765,12 @@ where
             return Ok(true);
         }
         let claim = self.claims[r.claim];
-        let num_requests = claim.spec.as_ref().and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.as_ref()).map_or(0, Vec::len);
+        let num_requests = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.devices.as_ref())
+            .and_then(|d| d.requests.as_ref())
+            .map_or(0, Vec::len);
         if r.request >= num_requests {
             return match self.allocate_one(
                 Idx {
@@ -758,7 +793,11 @@ where
             let mut sub = 0;
             loop {
                 if !self.requests.contains_key(&(r.claim, r.request, sub)) {
-                    return if all_exceeded { Err(Stop::MaxSize) } else { Ok(false) };
+                    return if all_exceeded {
+                        Err(Stop::MaxSize)
+                    } else {
+                        Ok(false)
+                    };
                 }
                 let attempt = self.allocate_one(Idx { sub, ..r }, true, Loc::default());
                 match attempt {
@@ -825,7 +864,11 @@ where
             }
             let slice_start = if pi == start.pool { start.slice } else { 0 };
             for (si, slice) in pool.slices.iter().enumerate().skip(slice_start) {
-                let device_start = if pi == start.pool && si == start.slice { start.device } else { 0 };
+                let device_start = if pi == start.pool && si == start.slice {
+                    start.device
+                } else {
+                    0
+                };
                 let n = slice.spec.devices.as_ref().map_or(0, Vec::len);
                 for di in device_start..n {
                     let loc = Loc {
@@ -898,8 +941,12 @@ where
         let Some(req) = self.requests.get(&key) else {
             return Ok(None);
         };
-        let (admin, tolerations, request_name, parent): (bool, &'w [DeviceToleration], &'w str, Option<&'w str>) =
-            (req.admin, req.tolerations, req.name, req.parent);
+        let (admin, tolerations, request_name, parent): (
+            bool,
+            &'w [DeviceToleration],
+            &'w str,
+            Option<&'w str>,
+        ) = (req.admin, req.tolerations, req.name, req.parent);
         let multi = device.allow_multiple_allocations == Some(true);
         if !multi && admin && self.in_use_by(&id, r.claim) {
             return Ok(None);
@@ -918,7 +965,12 @@ where
             Some(p) => (p.to_owned(), Some(request_name.to_owned())),
             None => (request_name.to_owned(), None),
         };
-        if device.taints.iter().flatten().any(|t| taint_blocks(t, tolerations)) {
+        if device
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| taint_blocks(t, tolerations))
+        {
             return Ok(None);
         }
         let request_name = request_name.to_owned();
@@ -948,7 +1000,11 @@ where
         let Some((consumed, by_key)) = self.capacity_fits(req, loc) else {
             return Ok(None);
         };
-        let (consumed, by_key) = if multi { (Some(consumed), Some(by_key)) } else { (None, None) };
+        let (consumed, by_key) = if multi {
+            (Some(consumed), Some(by_key))
+        } else {
+            (None, None)
+        };
         if let Some(c) = &consumed {
             capacity::add_into(self.allocating_capacity.entry(id.clone()).or_default(), c);
         }
@@ -1004,7 +1060,9 @@ where
         let allocated = self.world.allocated;
         self.available_counters.entry(pool_index).or_insert_with(|| {
             let mut out: Counters = HashMap::new();
-            let Some(pool) = pools.get(pool_index) else { return out };
+            let Some(pool) = pools.get(pool_index) else {
+                return out;
+            };
             for (name, set) in &pool.counter_sets {
                 let counters = set
                     .counters
@@ -1024,7 +1082,9 @@ where
                         continue;
                     }
                     for c in d.consumes_counters.iter().flatten() {
-                        let Some(set) = out.get_mut(&c.counter_set) else { continue };
+                        let Some(set) = out.get_mut(&c.counter_set) else {
+                            continue;
+                        };
                         for (name, v) in &c.counters {
                             if let Some(e) = set.get_mut(name) {
                                 let v = Quantity::parse(&v.value.0).unwrap_or_default();
@@ -1068,9 +1128,13 @@ where
     }
 
     fn release_counters(&mut self, pool: usize, device: &Device) {
-        let Some(consumed) = self.consumed_counters.get_mut(&pool) else { return };
+        let Some(consumed) = self.consumed_counters.get_mut(&pool) else {
+            return;
+        };
         for c in device.consumes_counters.iter().flatten() {
-            let Some(set) = consumed.get_mut(&c.counter_set) else { continue };
+            let Some(set) = consumed.get_mut(&c.counter_set) else {
+                continue;
+            };
             for (name, v) in &c.counters {
                 if let Some(e) = set.get_mut(name) {
                     let v = Quantity::parse(&v.value.0).unwrap_or_default();
@@ -1088,10 +1152,17 @@ where
         node_name: &str,
         share_ids: &dyn Fn(usize, usize) -> String,
     ) -> Result<AllocationResult, DraError> {
-        let requests: Vec<_> = claim.spec.iter().flat_map(|s| s.devices.iter()).flat_map(|d| d.requests.iter().flatten()).collect();
+        let requests: Vec<_> = claim
+            .spec
+            .iter()
+            .flat_map(|s| s.devices.iter())
+            .flat_map(|d| d.requests.iter().flatten())
+            .collect();
         let mut results = Vec::new();
         for (i, c) in self.results[ci].iter().enumerate() {
-            let Some((_, device)) = self.device(c.loc) else { continue };
+            let Some((_, device)) = self.device(c.loc) else {
+                continue;
+            };
             let tolerations = requests
                 .iter()
                 .find(|r| r.name == *c.parent.as_ref().unwrap_or(&c.request))
@@ -1127,7 +1198,10 @@ where
                         .collect()
                 }),
                 binding_conditions: device.binding_conditions.clone().filter(|c| !c.is_empty()),
-                binding_failure_conditions: device.binding_failure_conditions.clone().filter(|c| !c.is_empty()),
+                binding_failure_conditions: device
+                    .binding_failure_conditions
+                    .clone()
+                    .filter(|c| !c.is_empty()),
                 skip_node_operations: None,
             });
         }
@@ -1151,9 +1225,13 @@ where
         let mut out: Vec<DeviceAllocationConfiguration> = Vec::new();
         let mut class_ranges: HashMap<&str, (usize, usize)> = HashMap::new();
         for ri in 0..requests.len() {
-            let Some(mut req) = self.requests.get(&(ci, ri, 0)) else { continue };
+            let Some(mut req) = self.requests.get(&(ci, ri, 0)) else {
+                continue;
+            };
             if req.parent.is_some() {
-                let Some(sel) = self.requests.get(&(ci, ri, req.selected_sub)) else { continue };
+                let Some(sel) = self.requests.get(&(ci, ri, req.selected_sub)) else {
+                    continue;
+                };
                 req = sel;
             }
             let class_name = req.class.metadata.name.as_deref().unwrap_or("");
@@ -1173,7 +1251,12 @@ where
             }
             class_ranges.insert(class_name, (start, out.len()));
         }
-        for config in claim.spec.iter().flat_map(|s| s.devices.iter()).flat_map(|d| d.config.iter().flatten()) {
+        for config in claim
+            .spec
+            .iter()
+            .flat_map(|s| s.devices.iter())
+            .flat_map(|d| d.config.iter().flatten())
+        {
             let names = config.requests.as_deref().unwrap_or_default();
             let entry = || DeviceAllocationConfiguration {
                 source: "FromClaim".to_owned(),
@@ -1189,7 +1272,9 @@ where
                     out.push(entry());
                     continue;
                 }
-                let Some(first) = self.requests.get(&(ci, ri, 0)) else { continue };
+                let Some(first) = self.requests.get(&(ci, ri, 0)) else {
+                    continue;
+                };
                 if first.parent.is_none() {
                     continue;
                 }
@@ -1208,7 +1293,9 @@ where
         let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
         let mut expressions: Vec<NodeSelectorRequirement> = Vec::new();
         for c in &self.results[ci] {
-            let Some((slice, device)) = self.device(c.loc) else { continue };
+            let Some((slice, device)) = self.device(c.loc) else {
+                continue;
+            };
             let (name, selector) = if slice.spec.per_device_node_selection == Some(true) {
                 (device.node_name.as_deref(), device.node_selector.as_ref())
             } else {
@@ -1254,11 +1341,16 @@ where
     }
 }
 
-fn add_new<'r>(from: impl Iterator<Item = &'r NodeSelectorRequirement>, to: &mut Vec<NodeSelectorRequirement>) {
+fn add_new<'r>(
+    from: impl Iterator<Item = &'r NodeSelectorRequirement>,
+    to: &mut Vec<NodeSelectorRequirement>,
+) {
     for r in from {
         let values: BTreeSet<&String> = r.values.iter().flatten().collect();
         let present = to.iter().any(|e| {
-            e.key == r.key && e.operator == r.operator && e.values.iter().flatten().collect::<BTreeSet<_>>() == values
+            e.key == r.key
+                && e.operator == r.operator
+                && e.values.iter().flatten().collect::<BTreeSet<_>>() == values
         });
         if !present {
             to.push(r.clone());
@@ -1279,10 +1371,16 @@ mod tests {
     }
 
     fn claim(spec: serde_json::Value) -> ResourceClaim {
-        serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": spec}})).unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": spec}}),
+        )
+        .unwrap()
     }
 
-    fn run(slices: &[ResourceSlice], claims: &[ResourceClaim]) -> Result<Option<Vec<AllocationResult>>, DraError> {
+    fn run(
+        slices: &[ResourceSlice],
+        claims: &[ResourceClaim],
+    ) -> Result<Option<Vec<AllocationResult>>, DraError> {
         let classes: HashMap<String, DeviceClass> = [(
             "gpu".to_owned(),
             serde_json::from_value(json!({"metadata": {"name": "gpu"},
@@ -1299,10 +1397,15 @@ mod tests {
             selectors: &selectors,
         };
         let labels = BTreeMap::new();
-        let node = NodeRef { name: "n1", labels: &labels };
+        let node = NodeRef {
+            name: "n1",
+            labels: &labels,
+        };
         let candidates: Vec<&ResourceSlice> = slices.iter().collect();
         let claims: Vec<&ResourceClaim> = claims.iter().collect();
-        allocate(&world, &candidates, &node, &claims, &|c, r| format!("share-{c}-{r}"))
+        allocate(&world, &candidates, &node, &claims, &|c, r| {
+            format!("share-{c}-{r}")
+        })
     }
 
     fn devices(r: &AllocationResult) -> Vec<String> {
@@ -1350,10 +1453,15 @@ mod tests {
         let unknown = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "nope"}}]}));
         let e = run(std::slice::from_ref(&s), &[unknown]).unwrap_err();
         assert!(!e.is_node_error());
-        assert!(e.to_string().contains("could not retrieve device class nope"), "{e}");
+        assert!(
+            e.to_string().contains("could not retrieve device class nope"),
+            "{e}"
+        );
 
-        let bad = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu",
-            "selectors": [{"cel": {"expression": "noSuchVar"}}]}}]}));
+        let bad = claim(
+            json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu",
+            "selectors": [{"cel": {"expression": "noSuchVar"}}]}}]}),
+        );
         let e = run(&[s], &[bad]).unwrap_err();
         assert!(matches!(e, DraError::SelectorCompile { .. }), "{e}");
     }
@@ -1374,9 +1482,11 @@ mod tests {
         counters.spec.pool.resource_slice_count = 2;
         let mut parts = parts;
         parts.spec.pool.resource_slice_count = 2;
-        let c = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 3}}]}));
+        let c =
+            claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 3}}]}));
         assert!(run(&[parts.clone(), counters.clone()], &[c]).unwrap().is_none());
-        let c = claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}]}));
+        let c =
+            claim(json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}]}));
         let got = run(&[parts, counters], &[c]).unwrap().unwrap();
         assert_eq!(devices(&got[0]), ["r=half-0", "r=half-1"]);
     }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements, DeviceCapacity};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements, DeviceCapacity,
+};
 use numaplane::quantity::Quantity;
 
 /// Capacity consumed per capacity name (fully qualified: `domain/name`).
@@ -32,7 +34,10 @@ struct Cap<'a> {
 
 /// The device's capacities by fully-qualified name; an entry qualified with the driver's
 /// domain wins over an unqualified one of the same name. `None` if a value does not parse.
-fn resolve<'a>(capacity: &'a BTreeMap<String, DeviceCapacity>, driver: &str) -> Option<BTreeMap<String, Cap<'a>>> {
+fn resolve<'a>(
+    capacity: &'a BTreeMap<String, DeviceCapacity>,
+    driver: &str,
+) -> Option<BTreeMap<String, Cap<'a>>> {
     let mut out = BTreeMap::new();
     let prefix = format!("{driver}/");
     for explicit in [true, false] {
@@ -112,7 +117,11 @@ pub fn fit(
 }
 
 /// What a request of `requested` (none: the policy's default, else everything) consumes.
-fn consumed_amount(requested: Option<&Quantity>, total: Quantity, policy: Option<&CapacityRequestPolicy>) -> Option<Quantity> {
+fn consumed_amount(
+    requested: Option<&Quantity>,
+    total: Quantity,
+    policy: Option<&CapacityRequestPolicy>,
+) -> Option<Quantity> {
     let Some(req) = requested else {
         return match policy.and_then(|p| p.default.as_ref()) {
             Some(d) => q(d),

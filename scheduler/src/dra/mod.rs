@@ -38,7 +38,9 @@ pub enum DraError {
         class: String,
     },
     /// A request's selector has no CEL expression.
-    #[error("claim {claim}, request {request}, selector #{index}: CEL expression empty (unsupported selector type?)")]
+    #[error(
+        "claim {claim}, request {request}, selector #{index}: CEL expression empty (unsupported selector type?)"
+    )]
     EmptySelector {
         /// `namespace/name`.
         claim: String,
@@ -88,7 +90,9 @@ pub enum DraError {
         pool: String,
     },
     /// `allocationMode: All` while a pool is invalid.
-    #[error("claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently invalid")]
+    #[error(
+        "claim {claim}, request {request}: asks for all devices, but resource pool {pool} is currently invalid"
+    )]
     AllDevicesInvalidPool {
         /// `namespace/name`.
         claim: String,
@@ -156,7 +160,9 @@ pub enum DraError {
         reason: String,
     },
     /// A ResourceSlice node selector with several terms.
-    #[error("create NodeSelector for claim {claim}: unsupported ResourceSlice.NodeSelector with {terms} terms")]
+    #[error(
+        "create NodeSelector for claim {claim}: unsupported ResourceSlice.NodeSelector with {terms} terms"
+    )]
     NodeSelectorTerms {
         /// Claim name.
         claim: String,

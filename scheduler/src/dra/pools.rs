@@ -55,7 +55,12 @@ pub struct Pool<'a> {
 
 /// Whether a node selection (`nodeName`, `allNodes` or `nodeSelector`, the first one set)
 /// takes `node`.
-pub fn node_matches(node: &NodeRef<'_>, node_name: Option<&str>, all_nodes: bool, selector: Option<&NodeSelector>) -> bool {
+pub fn node_matches(
+    node: &NodeRef<'_>,
+    node_name: Option<&str>,
+    all_nodes: bool,
+    selector: Option<&NodeSelector>,
+) -> bool {
     match (node_name.filter(|n| !n.is_empty()), all_nodes, selector) {
         (Some(n), _, _) => n == node.name,
         (None, true, _) => true,
@@ -132,7 +137,10 @@ pub fn gather<'a>(
             // generation for other nodes may make this one obsolete.
             let mut same = Vec::new();
             let mut obsolete = false;
-            for s in all.iter().filter(|s| s.spec.driver == id.driver && s.spec.pool.name == id.pool) {
+            for s in all
+                .iter()
+                .filter(|s| s.spec.driver == id.driver && s.spec.pool.name == id.pool)
+            {
                 if s.spec.pool.generation == generation {
                     same.push(s);
                 } else if s.spec.pool.generation > generation {
@@ -168,8 +176,13 @@ pub fn gather<'a>(
     pools
 }
 
-fn build<'a>(id: PoolId, slices: Vec<&'a ResourceSlice>, all_of_generation: Option<Vec<&'a ResourceSlice>>) -> Pool<'a> {
-    let (counter_slices, mut device_slices): (Vec<_>, Vec<_>) = slices.iter().copied().partition(|s| has_counters(s));
+fn build<'a>(
+    id: PoolId,
+    slices: Vec<&'a ResourceSlice>,
+    all_of_generation: Option<Vec<&'a ResourceSlice>>,
+) -> Pool<'a> {
+    let (counter_slices, mut device_slices): (Vec<_>, Vec<_>) =
+        slices.iter().copied().partition(|s| has_counters(s));
     device_slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut pool = Pool {
         id,

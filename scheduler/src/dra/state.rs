@@ -45,7 +45,11 @@ pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
             },
             _ => PodClaim {
                 name: c.name.clone(),
-                claim: statuses.get(c.name.as_str()).copied().flatten().map(str::to_owned),
+                claim: statuses
+                    .get(c.name.as_str())
+                    .copied()
+                    .flatten()
+                    .map(str::to_owned),
                 from_template: true,
             },
         })
@@ -145,7 +149,11 @@ impl DraState {
 
     /// Adds or replaces a ResourceClaim; an allocated one holds its devices.
     pub fn apply_claim(&mut self, mut claim: ResourceClaim) {
-        let ns = claim.metadata.namespace.get_or_insert_with(|| "default".to_owned()).clone();
+        let ns = claim
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_owned())
+            .clone();
         let key = format!("{ns}/{}", claim.metadata.name.as_deref().unwrap_or(""));
         if let Some(old) = self.claims.remove(&key) {
             if let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref()) {
@@ -168,7 +176,11 @@ impl DraState {
     }
 
     /// The pod's claims in `namespace`; an error when one cannot be found.
-    pub fn resolve<'a>(&'a self, namespace: &str, claims: &'a [PodClaim]) -> Result<ResolvedClaims<'a>, PodClaimError> {
+    pub fn resolve<'a>(
+        &'a self,
+        namespace: &str,
+        claims: &'a [PodClaim],
+    ) -> Result<ResolvedClaims<'a>, PodClaimError> {
         let mut out = ResolvedClaims {
             all: Vec::new(),
             pending: Vec::new(),
