@@ -2,6 +2,8 @@
 //! allocated on the chosen node, allocated claims hold their devices for later pods, and a pod
 //! whose claims cannot be allocated says which claim and why.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use numaplane_scheduler::simulate::{ConfigFile, Explain, Inputs, Report, render_table, simulate};
 use serde_json::{Value, json};
 

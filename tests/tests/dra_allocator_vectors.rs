@@ -8,6 +8,8 @@
 //!
 //! `NUMAPLANE_DRA_VECTORS` names another vector file of the same format (the held-out half).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;

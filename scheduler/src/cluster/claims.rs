@@ -165,13 +165,13 @@ impl Cluster {
             .collect();
         if let Some(cons) = cons {
             for (v, n) in verdicts.iter_mut().zip(nodes) {
-                if v.feasible {
-                    if let Some(f) = cons.check(n) {
-                        v.feasible = false;
-                        v.score = None;
-                        v.categories.push(f.category);
-                        v.reasons.push(f.message);
-                    }
+                if v.feasible
+                    && let Some(f) = cons.check(n)
+                {
+                    v.feasible = false;
+                    v.score = None;
+                    v.categories.push(f.category);
+                    v.reasons.push(f.message);
                 }
             }
         }

@@ -718,7 +718,7 @@ where
                 return Err(DraError::SelectorCompile {
                     owner: owner(),
                     index: i,
-                    source,
+                    source: Box::new(source),
                 });
             }
             match self.world.selectors.matches(&cel.expression, view) {
@@ -729,7 +729,7 @@ where
                         owner: owner(),
                         index: i,
                         device: view.id.to_owned(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             }
@@ -738,7 +738,7 @@ where
     }
 
     /// What the request consumes of the device at `loc` if it fits (`None`: skip the device).
-    fn capacity_fits(&self, r: &Request<'_>, loc: Loc) -> Option<(Consumed, BTreeMap<String, Quantity>)> {
+    fn capacity_fits(&self, r: &Request<'_>, loc: Loc) -> Option<capacity::Fit> {
         let (slice, device) = self.device(loc)?;
         let id = self.id_of(loc)?;
         capacity::fit(
@@ -1038,18 +1038,16 @@ where
             s.remove(&u.claim);
         }
         if u.multi {
-            if let Some(c) = &u.consumed {
-                if let Some(a) = self.allocating_capacity.get_mut(&u.id) {
-                    capacity::sub_from(a, c);
-                    if a.is_empty() {
-                        self.allocating_capacity.remove(&u.id);
-                    }
+            if let (Some(c), Some(a)) = (&u.consumed, self.allocating_capacity.get_mut(&u.id)) {
+                capacity::sub_from(a, c);
+                if a.is_empty() {
+                    self.allocating_capacity.remove(&u.id);
                 }
             }
-        } else if let Some((_, device)) = self.device(u.loc) {
-            if device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()) {
-                self.release_counters(u.loc.pool, device);
-            }
+        } else if let Some((_, device)) = self.device(u.loc)
+            && device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty())
+        {
+            self.release_counters(u.loc.pool, device);
         }
         self.results[u.claim].truncate(u.results_before);
     }

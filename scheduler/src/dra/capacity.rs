@@ -62,6 +62,9 @@ fn resolve<'a>(
     Some(out)
 }
 
+/// What a request consumes: by fully-qualified name, and by the device's own spelling.
+pub type Fit = (Consumed, BTreeMap<String, Quantity>);
+
 /// Why a capacity request cannot be evaluated against a device (the device is skipped).
 #[derive(Debug)]
 pub struct Unusable;
@@ -75,7 +78,7 @@ pub fn fit(
     driver: &str,
     consumed: Option<&Consumed>,
     allocating: Option<&Consumed>,
-) -> Result<Option<(Consumed, BTreeMap<String, Quantity>)>, Unusable> {
+) -> Result<Option<Fit>, Unusable> {
     let empty = BTreeMap::new();
     let caps = resolve(capacity.unwrap_or(&empty), driver).ok_or(Unusable)?;
     let mut requests: BTreeMap<String, Quantity> = BTreeMap::new();

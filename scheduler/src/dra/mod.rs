@@ -125,7 +125,7 @@ pub enum DraError {
         /// Selector index.
         index: usize,
         /// Why.
-        source: cel::CelError,
+        source: Box<cel::CelError>,
     },
     /// A selector failed on a device.
     #[error("{owner}: selector #{index} on device {device}: CEL runtime error: {source}")]
@@ -137,7 +137,7 @@ pub enum DraError {
         /// `driver/pool/device`.
         device: String,
         /// Why.
-        source: cel::CelError,
+        source: Box<cel::CelError>,
     },
     /// `allocationMode: All` where a claim constraint rules out one of the devices.
     #[error(

@@ -69,10 +69,10 @@ impl SelectorCache {
     pub fn matches(&self, expression: &str, device: &DeviceView<'_>) -> Result<bool, CelError> {
         let (id, selector) = self.compiled(expression)?;
         let key = (id, device.id.to_owned());
-        if let Ok(inner) = self.inner.lock() {
-            if let Some(v) = inner.verdicts.get(&key) {
-                return v.clone();
-            }
+        if let Ok(inner) = self.inner.lock()
+            && let Some(v) = inner.verdicts.get(&key)
+        {
+            return v.clone();
         }
         let v = selector.matches(device);
         if let Ok(mut inner) = self.inner.lock() {

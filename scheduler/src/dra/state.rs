@@ -155,10 +155,10 @@ impl DraState {
             .get_or_insert_with(|| "default".to_owned())
             .clone();
         let key = format!("{ns}/{}", claim.metadata.name.as_deref().unwrap_or(""));
-        if let Some(old) = self.claims.remove(&key) {
-            if let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref()) {
-                self.allocated.remove(a);
-            }
+        if let Some(old) = self.claims.remove(&key)
+            && let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref())
+        {
+            self.allocated.remove(a);
         }
         if let Some(a) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) {
             self.allocated.add(a);
@@ -223,13 +223,12 @@ impl DraState {
                 .as_ref()
                 .and_then(|s| s.allocation.as_ref())
                 .and_then(|a| a.node_selector.as_ref())
+                && !crate::fit::affinity_matches(sel, name, labels)
             {
-                if !crate::fit::affinity_matches(sel, name, labels) {
-                    return Ok(Err(format!(
-                        "claim {}: allocated to devices that this node cannot reach",
-                        allocator::claim_key(claim)
-                    )));
-                }
+                return Ok(Err(format!(
+                    "claim {}: allocated to devices that this node cannot reach",
+                    allocator::claim_key(claim)
+                )));
             }
         }
         let pending: Vec<&ResourceClaim> = claims.pending.iter().map(|&i| claims.all[i].1).collect();
