@@ -42,6 +42,8 @@ pub enum Filter {
     PodTopologySpread,
     /// Required pod affinity and anti-affinity.
     InterPodAffinity,
+    /// Resource claims the allocator cannot satisfy on the node (DynamicResources).
+    DynamicResources,
     /// Predicted kubelet Topology Manager admission from the node's NRT.
     NumaTopology,
 }

@@ -74,6 +74,8 @@ pub struct PodSpec {
     pub claims: Vec<ClaimRef>,
     /// What kube-scheduler's constraint plugins read, parsed once.
     pub facts: std::sync::Arc<crate::pod_facts::PodFacts>,
+    /// `spec.resourceClaims`, resolved to ResourceClaim names where known.
+    pub resource_claims: Vec<crate::dra::state::PodClaim>,
 }
 
 /// A pod that cannot be modelled.
@@ -373,6 +375,7 @@ impl PodSpec {
             Some("Succeeded") | Some("Failed")
         );
         let facts = std::sync::Arc::new(crate::pod_facts::PodFacts::from_pod(pod, &namespace));
+        let resource_claims = crate::dra::state::pod_claims(pod);
         Ok(PodSpec {
             namespace,
             name,
@@ -394,6 +397,7 @@ impl PodSpec {
             terminal,
             claims,
             facts,
+            resource_claims,
         })
     }
 
@@ -431,7 +435,8 @@ impl PodSpec {
     /// NUMA side has nothing to say about it. Init containers count: they are admitted too.
     pub fn topology_aligned(&self, res: &Resources) -> bool {
         self.init_containers.iter().chain(&self.containers).any(|c| {
-            (self.qos == Qos::Guaranteed && !self.pod_level && c.pinned_if_guaranteed(res)) || c.extended(res).next().is_some()
+            (self.qos == Qos::Guaranteed && !self.pod_level && c.pinned_if_guaranteed(res))
+                || c.extended(res).next().is_some()
         })
     }
 }

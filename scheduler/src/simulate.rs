@@ -74,14 +74,20 @@ pub struct Inputs {
     pub nrts: Vec<NodeResourceTopology>,
     /// Pods.
     pub pods: Vec<Pod>,
-    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    /// Namespaces (their labels, for `namespaceSelector`).
     pub namespaces: Vec<Namespace>,
     /// Documents skipped, with the reason (unknown kinds).
     pub skipped: Vec<String>,
-    /// hook(volumes): PersistentVolumeClaims, PersistentVolumes, StorageClasses.
+    /// PersistentVolumeClaims, PersistentVolumes, StorageClasses.
     pub storage: crate::volume_binding::StorageObjects,
     /// PodDisruptionBudgets (which preemption victims they protect).
     pub budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    /// DeviceClasses (`resource.k8s.io/v1`).
+    pub device_classes: Vec<k8s_openapi::api::resource::v1::DeviceClass>,
+    /// ResourceSlices (`resource.k8s.io/v1`).
+    pub resource_slices: Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+    /// ResourceClaims (`resource.k8s.io/v1`); an allocated one holds its devices.
+    pub resource_claims: Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
 }
 
 /// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; parsing
@@ -195,10 +201,26 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
             match kind.as_str() {
                 "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
                 "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
-                "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?), // hook (issue 19)
+                "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?),
                 "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
                 "PodDisruptionBudget" => inputs.budgets.push(serde_json::from_value(doc).map_err(bad)?),
-                // hook(volumes)
+                "DeviceClass" | "ResourceSlice" | "ResourceClaim"
+                    if doc.get("apiVersion").and_then(serde_json::Value::as_str)
+                        != Some("resource.k8s.io/v1") =>
+                {
+                    inputs.skipped.push(format!(
+                        "{path}: document {index}: {kind} ignored: only apiVersion resource.k8s.io/v1 is read"
+                    ));
+                }
+                "DeviceClass" => inputs
+                    .device_classes
+                    .push(serde_json::from_value(doc).map_err(bad)?),
+                "ResourceSlice" => inputs
+                    .resource_slices
+                    .push(serde_json::from_value(doc).map_err(bad)?),
+                "ResourceClaim" => inputs
+                    .resource_claims
+                    .push(serde_json::from_value(doc).map_err(bad)?),
                 k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
                     inputs.storage.read(k, doc).map_err(bad)?;
                 }
@@ -263,6 +285,14 @@ pub struct PodResult {
     /// here: the victims stay, and the pod stays unschedulable in this report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionPreview>,
+    /// For a placed pod with resource claims: each claim and its AllocationResult (the one that
+    /// would be written, or the one it has).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<crate::dra::state::ClaimAllocation>,
+    /// A claim error that fails the pod's scheduling attempt as a whole (kube-scheduler's status
+    /// Error, retried later): unknown DeviceClass, bad CEL selector, incomplete pool, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claims_error: Option<String>,
 }
 
 /// A preemption `run` would start for a pod.
@@ -324,6 +354,14 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
     cluster_inputs.storage.load_into(&mut cluster.volumes);
     cluster.reset_pdbs(&cluster_inputs.budgets);
+    cluster.dra.enable();
+    for c in &cluster_inputs.device_classes {
+        cluster.dra.apply_class(c.clone());
+    }
+    cluster.dra.set_slices(cluster_inputs.resource_slices.clone());
+    for c in &cluster_inputs.resource_claims {
+        cluster.dra.apply_claim(c.clone());
+    }
     // Namespaces and the default spread constraints.
     for ns in &cluster_inputs.namespaces {
         cluster.apply_namespace(ns);
@@ -390,14 +428,20 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                 gated: true,
                 unsupported,
                 preemption: None,
+                claims: Vec::new(),
+                claims_error: None,
             });
             continue;
         }
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
                 // Without `All`, a pod that fits nowhere is still explained by `schedule`.
-                let mut decision = cluster.schedule(&config, &spec, explain == Explain::All);
+                let (mut decision, outcome) =
+                    cluster.schedule_with_claims(&config, &spec, explain == Explain::All);
                 cluster.assume(&spec, &decision);
+                if decision.node.is_some() {
+                    cluster.commit_claims(&spec, &outcome.claims);
+                }
                 if explain == Explain::None {
                     decision.nodes.clear();
                 }
@@ -430,6 +474,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                     gated: false,
                     unsupported,
                     preemption,
+                    claims: outcome.claims,
+                    claims_error: outcome.error.map(|e| e.to_string()),
                 });
             }
             Err(e) => {
@@ -452,6 +498,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                     gated: false,
                     unsupported,
                     preemption: None,
+                    claims: Vec::new(),
+                    claims_error: None,
                 });
             }
         }
@@ -512,8 +560,21 @@ pub fn render_table(report: &Report) -> String {
                 let _ = writeln!(out, "    {:?} {:<20} NUMA {numa}{devs}", c.kind, c.name);
             }
         }
+        for c in &r.claims {
+            let devices: Vec<String> = c
+                .allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|d| format!("{}/{}/{}", d.driver, d.pool, d.device))
+                .collect();
+            let _ = writeln!(out, "    claim {:<20} devices {}", c.name, devices.join(","));
+        }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "    error: {e}");
+        }
+        if let Some(e) = &r.claims_error {
+            let _ = writeln!(out, "    claims error: {e}");
         }
         if let Some(p) = &r.preemption {
             let zones = p.numa_nodes.as_ref().map_or(String::new(), |z| {

@@ -21,10 +21,12 @@ pub struct Unsupported {
     pub rule: &'static str,
 }
 
-/// `spec.resourceClaims` (and containers' `resources.claims`).
+/// `spec.resourceClaims` (and containers' `resources.claims`), in the live scheduler only:
+/// `simulate` and `explain` allocate claims (the DynamicResources filter), the live loop does
+/// not write allocations yet.
 pub const RESOURCE_CLAIMS: Unsupported = Unsupported {
     field: "spec.resourceClaims",
-    rule: "DynamicResources: the claimed devices are not allocated; the pod is placed as if it claimed none",
+    rule: "DynamicResources: the live scheduler does not allocate the claimed devices yet; the pod is placed as if it claimed none",
 };
 /// `spec.schedulingGroup` (gang scheduling).
 pub const SCHEDULING_GROUP: Unsupported = Unsupported {
@@ -38,8 +40,16 @@ pub const ALL: [Unsupported; 2] = [RESOURCE_CLAIMS, SCHEDULING_GROUP];
 /// The event reason of the live scheduler's warning.
 pub const EVENT_REASON: &str = "UnsupportedConstraint";
 
-/// The fields `pod` sets that the model does not enforce, in [`ALL`] order.
+/// The fields `pod` sets that the model (`simulate`, `explain`) does not enforce, in [`ALL`]
+/// order: [`detect_live`] without the resource claims, which the model allocates.
 pub fn detect(pod: &Pod) -> Vec<Unsupported> {
+    let mut out = detect_live(pod);
+    out.retain(|u| *u != RESOURCE_CLAIMS);
+    out
+}
+
+/// The fields `pod` sets that the live scheduler does not enforce, in [`ALL`] order.
+pub fn detect_live(pod: &Pod) -> Vec<Unsupported> {
     let Some(spec) = pod.spec.as_ref() else {
         return vec![];
     };
@@ -82,7 +92,14 @@ mod tests {
     }
 
     fn fields(p: &Pod) -> Vec<&'static str> {
-        detect(p).into_iter().map(|u| u.field).collect()
+        detect_live(p).into_iter().map(|u| u.field).collect()
+    }
+
+    #[test]
+    fn the_model_enforces_resource_claims_the_live_loop_does_not() {
+        let p = pod(json!({"containers": [], "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}));
+        assert!(detect(&p).is_empty());
+        assert_eq!(detect_live(&p), [RESOURCE_CLAIMS]);
     }
 
     #[test]
@@ -103,8 +120,8 @@ mod tests {
                         {"name": "e", "csi": {"driver": "d"}}],
             "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}
         }));
-        assert!(detect(&p).is_empty(), "{:?}", detect(&p));
-        assert!(detect(&Pod::default()).is_empty());
+        assert!(detect_live(&p).is_empty(), "{:?}", detect_live(&p));
+        assert!(detect_live(&Pod::default()).is_empty());
     }
 
     #[test]
@@ -136,7 +153,7 @@ mod tests {
             "schedulingGroup": {"podGroupName": "g"},
             "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]
         }));
-        let found = detect(&p);
+        let found = detect_live(&p);
         assert_eq!(
             found.iter().map(|u| u.field).collect::<Vec<_>>(),
             ["spec.resourceClaims", "spec.schedulingGroup"]

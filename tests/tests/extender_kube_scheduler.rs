@@ -55,7 +55,7 @@ fn options() -> control_plane::Options {
     std::fs::write(&path, config_for(&shipped_scheduler_config(), verbs_addr())).unwrap();
     control_plane::Options {
         scheduler_config: Some(path),
-        controllers: None,
+        ..Default::default()
     }
 }
 

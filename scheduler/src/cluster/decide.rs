@@ -169,7 +169,7 @@ impl Cluster {
     }
 
     /// [`PreparedPod::new`] with what the pod's volumes allow.
-    fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
+    pub(super) fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
         let mut prepared = PreparedPod::new(pod);
         prepared.volumes = self.volumes.filter(pod);
         prepared
@@ -183,7 +183,10 @@ impl Cluster {
         explain: bool,
     ) -> Decision {
         let pod = prepared.spec;
-        // kube-scheduler's PreFilter rejects the pod once, not per node.
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, explain).0;
+        }
+        // Kube-scheduler's PreFilter rejects the pod once, not per node.
         if let Some(reason) = prepared.volumes.blocked() {
             return crate::decision::blocked_decision(pod, reason, self.node_names());
         }
@@ -305,6 +308,9 @@ impl Cluster {
             let mut d = crate::decision::blocked_decision(pod, reason, self.node_names());
             d.nodes.clear();
             return d;
+        }
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, false).0;
         }
         // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {

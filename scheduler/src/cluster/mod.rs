@@ -28,6 +28,10 @@ mod preemption;
 // kube-scheduler's constraint plugins on the decision path.
 mod constrained;
 mod shared_slots;
+// kube-scheduler's DynamicResources filter for pods with resource claims.
+mod claims;
+
+pub use claims::ClaimsOutcome;
 
 pub use preemption::{Hold, Preemption};
 
@@ -91,8 +95,7 @@ impl BoundPod {
                 .chain(&spec.containers)
         };
         // A pod with pod-level resources gets no exclusive CPUs or memory (see `Unit::managed`).
-        let guaranteed_exclusive =
-            spec.qos == Qos::Guaranteed
+        let guaranteed_exclusive = spec.qos == Qos::Guaranteed
             && !spec.pod_level
             && containers().any(|c| c.pinned_if_guaranteed(res));
         let mut extended: Vec<ResId> = containers().flat_map(|c| c.extended(res)).collect();
@@ -229,4 +232,6 @@ pub struct Cluster {
     preemption: preemption::State,
     /// Pods' constraint facts, node labels and Namespaces.
     constraints: crate::constraints::ConstraintIndex,
+    /// DeviceClasses, ResourceSlices and ResourceClaims, and the devices claims hold.
+    pub dra: crate::dra::state::DraState,
 }

@@ -174,6 +174,9 @@ pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFi
         namespaces,
         storage,
         budgets,
+        device_classes,
+        resource_slices,
+        resource_claims,
         ..
     } = objects;
     let mut problems = listed.undecodable.clone();
@@ -198,6 +201,9 @@ pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFi
         skipped: Vec::new(),
         storage,
         budgets,
+        device_classes,
+        resource_slices,
+        resource_claims,
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
     if let Some(e) = report.results.first().and_then(|r| r.error.as_ref()) {

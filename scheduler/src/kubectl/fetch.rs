@@ -201,6 +201,39 @@ pub async fn list_budgets(
         .map_err(|e| request_error("list poddisruptionbudgets.policy".to_owned(), e))
 }
 
+/// The DRA objects a pod with resource claims is decided on: every DeviceClass and
+/// ResourceSlice, and the ResourceClaims of the pod's namespace (`resource.k8s.io/v1`).
+pub async fn list_dra(
+    client: &Client,
+    namespace: &str,
+) -> Result<
+    (
+        Vec<k8s_openapi::api::resource::v1::DeviceClass>,
+        Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+        Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+    ),
+    KubectlError,
+> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default();
+    let classes = classes
+        .list(&lp)
+        .await
+        .map_err(|e| request_error("list deviceclasses.resource.k8s.io".to_owned(), e))?;
+    let slices = slices
+        .list(&lp)
+        .await
+        .map_err(|e| request_error("list resourceslices.resource.k8s.io".to_owned(), e))?;
+    let claims = claims
+        .list(&lp)
+        .await
+        .map_err(|e| request_error(format!("list resourceclaims.resource.k8s.io in {namespace}"), e))?;
+    Ok((classes.items, slices.items, claims.items))
+}
+
 /// Lists every Namespace: their labels decide `namespaceSelector`s.
 pub async fn list_namespaces(
     client: &Client,

@@ -293,12 +293,26 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                         } else {
                             Vec::new()
                         };
+                    // Only a pod with resource claims needs the DRA objects.
+                    let has_claims = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.resource_claims.as_ref())
+                        .is_some_and(|c| !c.is_empty());
+                    let (device_classes, resource_slices, resource_claims) = if has_claims {
+                        fetch::list_dra(&client, &ns).await?
+                    } else {
+                        Default::default()
+                    };
                     let objects = crate::simulate::Inputs {
                         nodes,
                         pods,
                         namespaces,
                         storage,
                         budgets,
+                        device_classes,
+                        resource_slices,
+                        resource_claims,
                         ..crate::simulate::Inputs::default()
                     };
                     explain::pending_in(pod, &listed, objects, &cfg)
