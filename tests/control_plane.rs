@@ -30,7 +30,11 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use numaplane::nrt::NodeResourceTopology;
 
-use crate::harness::{HarnessError, REAL_CLUSTER_ENV};
+/// Environment variable naming a kubeconfig of a real cluster to run the tests against.
+pub const REAL_CLUSTER_ENV: &str = "NUMAPLANE_E2E_KUBECONFIG";
+
+/// Errors of the harness and of the control plane.
+pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a test binary's control plane runs besides etcd and kube-apiserver.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -18,11 +18,7 @@ use serde_json::json;
 
 use crate::fake_api::FakeApiServer;
 
-/// Environment variable naming a kubeconfig of a real cluster to run the tests against.
-pub const REAL_CLUSTER_ENV: &str = "NUMAPLANE_E2E_KUBECONFIG";
-
-/// Errors of the harness.
-pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::control_plane::{HarnessError, REAL_CLUSTER_ENV};
 
 /// Where the agent publishes.
 pub struct ApiTarget {

@@ -234,11 +234,7 @@ fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<Strin
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// Required node affinity: component-helpers' `LazyErrorNodeSelector`, as
-/// [`crate::nodeaffinity`] parses it.
-pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
-    crate::nodeaffinity::RequiredNodeAffinity::new(&BTreeMap::new(), Some(sel)).matches(node_name, labels)
-}
+pub use crate::nodeaffinity::affinity_matches;
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,12 @@ use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, Preferre
 
 use crate::selector::{Op, Requirement};
 
+/// Required node affinity: component-helpers' `LazyErrorNodeSelector` over a node's name and
+/// labels (a DRA device's or a PersistentVolume's node selector, too).
+pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
+    RequiredNodeAffinity::new(&BTreeMap::new(), Some(sel)).matches(node_name, labels)
+}
+
 /// One field requirement (`matchFields`): only `metadata.name` exists on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct FieldReq {

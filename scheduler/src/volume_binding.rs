@@ -324,7 +324,7 @@ impl VolumeFilter {
 fn rule_holds(rule: &NodeRule, name: &str, labels: &BTreeMap<String, String>) -> bool {
     match rule {
         // Upstream matches a node that has only labels (no name): `matchFields` never match.
-        NodeRule::VolumeAffinity(sel) => crate::fit::affinity_matches(sel, "", labels),
+        NodeRule::VolumeAffinity(sel) => crate::nodeaffinity::affinity_matches(sel, "", labels),
         NodeRule::Zone { key, values } => {
             if !ZONE_LABELS.iter().any(|k| labels.contains_key(*k)) {
                 // A node without any zone label (a one-zone cluster) takes any volume.

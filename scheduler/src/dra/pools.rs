@@ -64,7 +64,7 @@ pub fn node_matches(
     match (node_name.filter(|n| !n.is_empty()), all_nodes, selector) {
         (Some(n), _, _) => n == node.name,
         (None, true, _) => true,
-        (None, false, Some(sel)) => crate::fit::affinity_matches(sel, node.name, node.labels),
+        (None, false, Some(sel)) => crate::nodeaffinity::affinity_matches(sel, node.name, node.labels),
         (None, false, None) => false,
     }
 }

@@ -223,7 +223,7 @@ impl DraState {
                 .as_ref()
                 .and_then(|s| s.allocation.as_ref())
                 .and_then(|a| a.node_selector.as_ref())
-                && !crate::fit::affinity_matches(sel, name, labels)
+                && !crate::nodeaffinity::affinity_matches(sel, name, labels)
             {
                 return Ok(Err(format!(
                     "claim {}: allocated to devices that this node cannot reach",
