@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::{
     node::NodeBasics,
@@ -239,6 +239,7 @@ pub use crate::nodeaffinity::affinity_matches;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::NodeSelector;
 
     fn tol(json: serde_json::Value) -> Toleration {
         serde_json::from_value(json).expect("toleration")
