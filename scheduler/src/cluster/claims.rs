@@ -7,7 +7,6 @@ use std::collections::BinaryHeap;
 
 use super::{Cluster, Config, Decision, NodeVerdict, aggregate_message};
 use crate::{
-    cache::ShapeKey,
     dra::{
         DraError,
         state::{ClaimAllocation, ResolvedClaims},
@@ -119,14 +118,7 @@ impl Cluster {
         if !explain && cons.is_none() {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
             // tried, down to the first where the claims fit.
-            let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
-                Some(shapes) => {
-                    self.best_cached(cfg, prepared, shapes);
-                    let entries = shapes.entries(ShapeKey::of_prepared(cfg, prepared), self.slots.len());
-                    self.order.iter().map(|&s| entries[s].score).collect()
-                }
-                None => self.judge_slots(cfg, prepared, &self.order),
-            });
+            let scores = self.cached_scores(cfg, prepared);
             let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>)> = scores
                 .iter()
                 .enumerate()

@@ -16,16 +16,21 @@ use std::collections::BTreeMap;
 impl Cluster {
     /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
     /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
-    pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
-        let pod = &self.prepare(pod);
-        let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
+    /// Every node's NUMA score (None when infeasible) in name order, from the verdict cache
+    /// when there is one.
+    pub(super) fn cached_scores(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Vec<Option<i64>> {
+        self.with_cache(|shapes| match shapes {
             Some(shapes) => {
                 self.best_cached(cfg, pod, shapes);
                 let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
                 self.order.iter().map(|&s| entries[s].score).collect()
             }
             None => self.judge_slots(cfg, pod, &self.order),
-        });
+        })
+    }
+
+    pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
+        let scores = self.cached_scores(cfg, &self.prepare(pod));
         self.nodes()
             .zip(scores)
             .map(|(n, score)| NodeVerdict {
