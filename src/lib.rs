@@ -7,6 +7,7 @@ pub mod exposition;
 pub mod fingerprint;
 pub mod metrics;
 pub mod nrt;
+pub mod pci_locality;
 pub mod quantity;
 pub mod resource_name;
 
