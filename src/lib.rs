@@ -3,6 +3,7 @@
 
 pub mod allocation;
 pub mod crd;
+pub mod device_numa;
 pub mod exposition;
 pub mod fingerprint;
 pub mod metrics;
