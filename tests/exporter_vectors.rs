@@ -298,7 +298,11 @@ pub fn machine_view(v: &Value) -> VectorResult<MachineView> {
             })
         })
         .collect::<VectorResult<_>>()?;
-    Ok(MachineView { nodes })
+    // The vectors describe no PCI bus ranges.
+    Ok(MachineView {
+        nodes,
+        pci_locality: Vec::new(),
+    })
 }
 
 /// A case's `machine` object as a synth spec (the synth accepts the vectors' spellings).

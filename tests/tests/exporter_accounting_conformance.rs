@@ -175,6 +175,7 @@ fn fingerprint_cases() {
             cpus: vec![0, 1, 2, 3, 4],
             ..NodeView::default()
         }],
+        pci_locality: Vec::new(),
     };
     let alloc = AllocatableResourcesResponse::default();
     let mut skipped = Vec::new();

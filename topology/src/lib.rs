@@ -14,6 +14,9 @@
 //! - Hugepage pools list only sizes above the base page, and only pools with pages (count > 0).
 //! - PCI devices are the "important" hwloc I/O classes (storage, network, display, processors,
 //!   accelerators, ...), excluding bridges.
+//! - PCI locality is every host bridge's downstream bus range with the one NUMA node its
+//!   parent is local to (bridges under the machine root of a multi-node machine, or under an
+//!   object spanning several nodes, have none and are left out).
 
 #![warn(missing_docs)]
 
@@ -29,6 +32,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use error::{TopologyError, XmlOrigin};
+pub use numaplane::pci_locality::PciBusRange;
 pub use pci::class_name;
 
 /// The NUMA-relevant view of one host.
@@ -38,6 +42,25 @@ pub struct Machine {
     pub numa_nodes: Vec<NumaNode>,
     /// PCI devices, sorted by bus id.
     pub pci_devices: Vec<PciDevice>,
+    /// PCI bus ranges and the NUMA node each is local to, sorted, without overlap, adjacent
+    /// ranges of one node merged; serialized in the `numaplane.io/pci-locality` wire form.
+    #[serde(default, with = "locality_wire")]
+    pub pci_locality: Vec<PciBusRange>,
+}
+
+/// [`Machine::pci_locality`] as its one wire form ([`numaplane::pci_locality`]).
+mod locality_wire {
+    use numaplane::pci_locality::{PciBusRange, join_pci_locality, split_pci_locality};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(ranges: &[PciBusRange], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&join_pci_locality(ranges))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PciBusRange>, D::Error> {
+        let value = String::deserialize(d)?;
+        split_pci_locality(&value).map_err(serde::de::Error::custom)
+    }
 }
 
 /// One NUMA node.

@@ -6,13 +6,13 @@ use std::path::Path;
 
 use hwlocality::Topology;
 use hwlocality::object::TopologyObject;
-use hwlocality::object::attributes::ObjectAttributes;
+use hwlocality::object::attributes::{DownstreamAttributes, ObjectAttributes};
 use hwlocality::object::distance::DistancesKind;
-use hwlocality::object::types::ObjectType;
+use hwlocality::object::types::{BridgeType, ObjectType};
 use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
 
-use crate::pci::{class_name, is_modelled_class};
-use crate::{Distance, HugepagePool, Machine, NumaNode, PciDevice, TopologyError, XmlOrigin};
+use crate::pci::{class_name, is_modelled_class, normalize_locality};
+use crate::{Distance, HugepagePool, Machine, NumaNode, PciBusRange, PciDevice, TopologyError, XmlOrigin};
 
 /// Largest page size still treated as a base page rather than a hugepage (arm64 64K kernels).
 const MAX_BASE_PAGE_BYTES: u64 = 64 << 10;
@@ -53,10 +53,18 @@ fn configured_builder() -> Result<TopologyBuilder, TopologyError> {
         })?;
     // hwloc drops every I/O object by default; "important" keeps GPUs, NICs, storage and
     // accelerators with their locality but not the hundreds of chipset functions.
-    builder
+    let builder = builder
         .with_io_type_filter(TypeFilter::KeepImportant)
         .map_err(|source| TopologyError::ConfigureDiscovery {
             setting: "keep important I/O objects",
+            source: Box::new(source),
+        })?;
+    // Every bridge, also those without an important device below: the PCI locality must cover
+    // each host bridge's buses, whatever class the devices there have.
+    builder
+        .with_type_filter(ObjectType::Bridge, TypeFilter::KeepAll)
+        .map_err(|source| TopologyError::ConfigureDiscovery {
+            setting: "keep all PCI bridges",
             source: Box::new(source),
         })
 }
@@ -142,6 +150,7 @@ fn machine_from_topology(
     fill_missing_distances(&mut numa_nodes, sysfs_node_dir);
 
     let pci_devices = read_pci_devices(topology)?;
+    let pci_locality = read_pci_locality(topology)?;
 
     if numa_nodes.iter().all(|node| node.distances.is_empty()) {
         tracing::info!(source, "no NUMA distances reported; node distances left empty");
@@ -156,6 +165,7 @@ fn machine_from_topology(
     Ok(Machine {
         numa_nodes,
         pci_devices,
+        pci_locality,
     })
 }
 
@@ -337,6 +347,40 @@ fn read_pci_devices(topology: &Topology) -> Result<Vec<PciDevice>, TopologyError
     }
     devices.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     Ok(devices)
+}
+
+/// Every host bridge's downstream bus range with the NUMA node of its parent, the same rule
+/// as a device's locality: a bridge local to several nodes, or to none, gives no range.
+fn read_pci_locality(topology: &Topology) -> Result<Vec<PciBusRange>, TopologyError> {
+    let multi_node = topology.objects_with_type(ObjectType::NUMANode).len() > 1;
+    let mut ranges = Vec::new();
+    for object in topology.objects_with_type(ObjectType::Bridge) {
+        let Some(ObjectAttributes::Bridge(bridge)) = object.attributes() else {
+            continue;
+        };
+        if bridge.upstream_type() != BridgeType::Host {
+            continue;
+        }
+        let Some(DownstreamAttributes::PCI(down)) = bridge.downstream_attributes() else {
+            continue;
+        };
+        let (domain, first_bus, last_bus) =
+            (u32::from(down.domain()), down.secondary_bus(), down.subordinate_bus());
+        match device_locality(object, multi_node)?.as_slice() {
+            [numa_node] if first_bus <= last_bus => ranges.push(PciBusRange {
+                domain,
+                first_bus,
+                last_bus,
+                numa_node: *numa_node,
+            }),
+            nodes => tracing::debug!(
+                bridge = format_args!("{domain:04x}:[{first_bus:02x}-{last_bus:02x}]"),
+                ?nodes,
+                "host bridge is not local to exactly one NUMA node (or has no bus range); its buses have no locality"
+            ),
+        }
+    }
+    Ok(normalize_locality(ranges))
 }
 
 /// NUMA nodes of the first CPU-side ancestor. hwloc hangs devices without locality (Linux

@@ -23,9 +23,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pci::{class_name, is_modelled_class};
+use crate::pci::{class_name, is_modelled_class, normalize_locality};
 use crate::{
-    Distance, HugepagePool, Machine, NumaNode, PciDevice, TopologyError, parse_hugepage_resource_name,
+    Distance, HugepagePool, Machine, NumaNode, PciBusRange, PciDevice, TopologyError, parse_hugepage_resource_name,
 };
 
 /// Base page size the generated XML declares.
@@ -351,6 +351,20 @@ impl Plan {
                     numa_nodes: device.node.or(single_node).into_iter().collect(),
                 })
                 .collect(),
+            // One host bridge per (domain, bus, node), as write_bridges lays them out.
+            pci_locality: normalize_locality(
+                self.devices
+                    .iter()
+                    .filter_map(|device| {
+                        device.node.or(single_node).map(|numa_node| PciBusRange {
+                            domain: u32::from(device.domain),
+                            first_bus: device.bus,
+                            last_bus: device.bus,
+                            numa_node,
+                        })
+                    })
+                    .collect(),
+            ),
         }
     }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use numaplane_topology::synth::{MachineSpec, NumaNodeSpec, PciDeviceSpec};
-use numaplane_topology::{Distance, HugepagePool, Machine, NumaNode, PciDevice};
+use numaplane_topology::{Distance, HugepagePool, Machine, NumaNode, PciBusRange, PciDevice};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -20,6 +20,15 @@ fn fixtures_dir() -> PathBuf {
 
 fn load(name: &str) -> Machine {
     Machine::from_xml_file(&fixtures_dir().join(name)).unwrap()
+}
+
+fn bus_range(domain: u32, first_bus: u8, last_bus: u8, numa_node: u32) -> PciBusRange {
+    PciBusRange {
+        domain,
+        first_bus,
+        last_bus,
+        numa_node,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,6 +359,8 @@ fn fixture_1numa_real_capture() {
             pci("0000:00:02.0", 0x1af4, 0x1042, 0x0180, "storage", &[0]),
             pci("0000:00:03.0", 0x1af4, 0x1041, 0x0200, "network", &[0]),
         ],
+        // The one host bridge, `0000:[00-00]`, under the machine root of a one-node machine.
+        pci_locality: vec![bus_range(0, 0x00, 0x00, 0)],
     };
     assert_eq!(machine, expected);
     assert_eq!(machine.numa_ids(), vec![0]);
@@ -367,6 +378,7 @@ fn fixture_2numa() {
             numa_node(1, cores(8), 64 * GIB, &[(0, 21), (1, 10)]),
         ],
         pci_devices: Vec::new(),
+        pci_locality: Vec::new(),
     };
     assert_eq!(machine, expected);
     assert_eq!(
@@ -409,6 +421,7 @@ fn fixture_4numa_interleaved_cpu_ids() {
             })
             .collect(),
         pci_devices: Vec::new(),
+        pci_locality: Vec::new(),
     };
     assert_eq!(machine, expected);
     let cpu_to_numa = machine.cpu_to_numa();
@@ -463,6 +476,7 @@ fn fixture_numa_id_holes() {
             numa_node(5, cores(3), 16 * GIB, &[(0, 21), (1, 21), (4, 11), (5, 10)]),
         ],
         pci_devices: Vec::new(),
+        pci_locality: Vec::new(),
     };
     assert_eq!(machine, expected);
     assert_eq!(machine.numa_ids(), vec![0, 1, 4, 5]);
@@ -502,6 +516,7 @@ fn fixture_hugepages_two_sizes() {
     let expected = Machine {
         numa_nodes: vec![node0, node1],
         pci_devices: Vec::new(),
+        pci_locality: Vec::new(),
     };
     assert_eq!(machine, expected);
     let names: Vec<String> = machine.numa_nodes[0]
@@ -530,6 +545,13 @@ fn fixture_gpu_nic() {
             pci("0000:c3:00.0", 0x144d, 0xa80a, 0x0108, "nvme", &[]),
             pci("0000:ca:00.0", 0x10de, 0x20b5, 0x0302, "gpu", &[1]),
         ],
+        // Host bridges under each package; the NVMe's bridge hangs off the root (no locality).
+        pci_locality: vec![
+            bus_range(0, 0x17, 0x17, 0),
+            bus_range(0, 0x4b, 0x4b, 0),
+            bus_range(0, 0xb1, 0xb1, 1),
+            bus_range(0, 0xca, 0xca, 1),
+        ],
     };
     assert_eq!(machine, expected);
 }
@@ -545,6 +567,7 @@ fn fixture_memory_only_node() {
             numa_node(2, Vec::new(), 256 * GIB, &[(0, 14), (1, 24), (2, 10)]),
         ],
         pci_devices: Vec::new(),
+        pci_locality: Vec::new(),
     };
     assert_eq!(machine, expected);
     // The CXL node's hwloc cpuset covers every CPU; none of them may be assigned to it.
@@ -570,4 +593,47 @@ fn disallowed_cpus_and_nodes_are_kept() {
         );
     assert_ne!(restricted, xml);
     assert_eq!(Machine::from_xml_str(&restricted).unwrap(), load("2numa.xml"));
+}
+
+#[test]
+fn pci_locality_takes_host_bridge_ranges_not_the_bridges_below_them() {
+    // gpu-nic.xml with wider host bridges, as servers have them: node 1's first host bridge
+    // covers buses 80-bf and reaches its GPU through a PCI-PCI bridge (bus b1), and a host
+    // bridge with no device hwloc keeps as important still counts.
+    let xml = std::fs::read_to_string(fixtures_dir().join("gpu-nic.xml")).unwrap();
+    let gpu = r#"<object type="PCIDev" gp_index="60" pci_busid="0000:b1:00.0" pci_type="0302 [10de:20b5] [0000:0000] 00" pci_link_speed="0.000000"/>"#;
+    assert!(xml.contains(gpu));
+    let wide = xml
+        .replace(r#"bridge_pci="0000:[17-17]""#, r#"bridge_pci="0000:[00-3f]""#)
+        .replace(r#"bridge_pci="0000:[4b-4b]""#, r#"bridge_pci="0000:[40-7f]""#)
+        .replace(r#"bridge_pci="0000:[b1-b1]""#, r#"bridge_pci="0000:[80-bf]""#)
+        .replace(r#"bridge_pci="0000:[ca-ca]""#, r#"bridge_pci="0000:[c0-df]""#)
+        .replace(
+            gpu,
+            &format!(
+                r#"<object type="Bridge" gp_index="900" bridge_type="1-1" depth="1" bridge_pci="0000:[b1-b1]" pci_busid="0000:80:01.0" pci_type="0604 [8086:2030] [0000:0000] 00" pci_link_speed="0.000000">{gpu}</object>
+        <object type="Bridge" gp_index="901" bridge_type="0-1" depth="0" bridge_pci="0001:[00-0f]">
+          <object type="PCIDev" gp_index="902" pci_busid="0001:00:00.0" pci_type="0c03 [8086:1234] [0000:0000] 00" pci_link_speed="0.000000"/>
+        </object>"#
+            ),
+        );
+    let machine = Machine::from_xml_str(&wide).unwrap();
+    assert_eq!(
+        machine.pci_locality,
+        vec![
+            // Adjacent ranges of one node merge, as the published value has them.
+            bus_range(0, 0x00, 0x7f, 0),
+            bus_range(0, 0x80, 0xdf, 1),
+            bus_range(1, 0x00, 0x0f, 1),
+        ]
+    );
+    assert_eq!(
+        numaplane::pci_locality::join_pci_locality(&machine.pci_locality),
+        "0000:00-7f=0,0000:80-df=1,0001:00-0f=1"
+    );
+    // The model's JSON carries the same ranges in their wire form.
+    let json = serde_json::to_value(&machine).unwrap();
+    assert_eq!(json["pci_locality"], "0000:00-7f=0,0000:80-df=1,0001:00-0f=1");
+    let back: Machine = serde_json::from_value(json).unwrap();
+    assert_eq!(back, machine);
 }

@@ -1,5 +1,5 @@
 //! Everything the NRT carries as an attribute: the fingerprint, the kubelet's configuration,
-//! SMT width, memory groups, where init-held data came from, cluster-shared slots, devices
+//! SMT width, PCI locality, memory groups, where init-held data came from, cluster-shared slots, devices
 //! without a NUMA node and the node-level resources.
 
 use std::collections::BTreeMap;
@@ -81,6 +81,14 @@ pub(super) fn attributes(
         attributes.push(AttributeInfo {
             name: attr::THREADS_PER_CORE.to_owned(),
             value: width.to_string(),
+        });
+    }
+    // Only where hwloc knows it: the scheduler reads "absent" as unknown, never as "no
+    // locality". A handful of bus ranges, however many PCI functions the machine has.
+    if !machine.pci_locality.is_empty() {
+        attributes.push(AttributeInfo {
+            name: attr::PCI_LOCALITY.to_owned(),
+            value: numaplane::pci_locality::join_pci_locality(&machine.pci_locality),
         });
     }
     if let Some(closest) = cfg.prefer_closest_numa_nodes {

@@ -13,6 +13,9 @@ use super::*;
 pub struct MachineView {
     /// NUMA nodes, in any order; ids must be unique.
     pub nodes: Vec<NodeView>,
+    /// PCI bus ranges and their NUMA node (published as `numaplane.io/pci-locality`); empty
+    /// when unknown.
+    pub pci_locality: Vec<numaplane::pci_locality::PciBusRange>,
 }
 
 /// One NUMA node of a [`MachineView`].
@@ -55,7 +58,10 @@ impl From<&Machine> for MachineView {
                 }
             })
             .collect();
-        MachineView { nodes }
+        MachineView {
+            nodes,
+            pci_locality: machine.pci_locality.clone(),
+        }
     }
 }
 

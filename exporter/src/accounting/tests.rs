@@ -56,6 +56,7 @@ fn machine() -> MachineView {
     };
     MachineView {
         nodes: vec![node(0, 0..4), node(1, 4..8)],
+        pci_locality: Vec::new(),
     }
 }
 
@@ -982,8 +983,15 @@ fn machine_view_from_topology_machine() {
             },
         ],
         pci_devices: vec![],
+        pci_locality: vec![numaplane::pci_locality::PciBusRange {
+            domain: 0,
+            first_bus: 0,
+            last_bus: 0xff,
+            numa_node: 2,
+        }],
     };
     let view = MachineView::from(&machine);
+    assert_eq!(view.pci_locality, machine.pci_locality);
     assert_eq!(
         view.nodes[0],
         NodeView {
@@ -1155,7 +1163,40 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
     // Without the kubelet config and the core layout, nothing is claimed.
     let plain = run(&alloc, &l).to_nrt("n1");
     assert_eq!(plain.attribute(attr::CPU_MANAGER_POLICY), None);
-    assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);
+    assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);    assert_eq!(plain.attribute(attr::PCI_LOCALITY), None);
+}
+
+#[test]
+fn pci_locality_is_published_in_its_wire_form_and_reads_back() {
+    use numaplane::pci_locality::PciBusRange;
+    let mut m = machine();
+    m.pci_locality = vec![
+        PciBusRange {
+            domain: 0,
+            first_bus: 0x00,
+            last_bus: 0x7f,
+            numa_node: 0,
+        },
+        PciBusRange {
+            domain: 0,
+            first_bus: 0x80,
+            last_bus: 0xff,
+            numa_node: 1,
+        },
+    ];
+    let nrt = account(&m, &all_cpus(), &list(vec![]), &cfg())
+        .unwrap()
+        .to_nrt("n1");
+    assert_eq!(
+        nrt.attribute(attr::PCI_LOCALITY),
+        Some("0000:00-7f=0,0000:80-ff=1")
+    );
+    assert_eq!(nrt.pci_locality(), Some(Ok(m.pci_locality.clone())));
+    // The zones, what an NRT consumer that knows nothing of it reads, are unchanged.
+    let plain = account(&machine(), &all_cpus(), &list(vec![]), &cfg())
+        .unwrap()
+        .to_nrt("n1");
+    assert_eq!(nrt.zones, plain.zones);
 }
 
 #[test]

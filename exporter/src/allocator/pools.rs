@@ -439,6 +439,7 @@ mod tests {
         Machine {
             numa_nodes: vec![],
             pci_devices: vec![gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1)],
+            pci_locality: vec![],
         }
     }
 
