@@ -23,6 +23,29 @@ pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
 /// without `/` is in the driver's own domain, as in device selectors.
 pub type DriverNumaAttributes = BTreeMap<String, Vec<String>>;
 
+/// The driver-specific NUMA attributes known without configuration, each checked in the
+/// driver's source:
+/// - `dra.net` (kubernetes-sigs/dranet, `pkg/apis/attributes.go`: `AttrNUMANode =
+///   "dra.net/numaNode"`);
+/// - `sriovnetwork.k8snetworkplumbingwg.io` (k8snetworkplumbingwg/dra-driver-sriov,
+///   `pkg/consts/consts.go`: `AttributeNUMANode = "dra.net/numaNode"`, dranet's name);
+/// - `gpu.nvidia.com` (NVIDIA/k8s-dra-driver-gpu, `cmd/gpu-kubelet-plugin/deviceinfo.go`: VFIO
+///   GPUs publish the int `numa`; full GPUs and MIG devices publish only the standard
+///   `resource.kubernetes.io/pcieRoot`, which the node's PCI locality resolves).
+///
+/// Configuration (the scheduler's `draNuma.driverAttributes`, the exporter's
+/// `--dra-numa-attribute`) replaces the list of a driver it names.
+pub fn default_driver_numa_attributes() -> DriverNumaAttributes {
+    [
+        ("dra.net", "dra.net/numaNode"),
+        ("sriovnetwork.k8snetworkplumbingwg.io", "dra.net/numaNode"),
+        ("gpu.nvidia.com", "numa"),
+    ]
+    .into_iter()
+    .map(|(driver, attr)| (driver.to_owned(), vec![attr.to_owned()]))
+    .collect()
+}
+
 /// Where a device's NUMA node came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NumaSource {

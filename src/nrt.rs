@@ -98,6 +98,15 @@ pub mod attr {
     /// (`0000:00-7f=0,0000:80-ff=1`). The scheduler places a DRA device that only names its
     /// `resource.kubernetes.io/pciBusID` or `pcieRoot` through it. Absent: unknown.
     pub const PCI_LOCALITY: &str = "numaplane.io/pci-locality";
+    /// Zone attribute (numaplane extension, written by numaplane-exporter): the DRA devices of
+    /// this node's ResourceSlices and of its pods' claims that sit on the zone's NUMA node, per
+    /// driver, free and in all; see [`super::join_dra_devices`] (`gpu.example.com=1/4`). For
+    /// reading only (`kubectl numa top`); no scheduler decision uses it. Absent: no DRA device
+    /// is known on the zone, or the exporter does not see the node's ResourceSlices.
+    pub const DRA_DEVICES: &str = "numaplane.io/dra-devices";
+    /// Node attribute (numaplane extension): [`DRA_DEVICES`] for the devices no source places on
+    /// a NUMA node. Absent when there are none.
+    pub const DRA_DEVICES_WITHOUT_NUMA: &str = "numaplane.io/dra-devices-without-numa";
 }
 
 /// Names of the kubelet's Topology Manager policy options (`topologyManagerPolicyOptions`), read
@@ -269,6 +278,63 @@ pub fn split_devices_without_numa(value: &str) -> Result<DevicesWithoutNuma, Dev
         return Err(err());
     }
     Ok(DevicesWithoutNuma { free, ids })
+}
+
+/// DRA devices of one driver in one place (a NUMA zone, or without NUMA node).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraDeviceCount {
+    /// Devices no claim of a pod on the node holds.
+    pub free: u64,
+    /// All devices (free and held).
+    pub total: u64,
+}
+
+/// Encodes [`attr::DRA_DEVICES`]: `<driver>=<free>/<total>` per driver, sorted by driver and
+/// joined by commas (`gpu.example.com=1/4,nic.example.com=0/2`). Driver names are DNS
+/// subdomains, so they hold no `=`, `/` or `,`.
+pub fn join_dra_devices(counts: &std::collections::BTreeMap<String, DraDeviceCount>) -> String {
+    counts
+        .iter()
+        .map(|(driver, c)| format!("{driver}={}/{}", c.free, c.total))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A [`attr::DRA_DEVICES`] value that is not `<driver>=<free>/<total>` entries with
+/// `free <= total`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("DRA device counts {value:?} are not <driver>=<free>/<total> entries with free at most total")]
+pub struct DraDevicesError {
+    /// The value as published.
+    pub value: String,
+}
+
+/// Decodes [`join_dra_devices`]. Empty: no driver.
+pub fn split_dra_devices(
+    value: &str,
+) -> Result<std::collections::BTreeMap<String, DraDeviceCount>, DraDevicesError> {
+    let err = || DraDevicesError {
+        value: value.to_owned(),
+    };
+    let number = |s: &str| {
+        let s = s.trim();
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse::<u64>().ok()
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (driver, counts) = entry.split_once('=').ok_or_else(err)?;
+        let (free, total) = counts.split_once('/').ok_or_else(err)?;
+        let (free, total) = (number(free).ok_or_else(err)?, number(total).ok_or_else(err)?);
+        let driver = driver.trim();
+        if driver.is_empty() || free > total {
+            return Err(err());
+        }
+        out.insert(driver.to_owned(), DraDeviceCount { free, total });
+    }
+    Ok(out)
 }
 
 /// Legacy fingerprint annotation, read by the scheduler-plugins cache as a fallback.
@@ -515,6 +581,23 @@ pub fn parse_zone_name(name: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn dra_device_counts_round_trip_and_reject_malformed_values() {
+        use super::{DraDeviceCount, join_dra_devices, split_dra_devices};
+        let counts = std::collections::BTreeMap::from([
+            ("nic.example.com".to_owned(), DraDeviceCount { free: 0, total: 2 }),
+            ("gpu.example.com".to_owned(), DraDeviceCount { free: 1, total: 4 }),
+        ]);
+        let value = join_dra_devices(&counts);
+        assert_eq!(value, "gpu.example.com=1/4,nic.example.com=0/2");
+        assert_eq!(split_dra_devices(&value).unwrap(), counts);
+        assert!(split_dra_devices("").unwrap().is_empty());
+        for bad in ["gpu=1", "gpu=5/4", "=1/4", "gpu=-1/4", "gpu=1/x", "gpu"] {
+            let e = split_dra_devices(bad).unwrap_err();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
 
     #[test]
     fn cpu_manager_options_round_trip_and_skip_entries_without_a_value() {

@@ -23,4 +23,5 @@ pub mod publish;
 pub mod run;
 pub mod scan;
 pub mod server;
+pub mod slice_watch;
 pub mod triggers;

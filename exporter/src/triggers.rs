@@ -40,6 +40,8 @@ pub enum Trigger {
     NodeAllocatable,
     /// Expected devices are not in allocatable yet: read it again (bounded, with backoff).
     AllocatableRetry,
+    /// A ResourceSlice of this node was added, changed or deleted.
+    ResourceSlices,
 }
 
 impl Trigger {
@@ -58,6 +60,7 @@ impl Trigger {
             Trigger::DevicesDelivered => "devices_delivered",
             Trigger::NodeAllocatable => "node_allocatable",
             Trigger::AllocatableRetry => "allocatable_retry",
+            Trigger::ResourceSlices => "resource_slices",
         }
     }
 

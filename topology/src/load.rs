@@ -364,8 +364,11 @@ fn read_pci_locality(topology: &Topology) -> Result<Vec<PciBusRange>, TopologyEr
         let Some(DownstreamAttributes::PCI(down)) = bridge.downstream_attributes() else {
             continue;
         };
-        let (domain, first_bus, last_bus) =
-            (u32::from(down.domain()), down.secondary_bus(), down.subordinate_bus());
+        let (domain, first_bus, last_bus) = (
+            u32::from(down.domain()),
+            down.secondary_bus(),
+            down.subordinate_bus(),
+        );
         match device_locality(object, multi_node)?.as_slice() {
             [numa_node] if first_bus <= last_bus => ranges.push(PciBusRange {
                 domain,

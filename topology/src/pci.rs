@@ -126,10 +126,7 @@ mod tests {
             ]
         );
         let value = numaplane::pci_locality::join_pci_locality(&got);
-        assert_eq!(
-            numaplane::pci_locality::split_pci_locality(&value).unwrap(),
-            got
-        );
+        assert_eq!(numaplane::pci_locality::split_pci_locality(&value).unwrap(), got);
     }
 
     #[test]

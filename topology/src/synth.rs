@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::pci::{class_name, is_modelled_class, normalize_locality};
 use crate::{
-    Distance, HugepagePool, Machine, NumaNode, PciBusRange, PciDevice, TopologyError, parse_hugepage_resource_name,
+    Distance, HugepagePool, Machine, NumaNode, PciBusRange, PciDevice, TopologyError,
+    parse_hugepage_resource_name,
 };
 
 /// Base page size the generated XML declares.

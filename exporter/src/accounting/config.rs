@@ -40,7 +40,7 @@ pub struct ResourceManagers {
 }
 
 /// Everything besides the two kubelet responses that shapes the published object.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AccountingConfig {
     /// This node's name, the key for per-node `resource_exclude` entries.
     pub node_name: String,
@@ -85,6 +85,10 @@ pub struct AccountingConfig {
     /// node-level ones ([`attr::NODE_LEVEL_RESOURCES`]), promising that it describes every
     /// extended resource the Node allocates. `None`: the attribute is left out.
     pub node_level: Option<crate::allocatable_follow::NodeLevelInput>,
+    /// The node's ResourceSlices (once their watch has listed them) and the driver NUMA
+    /// attributes: DRA devices are then counted per zone ([`super::DraZones`]). `None`: not
+    /// counted, and the DRA attributes are left out.
+    pub dra: Option<super::DraInputs>,
 }
 
 impl Default for AccountingConfig {
@@ -108,6 +112,7 @@ impl Default for AccountingConfig {
             held_sources: None,
             memory_groups: None,
             node_level: None,
+            dra: None,
         }
     }
 }

@@ -34,6 +34,7 @@ use numaplane::proto::podresources::{AllocatableResourcesResponse, ListPodResour
 
 mod attributes;
 mod config;
+mod dra;
 mod init_held_merge;
 mod machine;
 mod select;
@@ -47,6 +48,7 @@ pub use config::{
     AccountingConfig, DEFAULT_TOPOLOGY_MANAGER_POLICY, DEFAULT_TOPOLOGY_MANAGER_SCOPE, EXCLUDE_ALL_NODES,
     PodExclude, ResourceManagers,
 };
+pub use dra::{DraInputs, DraZones};
 pub use machine::{MachineView, NodeView};
 pub use numaplane::resource_name::{CPU as RESOURCE_CPU, HUGEPAGES_PREFIX, MEMORY as RESOURCE_MEMORY};
 pub use select::{has_exclusive_resources, pods_fingerprint, select_pods};
@@ -93,11 +95,16 @@ pub enum AnomalyKind {
     /// A device id that is empty (skipped), or that cannot be carried in the comma-separated
     /// free-devices attribute (counted, left out of the attribute).
     InvalidDeviceId,
+    /// A DRA device whose NUMA attribute holds no NUMA node id (counted without NUMA node).
+    DraDeviceNuma,
+    /// A claimed DRA device that pod-resources names without driver, pool or device (kubelets
+    /// before 1.31): it cannot be matched to a ResourceSlice device (not counted).
+    DraClaimUnidentified,
 }
 
 impl AnomalyKind {
     /// Every kind, for registering metric series up front.
-    pub const ALL: [AnomalyKind; 12] = [
+    pub const ALL: [AnomalyKind; 14] = [
         AnomalyKind::UnknownCpu,
         AnomalyKind::UnknownNuma,
         AnomalyKind::UnalignedDevice,
@@ -110,6 +117,8 @@ impl AnomalyKind {
         AnomalyKind::AllocatableExceedsCapacity,
         AnomalyKind::InvalidResourceName,
         AnomalyKind::InvalidDeviceId,
+        AnomalyKind::DraDeviceNuma,
+        AnomalyKind::DraClaimUnidentified,
     ];
 
     /// The metric label value.
@@ -127,6 +136,8 @@ impl AnomalyKind {
             AnomalyKind::AllocatableExceedsCapacity => "allocatable_exceeds_capacity",
             AnomalyKind::InvalidResourceName => "invalid_resource_name",
             AnomalyKind::InvalidDeviceId => "invalid_device_id",
+            AnomalyKind::DraDeviceNuma => "dra_device_numa",
+            AnomalyKind::DraClaimUnidentified => "dra_claim_unidentified",
         }
     }
 }
@@ -172,6 +183,9 @@ pub struct Accounting {
     /// Read and kept, never charged to a zone: DRA devices bypass the Topology Manager and
     /// pod-resources carries no NUMA node for them, so the zones must say nothing about them.
     pub dra_devices: BTreeMap<String, usize>,
+    /// DRA devices per NUMA zone and driver, free and in all, when the node's ResourceSlices
+    /// are known ([`AccountingConfig::dra`]); published as zone attributes for reading only.
+    pub dra_zones: Option<DraZones>,
 }
 
 impl Accounting {
@@ -275,7 +289,24 @@ pub fn account(
             acc.add_counted(pod, held);
         }
     }
-    let zones = acc.build_zones()?;
+    let mut zones = acc.build_zones()?;
+    let dra_zones = cfg.dra.as_ref().map(|dra| {
+        let numa_ids = index.nodes.keys().copied().collect();
+        dra::dra_zones(&pods, dra, &machine.pci_locality, &numa_ids, &mut acc.anomalies)
+    });
+    if let Some(dz) = &dra_zones {
+        for zone in &mut zones {
+            let Some(counts) = nrt::parse_zone_name(&zone.name).and_then(|id| dz.by_numa.get(&id)) else {
+                continue;
+            };
+            let attrs = zone.attributes.get_or_insert_with(Vec::new);
+            attrs.push(AttributeInfo {
+                name: nrt::attr::DRA_DEVICES.to_owned(),
+                value: nrt::join_dra_devices(counts),
+            });
+            attrs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+    }
 
     let fingerprint = cfg
         .fingerprint_method
@@ -296,6 +327,13 @@ pub fn account(
         fingerprint.as_ref(),
         node_level.as_ref(),
     );
+    let mut attributes = attributes;
+    if let Some(dz) = dra_zones.as_ref().filter(|dz| !dz.without_numa.is_empty()) {
+        attributes.push(AttributeInfo {
+            name: nrt::attr::DRA_DEVICES_WITHOUT_NUMA.to_owned(),
+            value: nrt::join_dra_devices(&dz.without_numa),
+        });
+    }
     let scope = or_default(&cfg.topology_manager_scope, DEFAULT_TOPOLOGY_MANAGER_SCOPE);
     let policy = or_default(&cfg.topology_manager_policy, DEFAULT_TOPOLOGY_MANAGER_POLICY);
 
@@ -308,6 +346,7 @@ pub fn account(
         pods_accounted: pods.len(),
         pods_with_exclusive: pods.iter().filter(|p| has_exclusive_resources(p)).count(),
         dra_devices: dra_devices(&pods),
+        dra_zones,
         fingerprint,
     })
 }

@@ -1163,7 +1163,8 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
     // Without the kubelet config and the core layout, nothing is claimed.
     let plain = run(&alloc, &l).to_nrt("n1");
     assert_eq!(plain.attribute(attr::CPU_MANAGER_POLICY), None);
-    assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);    assert_eq!(plain.attribute(attr::PCI_LOCALITY), None);
+    assert_eq!(plain.attribute(attr::THREADS_PER_CORE), None);
+    assert_eq!(plain.attribute(attr::PCI_LOCALITY), None);
 }
 
 #[test]
@@ -1476,4 +1477,222 @@ fn node_level_resources_are_published_only_when_the_node_is_known() {
         nrt.attributes.as_ref().unwrap().last().unwrap().name,
         nrt::attr::NODE_LEVEL_RESOURCES
     );
+}
+
+/// A ResourceSlice of `driver`, pool `pool` at `generation`, with `devices` (name, attributes
+/// as JSON).
+fn slice(
+    driver: &str,
+    pool: &str,
+    generation: i64,
+    devices: serde_json::Value,
+) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{pool}-{driver}-{generation}")},
+        "spec": {
+            "driver": driver,
+            "nodeName": "n1",
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        }
+    }))
+    .expect("a valid slice")
+}
+
+fn claim(
+    name: &str,
+    driver: &str,
+    pool: &str,
+    devices: &[&str],
+) -> numaplane::proto::podresources::DynamicResource {
+    numaplane::proto::podresources::DynamicResource {
+        claim_name: name.into(),
+        claim_namespace: "ns".into(),
+        claim_resources: devices
+            .iter()
+            .map(|d| numaplane::proto::podresources::ClaimResource {
+                driver_name: driver.into(),
+                pool_name: pool.into(),
+                device_name: (*d).into(),
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn dra_devices_are_counted_per_zone_from_every_numa_source_and_the_claims() {
+    let gpu = "gpu.example.com";
+    let numa = |n: i64| serde_json::json!({"resource.kubernetes.io/numaNode": {"int": n}});
+    let slices = vec![
+        slice(
+            gpu,
+            "n1",
+            2,
+            serde_json::json!([
+                {"name": "gpu-0", "attributes": numa(0)},
+                {"name": "gpu-1", "attributes": numa(0)},
+                {"name": "gpu-2", "attributes": numa(1)},
+                // Through the node's PCI locality.
+                {"name": "gpu-3", "attributes": {"resource.kubernetes.io/pciBusID": {"string": "0000:af:00.0"}}},
+                // No source places it.
+                {"name": "gpu-4"},
+                // A NUMA attribute that holds no id: an anomaly, counted without NUMA node.
+                {"name": "gpu-5", "attributes": {"resource.kubernetes.io/numaNode": {"string": "one"}}},
+                // A NUMA node this machine does not have.
+                {"name": "gpu-6", "attributes": numa(7)},
+            ]),
+        ),
+        // An older generation of the pool: ignored, as kube-scheduler ignores it.
+        slice(
+            gpu,
+            "n1",
+            1,
+            serde_json::json!([{"name": "gpu-9", "attributes": numa(0)}]),
+        ),
+        // dranet's own attribute, a built-in default.
+        slice(
+            "dra.net",
+            "n1",
+            1,
+            serde_json::json!([{"name": "eth1", "attributes": {"dra.net/numaNode": {"int": 1}}}]),
+        ),
+    ];
+    let mut m = machine();
+    m.pci_locality = numaplane::pci_locality::split_pci_locality("0000:00-7f=0,0000:80-ff=1").unwrap();
+    let mut app = container(&[], vec![], vec![]);
+    app.dynamic_resources = vec![
+        claim("gpus", gpu, "n1", &["gpu-0", "gpu-2", "gpu-4"]),
+        // Not in this node's slices (a slice shared by several nodes): held, no NUMA node.
+        claim("remote", gpu, "shared-pool", &["gpu-x"]),
+        // An old kubelet's entry without names: an anomaly, not counted.
+        claim("old", "", "", &[""]),
+    ];
+    let mut sidecar = container(&[], vec![], vec![]);
+    sidecar.name = "sidecar".into();
+    sidecar.dynamic_resources = vec![claim("gpus", gpu, "n1", &["gpu-0", "gpu-2", "gpu-4"])];
+    let mut c = cfg();
+    c.dra = Some(DraInputs {
+        slices,
+        driver_attributes: numaplane::device_numa::default_driver_numa_attributes(),
+    });
+    let l = list(vec![pod("ns", "a", vec![app, sidecar])]);
+    let acc = account(&m, &all_cpus(), &l, &c).unwrap();
+
+    let count = |free, total| nrt::DraDeviceCount { free, total };
+    let dz = acc.dra_zones.clone().unwrap();
+    assert_eq!(
+        dz.by_numa,
+        BTreeMap::from([
+            (0, BTreeMap::from([(gpu.to_owned(), count(1, 2))])),
+            (
+                1,
+                BTreeMap::from([(gpu.to_owned(), count(1, 2)), ("dra.net".to_owned(), count(1, 1))])
+            ),
+        ])
+    );
+    // gpu-4 (held), gpu-5, gpu-6 and the remote gpu-x (held).
+    assert_eq!(dz.without_numa, BTreeMap::from([(gpu.to_owned(), count(2, 4))]));
+    let counts = acc.anomaly_counts();
+    assert_eq!(counts.get(&AnomalyKind::DraDeviceNuma), Some(&1));
+    assert_eq!(counts.get(&AnomalyKind::DraClaimUnidentified), Some(&1));
+    assert_eq!(counts.get(&AnomalyKind::UnknownNuma), Some(&1));
+    let detail = |kind| {
+        acc.anomalies
+            .iter()
+            .find(|a| a.kind == kind)
+            .map(|a| a.detail.clone())
+            .unwrap()
+    };
+    assert!(detail(AnomalyKind::DraDeviceNuma).contains("gpu-5"));
+    assert!(detail(AnomalyKind::DraClaimUnidentified).contains("ns/a"));
+
+    // Published as zone attributes and one node attribute; the resources are untouched.
+    let nrt = acc.to_nrt("n1");
+    let zone_attr = |zone: &str| {
+        nrt.zones
+            .iter()
+            .find(|z| z.name == zone)
+            .and_then(|z| z.attribute(attr::DRA_DEVICES))
+            .map(str::to_owned)
+    };
+    assert_eq!(zone_attr("node-0").as_deref(), Some("gpu.example.com=1/2"));
+    assert_eq!(
+        zone_attr("node-1").as_deref(),
+        Some("dra.net=1/1,gpu.example.com=1/2")
+    );
+    assert_eq!(
+        nrt.attribute(attr::DRA_DEVICES_WITHOUT_NUMA),
+        Some("gpu.example.com=2/4")
+    );
+    let without = account(&m, &all_cpus(), &l, &cfg()).unwrap();
+    assert_eq!(without.dra_zones, None);
+    let strip = |zones: &[nrt::Zone]| {
+        zones
+            .iter()
+            .map(|z| (z.name.clone(), z.resources.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&acc.zones), strip(&without.zones));
+    assert!(
+        without
+            .to_nrt("n1")
+            .zones
+            .iter()
+            .all(|z| z.attribute(attr::DRA_DEVICES).is_none())
+    );
+
+    // The metrics carry the same counts, `none` for devices without NUMA node.
+    let metrics = crate::metrics::Metrics::new();
+    metrics.record_accounting("n1", &acc);
+    let gauge = |family: &prometheus_client::metrics::family::Family<
+        crate::metrics::DraZoneLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+                 numa: &str,
+                 driver: &str| {
+        family
+            .get_or_create(&crate::metrics::DraZoneLabels {
+                node: "n1".into(),
+                numa_node: numa.into(),
+                driver: driver.into(),
+            })
+            .get()
+    };
+    assert_eq!(gauge(&metrics.dra_devices_allocated, "0", gpu), 1);
+    assert_eq!(gauge(&metrics.dra_devices_free, "0", gpu), 1);
+    assert_eq!(gauge(&metrics.dra_devices_free, "1", "dra.net"), 1);
+    assert_eq!(gauge(&metrics.dra_devices_allocated, "none", gpu), 2);
+    assert_eq!(gauge(&metrics.dra_devices_free, "none", gpu), 2);
+}
+
+#[test]
+fn driver_numa_attributes_follow_the_flags() {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: crate::run::RunArgs,
+    }
+    let args = Cli::try_parse_from([
+        "x",
+        "--node-name",
+        "n1",
+        "--dra-numa-attribute",
+        "gpu.example.com=numa",
+        "--dra-numa-attribute",
+        "gpu.example.com=example.com/socketNuma",
+        "--dra-numa-attribute",
+        "dra.net=",
+    ])
+    .unwrap();
+    let attrs = args.run.dra_driver_attributes();
+    assert_eq!(
+        attrs.get("gpu.example.com"),
+        Some(&vec!["numa".to_owned(), "example.com/socketNuma".to_owned()])
+    );
+    assert_eq!(attrs.get("dra.net"), Some(&vec![]));
+    assert_eq!(attrs.get("gpu.nvidia.com"), Some(&vec!["numa".to_owned()]));
+    assert!(Cli::try_parse_from(["x", "--node-name", "n1", "--dra-numa-attribute", "=numa"]).is_err());
+    assert!(Cli::try_parse_from(["x", "--node-name", "n1", "--dra-numa-attribute", "numa"]).is_err());
 }

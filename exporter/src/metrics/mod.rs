@@ -127,6 +127,17 @@ pub struct DriverLabels {
     pub driver: String,
 }
 
+/// Labels of the per-zone DRA device gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraZoneLabels {
+    /// Node name.
+    pub node: String,
+    /// NUMA node id, or `none` for devices no source places on a NUMA node.
+    pub numa_node: String,
+    /// The DRA driver.
+    pub driver: String,
+}
+
 /// Labels of the init-held source gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeldSourceLabels {
@@ -210,6 +221,10 @@ pub struct Metrics {
     pub pods_accounted: Gauge,
     /// DRA devices held by accounted pods, per driver (not in any zone).
     pub dra_devices: Family<DriverLabels, Gauge>,
+    /// DRA devices held by claims of the node's pods, per NUMA node and driver.
+    pub dra_devices_allocated: Family<DraZoneLabels, Gauge>,
+    /// DRA devices of the node's ResourceSlices no claim holds, per NUMA node and driver.
+    pub dra_devices_free: Family<DraZoneLabels, Gauge>,
     /// 1 for the source of what init containers hold beyond List, per kind of resource.
     pub init_held_source: Family<HeldSourceLabels, Gauge>,
     /// Scans that found a kubelet checkpoint unusable, by file and reason.
@@ -264,6 +279,8 @@ impl Metrics {
             pods_with_exclusive: r.family("pods_with_exclusive_resources", "Accounted pods holding exclusive CPUs, NUMA-pinned memory or NUMA-affine devices"),
             pods_accounted: r.family("pods_accounted", "Pods left after the namespace, exclusion and terminal-pod filters"),
             dra_devices: r.family("dra_devices", "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)"),
+            dra_devices_allocated: r.family("dra_devices_allocated", "DRA devices held by claims of the node's pods, per NUMA node (none: no source places the device) and driver"),
+            dra_devices_free: r.family("dra_devices_free", "DRA devices of the node's ResourceSlices that no claim of its pods holds, per NUMA node (none: no source places the device) and driver"),
             init_held_source: r.family("init_held_source", "1 for where the resources init containers still hold were read from (kubelet checkpoint, pod spec, or none), per kind"),
             checkpoint_errors: r.family("kubelet_checkpoint_errors", "Scans that found a kubelet checkpoint unusable (unreadable, not JSON, unknown layout, checksum mismatch)"),
             errors: r.family("errors", "Errors outside scans by kind"),
@@ -472,11 +489,43 @@ impl Metrics {
                 })
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
+        self.record_dra_zones(node, acc.dra_zones.as_ref());
         self.pods_accounted
             .set(i64::try_from(acc.pods_accounted).unwrap_or(i64::MAX));
         self.pods_with_exclusive
             .set(i64::try_from(acc.pods_with_exclusive).unwrap_or(i64::MAX));
         self.last_successful_scan.set(unix_now());
+    }
+}
+
+impl Metrics {
+    /// The per-zone DRA gauges: exactly the (NUMA node, driver) pairs of the last scan; none
+    /// while the node's ResourceSlices are not known.
+    fn record_dra_zones(&self, node: &str, zones: Option<&crate::accounting::DraZones>) {
+        self.dra_devices_allocated.clear();
+        self.dra_devices_free.clear();
+        let Some(zones) = zones else { return };
+        let places = zones
+            .by_numa
+            .iter()
+            .map(|(id, counts)| (id.to_string(), counts))
+            .chain(std::iter::once(("none".to_owned(), &zones.without_numa)));
+        for (numa_node, counts) in places {
+            for (driver, c) in counts {
+                let labels = DraZoneLabels {
+                    node: node.to_owned(),
+                    numa_node: numa_node.clone(),
+                    driver: driver.clone(),
+                };
+                let held = c.total.saturating_sub(c.free);
+                self.dra_devices_allocated
+                    .get_or_create(&labels)
+                    .set(i64::try_from(held).unwrap_or(i64::MAX));
+                self.dra_devices_free
+                    .get_or_create(&labels)
+                    .set(i64::try_from(c.free).unwrap_or(i64::MAX));
+            }
+        }
     }
 }
 
@@ -540,6 +589,7 @@ mod tests {
             pods_with_exclusive: 0,
             fingerprint: None,
             dra_devices: std::collections::BTreeMap::new(),
+            dra_zones: None,
         }
     }
 

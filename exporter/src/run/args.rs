@@ -89,6 +89,18 @@ pub struct RunArgs {
     /// Repeatable (comma-separated in the environment variable).
     #[arg(long = "exclude-resource", env = "NUMAPLANE_EXCLUDE_RESOURCES", value_delimiter = ',', value_parser = parse_exclude_resource)]
     pub exclude_resources: Vec<(String, String)>,
+    /// Count DRA devices per NUMA zone (metrics, the zone attribute `numaplane.io/dra-devices`):
+    /// watches this node's ResourceSlices (`spec.nodeName`), so it needs list and watch on
+    /// `resourceslices.resource.k8s.io`. Needs the API server (not with `--once`).
+    #[arg(long, env = "NUMAPLANE_DRA_DEVICES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub dra_devices: bool,
+    /// A driver-specific DRA device attribute holding the device's NUMA node:
+    /// `DRIVER=ATTRIBUTE`, tried after `resource.kubernetes.io/numaNode` and before
+    /// `pciBusID`/`pcieRoot`. Repeatable, in order (comma-separated in the environment
+    /// variable); naming a driver replaces its built-in default, `DRIVER=` removes it. The same
+    /// meaning as numaplane-scheduler's `draNuma.driverAttributes`.
+    #[arg(long = "dra-numa-attribute", env = "NUMAPLANE_DRA_NUMA_ATTRIBUTES", value_delimiter = ',', value_parser = parse_dra_numa_attribute)]
+    pub dra_numa_attributes: Vec<(String, String)>,
     /// Account only pods of this namespace (`*` or empty: all).
     #[arg(long, env = "NUMAPLANE_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
@@ -195,6 +207,36 @@ fn parse_exclude_resource(s: &str) -> Result<(String, String), String> {
         _ => Err(format!(
             "expected NODE=RESOURCE or {EXCLUDE_ALL_NODES}=RESOURCE, got {s:?}"
         )),
+    }
+}
+
+fn parse_dra_numa_attribute(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((driver, attr)) if !driver.trim().is_empty() => {
+            Ok((driver.trim().to_owned(), attr.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "expected DRIVER=ATTRIBUTE (or DRIVER= to drop the driver's default), got {s:?}"
+        )),
+    }
+}
+
+impl RunArgs {
+    /// The driver NUMA attributes: the built-in defaults, each driver named by
+    /// `--dra-numa-attribute` replaced by its flags in order (`DRIVER=` leaves it none).
+    pub fn dra_driver_attributes(&self) -> numaplane::device_numa::DriverNumaAttributes {
+        let mut out = numaplane::device_numa::default_driver_numa_attributes();
+        for driver in self.dra_numa_attributes.iter().map(|(d, _)| d) {
+            out.insert(driver.clone(), Vec::new());
+        }
+        for (driver, attr) in &self.dra_numa_attributes {
+            if let Some(list) = out.get_mut(driver)
+                && !attr.is_empty()
+            {
+                list.push(attr.clone());
+            }
+        }
+        out
     }
 }
 

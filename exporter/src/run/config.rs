@@ -155,5 +155,6 @@ pub fn accounting_config(args: &RunArgs, tm: &ResourceManagerSettings) -> Accoun
         held_sources: None,
         memory_groups: None,
         node_level: None,
+        dra: None,
     }
 }

@@ -45,6 +45,10 @@ pub(super) struct Agent {
     pub(super) pod_view: SharedPodView,
     /// What the watch of this Node knows of its extended resources.
     pub(super) node_view: crate::node_watch::SharedNodeView,
+    /// What the watch of this node's ResourceSlices knows (empty and never synced without it).
+    pub(super) slice_view: crate::slice_watch::SharedSliceView,
+    /// Driver attributes naming a DRA device's NUMA node (`--dra-numa-attribute`).
+    pub(super) dra_driver_attributes: numaplane::device_numa::DriverNumaAttributes,
     /// Device lists the hosted allocator sent to the kubelet (`None` without `--pools`).
     pub(super) delivered: Option<Delivered>,
     /// Devices expected in allocatable and not shown yet.
@@ -283,6 +287,12 @@ impl Agent {
                 (view.synced, facts)
             };
             self.cfg.node_level = self.node_level_input();
+            self.cfg.dra = crate::slice_watch::lock(&self.slice_view).listed().map(|slices| {
+                crate::accounting::DraInputs {
+                    slices,
+                    driver_attributes: self.dra_driver_attributes.clone(),
+                }
+            });
 
             let started = Instant::now();
             last_scan_at = Some(started);

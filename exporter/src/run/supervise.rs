@@ -80,6 +80,7 @@ impl Agent {
         });
         let pod_view = SharedPodView::default();
         let node_view = crate::node_watch::SharedNodeView::default();
+        let slice_view = crate::slice_watch::SharedSliceView::default();
         let listed = Arc::new(Mutex::new(BTreeSet::new()));
         let (mut publisher, mut events) = (None, None);
         if let Some(client) = &kube {
@@ -107,6 +108,19 @@ impl Agent {
                 node_watch.await;
                 "node watch"
             });
+            if args.dra_devices {
+                let slice_watch = crate::slice_watch::run(
+                    client.clone(),
+                    args.node_name.clone(),
+                    slice_view.clone(),
+                    triggers.clone(),
+                    metrics.clone(),
+                );
+                tasks.spawn(async move {
+                    slice_watch.await;
+                    "resource slice watch"
+                });
+            }
             let poller = pod_watch::poll_admissions(
                 scanner.client().clone(),
                 pod_view.clone(),
@@ -193,6 +207,7 @@ impl Agent {
                 "kubelet config"
             });
         }
+        let dra_driver_attributes = args.dra_driver_attributes();
         Ok(Self {
             args,
             cfg,
@@ -206,6 +221,8 @@ impl Agent {
             events,
             pod_view,
             node_view,
+            slice_view,
+            dra_driver_attributes,
             delivered,
             waits: crate::allocatable_follow::Waits::default(),
             device_resources_seen: BTreeSet::new(),
