@@ -4,7 +4,7 @@
 //!
 //! # What is emulated
 //! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
-//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `events.k8s.io/v1` events;
+//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `resource.k8s.io/v1` resourceslices; `events.k8s.io/v1` events;
 //!   `policy/v1` poddisruptionbudgets;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
@@ -298,6 +298,8 @@ fn builtin_resources() -> Vec<ResourceDef> {
         ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
             .with_short_names(&["sc"]),
         ResourceDef::new("storage.k8s.io", "v1", "csinodes", "CSINode", false),
+        // DRA devices (the exporter watches its node's slices), as v1.36 serves them.
+        ResourceDef::new("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false),
         ResourceDef::new(
             "policy",
             "v1",
@@ -2767,6 +2769,7 @@ fn supported_field_label(def: &ResourceDef, label: &str) -> bool {
             "status.nominatedNodeName",
         ],
         ("", "Node") => &["spec.unschedulable"],
+        ("resource.k8s.io", "ResourceSlice") => &["spec.nodeName", "spec.driver"],
         ("", "Namespace") => &["status.phase"],
         ("", "Event") | ("events.k8s.io", "Event") => EVENT,
         _ => &[],

@@ -375,6 +375,17 @@ fn pods() -> Vec<PodResources> {
                 cpu_ids: vec![2, 3],
                 memory: vec![memory("memory", 4 * GIB, 0), memory("hugepages-1Gi", 2 * GIB, 0)],
                 devices: vec![gpu("gpu0", 0)],
+                // One DRA accelerator of the node's ResourceSlice (dra_slice), on NUMA node 1.
+                dynamic_resources: vec![numaplane::proto::podresources::DynamicResource {
+                    claim_name: "accel".into(),
+                    claim_namespace: "default".into(),
+                    claim_resources: vec![numaplane::proto::podresources::ClaimResource {
+                        driver_name: DRA_DRIVER.into(),
+                        pool_name: NODE.into(),
+                        device_name: "accel-1".into(),
+                        ..Default::default()
+                    }],
+                }],
                 ..ContainerResources::default()
             }],
             ..PodResources::default()
@@ -389,6 +400,25 @@ fn pods() -> Vec<PodResources> {
             ..PodResources::default()
         },
     ]
+}
+
+/// The DRA driver of [`dra_slice`].
+const DRA_DRIVER: &str = "accel.example.com";
+
+/// The node's ResourceSlice: accelerators accel-0 on NUMA node 0, accel-1 and accel-2 on 1.
+fn dra_slice() -> Value {
+    let accel = |name: &str, numa: i64| json!({"name": name, "attributes": {"resource.kubernetes.io/numaNode": {"int": numa}}});
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": format!("{NODE}-accel")},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "devices": [accel("accel-0", 0), accel("accel-1", 1), accel("accel-2", 1)],
+        }
+    })
 }
 
 fn pod_object(name: &str) -> Value {
@@ -520,6 +550,7 @@ async fn every_dashboard_query_answers_from_a_real_prometheus() {
     for name in ["db", "web"] {
         api.put(pod_object(name));
     }
+    api.put(dra_slice());
     // db's record planned gpu1 (NUMA 1), the kubelet gave it gpu0: a prediction mismatch.
     let mut db = pod_object("db");
     db["metadata"]["annotations"] = json!({numaplane::allocation::ANNOTATION: json!({
@@ -869,6 +900,31 @@ async fn check_values(queries: &[PanelQuery], prom: SocketAddr) {
         "CPU utilisation of node 0: {cpu}"
     );
     assert_eq!(util[&key(&["example.com/gpu"])], 100.0);
+
+    // db's claim holds accel-1 (NUMA 1): one free accelerator on each NUMA node.
+    let dra = "DRA devices: free vs allocated";
+    let free = values_by(prom, find(queries, dra, "free"), ".*", &["numa_node", "driver"]).await;
+    assert_eq!(
+        free,
+        BTreeMap::from([(key(&["0", DRA_DRIVER]), 1.0), (key(&["1", DRA_DRIVER]), 1.0)])
+    );
+    let held = values_by(
+        prom,
+        find(queries, dra, "allocated"),
+        ".*",
+        &["numa_node", "driver"],
+    )
+    .await;
+    assert_eq!(
+        held,
+        BTreeMap::from([(key(&["0", DRA_DRIVER]), 0.0), (key(&["1", DRA_DRIVER]), 1.0)])
+    );
+    let glance = queries
+        .iter()
+        .find(|q| q.panel == "Free DRA devices by NUMA node")
+        .unwrap();
+    let glance = values_by(prom, glance, "1", &["numa_node", "driver"]).await;
+    assert_eq!(glance, BTreeMap::from([(key(&["1", DRA_DRIVER]), 1.0)]));
 
     let pods = "Pods with exclusive resources";
     let exclusive = values_by(prom, find(queries, pods, "exclusive"), ".*", &["node"]).await;

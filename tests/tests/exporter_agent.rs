@@ -1395,3 +1395,170 @@ async fn configz_through_the_api_servers_node_proxy() {
         Some(1.0)
     );
 }
+
+/// DRA devices per zone: a ResourceSlice of this node on the API server (GPUs on NUMA nodes 0
+/// and 1, one without NUMA node) and a pod whose two containers share a claim on the fake
+/// kubelet (pod-resources `dynamic_resources`). The zone attributes and the metrics count
+/// exactly the claimed devices as allocated, the rest as free, and follow the claims and the
+/// slice as they change; the zones' resources do not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_devices_are_counted_per_zone_from_the_claims_and_the_node_slices() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    use numaplane::nrt::attr;
+    use numaplane::proto::podresources::{ClaimResource, DynamicResource};
+    const GPU: &str = "gpu.example.com";
+    let s = Setup::plain().await;
+    let slices: Api<ResourceSlice> = Api::all(s.api.client());
+    let slice_name = format!("{}-gpus", s.node);
+    let slice = |devices: serde_json::Value| -> ResourceSlice {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name},
+            "spec": {
+                "driver": GPU,
+                "nodeName": s.node,
+                "pool": {"name": s.node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            }
+        }))
+        .unwrap()
+    };
+    let gpu = |name: &str, numa: Option<i64>| match numa {
+        Some(n) => {
+            serde_json::json!({"name": name, "attributes": {"resource.kubernetes.io/numaNode": {"int": n}}})
+        }
+        None => serde_json::json!({"name": name}),
+    };
+    let four = serde_json::json!([
+        gpu("gpu-0", Some(0)),
+        gpu("gpu-1", Some(0)),
+        gpu("gpu-2", Some(1)),
+        gpu("gpu-3", Some(1)),
+        gpu("gpu-4", None),
+    ]);
+    slices.create(&Default::default(), &slice(four)).await.unwrap();
+    // Another node's slice: not this node's devices.
+    let other_name = format!("{}-other", s.node);
+    let mut other = slice(serde_json::json!([gpu("gpu-0", Some(0))]));
+    other.metadata.name = Some(other_name.clone());
+    other.spec.node_name = Some(format!("{}-elsewhere", s.node));
+    other.spec.pool.name = format!("{}-elsewhere", s.node);
+    slices.create(&Default::default(), &other).await.unwrap();
+
+    let claim = DynamicResource {
+        claim_name: "gpus".into(),
+        claim_namespace: NAMESPACE.into(),
+        claim_resources: ["gpu-0", "gpu-2", "gpu-4"]
+            .iter()
+            .map(|d| ClaimResource {
+                driver_name: GPU.into(),
+                pool_name: s.node.clone(),
+                device_name: (*d).into(),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let mut with_claim = pod(&s.machine, "dra", 2, false);
+    let mut sidecar = with_claim.containers[0].clone();
+    sidecar.name = "sidecar".into();
+    sidecar.cpu_ids.clear();
+    with_claim.containers.push(sidecar);
+    for c in &mut with_claim.containers {
+        c.dynamic_resources = vec![claim.clone()];
+    }
+    s.kubelet.set_pods(vec![with_claim]);
+    let agent = s.agent("200ms", &[]).await;
+
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            zone_attribute(n, "node-1", attr::DRA_DEVICES).is_some()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        zone_attribute(&nrt, "node-0", attr::DRA_DEVICES).as_deref(),
+        Some("gpu.example.com=1/2")
+    );
+    assert_eq!(
+        zone_attribute(&nrt, "node-1", attr::DRA_DEVICES).as_deref(),
+        Some("gpu.example.com=1/2")
+    );
+    assert_eq!(
+        node_attribute(&nrt, attr::DRA_DEVICES_WITHOUT_NUMA).as_deref(),
+        Some("gpu.example.com=0/1")
+    );
+    // The claims do not touch the resources: the pod's 2 CPUs only.
+    assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
+    let gauge = |text: &str, name: &str, numa: &str| {
+        metric_value(
+            text,
+            name,
+            &[("node", s.node.as_str()), ("numa_node", numa), ("driver", GPU)],
+        )
+    };
+    let text = agent.metrics().unwrap();
+    let allocated: f64 = ["0", "1", "none"]
+        .iter()
+        .map(|n| gauge(&text, "numaplane_exporter_dra_devices_allocated", n).unwrap())
+        .sum();
+    assert_eq!(allocated, 3.0, "the three claimed devices\n{text}");
+    for (numa, held, free) in [("0", 1.0, 1.0), ("1", 1.0, 1.0), ("none", 1.0, 0.0)] {
+        assert_eq!(
+            gauge(&text, "numaplane_exporter_dra_devices_allocated", numa),
+            Some(held),
+            "{numa}\n{text}"
+        );
+        assert_eq!(
+            gauge(&text, "numaplane_exporter_dra_devices_free", numa),
+            Some(free),
+            "{numa}\n{text}"
+        );
+    }
+
+    // The pod goes away: every device is free.
+    s.kubelet.set_pods(vec![]);
+    s.api
+        .wait_nrt(&s.node, WAIT, |n| {
+            zone_attribute(n, "node-0", attr::DRA_DEVICES).as_deref() == Some("gpu.example.com=2/2")
+                && node_attribute(n, attr::DRA_DEVICES_WITHOUT_NUMA).as_deref() == Some("gpu.example.com=1/1")
+        })
+        .await
+        .unwrap();
+    // The driver republishes its pool with one GPU less on node 1: the watch follows.
+    let mut smaller = slice(serde_json::json!([
+        gpu("gpu-0", Some(0)),
+        gpu("gpu-1", Some(0)),
+        gpu("gpu-2", Some(1))
+    ]));
+    smaller.spec.pool.generation = 2;
+    let current = slices.get(&slice_name).await.unwrap();
+    smaller.metadata.resource_version = current.metadata.resource_version;
+    slices
+        .replace(&slice_name, &Default::default(), &smaller)
+        .await
+        .unwrap();
+    let nrt = s
+        .api
+        .wait_nrt(&s.node, WAIT, |n| {
+            zone_attribute(n, "node-1", attr::DRA_DEVICES).as_deref() == Some("gpu.example.com=1/1")
+        })
+        .await
+        .unwrap();
+    assert_eq!(node_attribute(&nrt, attr::DRA_DEVICES_WITHOUT_NUMA), None);
+    agent
+        .wait_metric(
+            "numaplane_exporter_dra_devices_free",
+            &[("numa_node", "1"), ("driver", GPU)],
+            WAIT,
+            |v| v == 1.0,
+        )
+        .await
+        .unwrap();
+
+    for name in [slice_name, other_name] {
+        let _ = slices.delete(&name, &Default::default()).await;
+    }
+    s.cleanup().await;
+}

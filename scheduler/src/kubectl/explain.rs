@@ -233,7 +233,8 @@ fn free_devices(z: &nrt::Zone) -> BTreeMap<String, Vec<String>> {
 fn nrt_view(t: &NodeResourceTopology, now: Timestamp) -> NrtView {
     let fresh = Freshness::of(t);
     let tm = TmConfig::from_nrt(t);
-    let zones = top::zones(t, None)
+    // A malformed DRA counts attribute is `kubectl numa top`'s to report: no decision reads it.
+    let zones = top::zones(t, None, &mut Vec::new())
         .into_iter()
         .map(|zone| {
             let free = t

@@ -52,6 +52,10 @@ pub struct NodeTop {
     pub updated_by: Option<String>,
     /// NUMA zones by id.
     pub zones: Vec<ZoneTop>,
+    /// DRA devices without a NUMA node, per driver (numaplane-exporter's
+    /// `numaplane.io/dra-devices-without-numa`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dra_without_numa: Vec<DraTop>,
 }
 
 /// One NUMA zone.
@@ -64,10 +68,51 @@ pub struct ZoneTop {
     pub numa_node: u32,
     /// Resources, as the NRT lists them.
     pub resources: Vec<ResourceTop>,
+    /// DRA devices on this NUMA node, per driver (numaplane-exporter's
+    /// `numaplane.io/dra-devices`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dra: Vec<DraTop>,
+}
+
+/// The DRA devices of one driver in one place.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DraTop {
+    /// Driver name.
+    pub driver: String,
+    /// Devices no claim holds.
+    pub free: u64,
+    /// All devices.
+    pub total: u64,
+    /// Held devices as a whole percentage of `total` (0 when there are none).
+    pub used_percent: u32,
+}
+
+/// The rows of a DRA counts attribute that `resource` selects (a driver name; all when
+/// `None`).
+fn dra_rows(value: Option<&str>, resource: Option<&str>) -> Result<Vec<DraTop>, nrt::DraDevicesError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    Ok(nrt::split_dra_devices(value)?
+        .into_iter()
+        .filter(|(driver, _)| resource.is_none_or(|want| driver == want))
+        .map(|(driver, c)| DraTop {
+            driver,
+            free: c.free,
+            total: c.total,
+            used_percent: if c.total == 0 {
+                0
+            } else {
+                // free <= total (checked by the decoder), and u128 cannot overflow.
+                u32::try_from(u128::from(c.total - c.free) * 100 / u128::from(c.total)).unwrap_or(100)
+            },
+        })
+        .collect())
 }
 
 /// One resource of a zone.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceTop {
     /// Resource name.
@@ -178,8 +223,10 @@ fn resource_row(r: &nrt::ResourceInfo) -> Option<ResourceTop> {
     })
 }
 
-/// The NUMA zones of `t`, by id, with the resources `resource` selects (all when `None`).
-pub fn zones(t: &NodeResourceTopology, resource: Option<&str>) -> Vec<ZoneTop> {
+/// The NUMA zones of `t`, by id, with the resources and DRA drivers `resource` selects (all
+/// when `None`). A malformed DRA counts attribute is left out and named in `problems`.
+pub fn zones(t: &NodeResourceTopology, resource: Option<&str>, problems: &mut Vec<String>) -> Vec<ZoneTop> {
+    let node = t.metadata.name.as_deref().unwrap_or("<unnamed>");
     let mut zones: Vec<ZoneTop> = t
         .zones
         .iter()
@@ -193,10 +240,15 @@ pub fn zones(t: &NodeResourceTopology, resource: Option<&str>) -> Vec<ZoneTop> {
                 .filter(|r| resource.is_none_or(|want| r.name == want))
                 .filter_map(resource_row)
                 .collect();
+            let dra = dra_rows(z.attribute(nrt::attr::DRA_DEVICES), resource).unwrap_or_else(|e| {
+                problems.push(format!("NodeResourceTopology {node} zone {}: {e}", z.name));
+                Vec::new()
+            });
             Some(ZoneTop {
                 zone: z.name.clone(),
                 numa_node: id,
                 resources,
+                dra,
             })
         })
         .collect();
@@ -230,7 +282,15 @@ pub fn build(listed: &ListedNrts, node: Option<&str>, resource: Option<&str>, no
             updated: fresh.updated.map(|t| t.to_string()),
             age_seconds: fresh.age_seconds(now),
             updated_by: fresh.by.clone(),
-            zones: zones(t, resource),
+            zones: zones(t, resource, &mut problems),
+            dra_without_numa: dra_rows(t.attribute(nrt::attr::DRA_DEVICES_WITHOUT_NUMA), resource)
+                .unwrap_or_else(|e| {
+                    problems.push(format!(
+                        "NodeResourceTopology {}: {e}",
+                        t.metadata.name.as_deref().unwrap_or("<unnamed>")
+                    ));
+                    Vec::new()
+                }),
         });
     }
     if !seen && problems.is_empty() {
@@ -243,9 +303,10 @@ pub fn build(listed: &ListedNrts, node: Option<&str>, resource: Option<&str>, no
     }
     if let Some(r) = resource
         && !nodes.is_empty()
-        && nodes
-            .iter()
-            .all(|n| n.zones.iter().all(|z| z.resources.is_empty()))
+        && nodes.iter().all(|n| {
+            n.dra_without_numa.is_empty()
+                && n.zones.iter().all(|z| z.resources.is_empty() && z.dra.is_empty())
+        })
     {
         problems.push(format!("no NUMA zone lists resource {r}"));
     }
@@ -279,12 +340,28 @@ pub fn render_table(report: &TopReport) -> String {
             n.scope.as_deref().unwrap_or("unset"),
             fresh
         );
-        let rows: Vec<(&ZoneTop, &ResourceTop)> = n
-            .zones
-            .iter()
-            .flat_map(|z| z.resources.iter().map(move |r| (z, r)))
-            .collect();
-        let zw = rows.iter().map(|(z, _)| z.zone.len()).max().unwrap_or(0).max(4);
+        // DRA devices are rows too: `<driver> (DRA)`, free as available, all as allocatable;
+        // those without NUMA node under zone `none`.
+        let dra_row = |d: &DraTop| ResourceTop {
+            name: format!("{} (DRA)", d.driver),
+            allocatable: d.total.to_string(),
+            available: d.free.to_string(),
+            used: (d.total - d.free.min(d.total)).to_string(),
+            used_percent: d.used_percent,
+        };
+        let mut rows: Vec<(String, ResourceTop)> = Vec::new();
+        for z in &n.zones {
+            for r in &z.resources {
+                rows.push((z.zone.clone(), r.clone()));
+            }
+            for d in &z.dra {
+                rows.push((z.zone.clone(), dra_row(d)));
+            }
+        }
+        for d in &n.dra_without_numa {
+            rows.push(("none".to_owned(), dra_row(d)));
+        }
+        let zw = rows.iter().map(|(z, _)| z.len()).max().unwrap_or(0).max(4);
         let rw = rows.iter().map(|(_, r)| r.name.len()).max().unwrap_or(0).max(8);
         let aw = rows
             .iter()
@@ -307,7 +384,7 @@ pub fn render_table(report: &TopReport) -> String {
             let _ = writeln!(
                 out,
                 "  {:<zw$}  {:<rw$}  {:>aw$}  {:>lw$}  {} {:>3}%",
-                z.zone,
+                z,
                 r.name,
                 r.available,
                 r.allocatable,
@@ -408,6 +485,76 @@ mod tests {
         assert!(none.problems[0].contains("no NodeResourceTopology objects"));
         let no_res = build(&listed, Some("a"), Some("example.com/gpu"), now());
         assert_eq!(no_res.problems, ["no NUMA zone lists resource example.com/gpu"]);
+    }
+
+    #[test]
+    fn dra_devices_show_per_zone_and_without_numa_node() {
+        let mut t = sample("a");
+        t.zones[0].attributes = Some(vec![nrt::AttributeInfo {
+            name: nrt::attr::DRA_DEVICES.into(),
+            value: "gpu.example.com=1/4,nic.example.com=2/2".into(),
+        }]);
+        t.attributes
+            .get_or_insert_with(Vec::new)
+            .push(nrt::AttributeInfo {
+                name: nrt::attr::DRA_DEVICES_WITHOUT_NUMA.into(),
+                value: "gpu.example.com=0/1".into(),
+            });
+        let listed = ListedNrts {
+            nrts: vec![t.clone()],
+            undecodable: vec![],
+        };
+        let r = build(&listed, None, None, now());
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        let n = &r.nodes[0];
+        // node-1 is listed first in the object, second by id.
+        let gpu = &n.zones[1].dra[0];
+        assert_eq!(
+            (gpu.driver.as_str(), gpu.free, gpu.total, gpu.used_percent),
+            ("gpu.example.com", 1, 4, 75)
+        );
+        assert!(n.zones[0].dra.is_empty());
+        assert_eq!(n.dra_without_numa[0].total, 1);
+        let table = render_table(&r);
+        assert!(table.contains("gpu.example.com (DRA)"), "{table}");
+        let line = table
+            .lines()
+            .find(|l| l.contains("node-1") && l.contains("gpu.example.com"))
+            .unwrap();
+        assert!(line.contains(&format!("{} {:>3}%", bar(75), 75)), "{table}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.trim_start().starts_with("none") && l.contains("gpu.example.com (DRA)")),
+            "{table}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["nodes"][0]["zones"][1]["dra"][0]["free"], 1);
+        assert_eq!(json["nodes"][0]["draWithoutNuma"][0]["driver"], "gpu.example.com");
+        // --resource selects a driver too.
+        let only = build(&listed, None, Some("nic.example.com"), now());
+        assert!(only.problems.is_empty(), "{:?}", only.problems);
+        assert_eq!(only.nodes[0].zones[1].dra.len(), 1);
+        assert!(only.nodes[0].dra_without_numa.is_empty());
+        // A malformed value is a problem, not a crash or a silent zero.
+        t.zones[0].attributes.as_mut().unwrap()[0].value = "gpu.example.com=5/4".into();
+        let bad = build(
+            &ListedNrts {
+                nrts: vec![t],
+                undecodable: vec![],
+            },
+            None,
+            None,
+            now(),
+        );
+        assert!(
+            bad.problems
+                .iter()
+                .any(|p| p.contains("zone node-1") && p.contains("5/4")),
+            "{:?}",
+            bad.problems
+        );
+        assert!(bad.nodes[0].zones[1].dra.is_empty());
     }
 
     #[test]
