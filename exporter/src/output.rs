@@ -184,6 +184,14 @@ pub fn machine_table(machine: &Machine) -> String {
         out.push('\n');
         out.push_str(&table(&["PCI BUS ID", "VENDOR:DEVICE", "CLASS", "NUMA"], &pci));
     }
+    if !machine.pci_locality.is_empty() {
+        // What the NRT publishes as numaplane.io/pci-locality.
+        out.push('\n');
+        out.push_str(&format!(
+            "PCI LOCALITY  {}\n",
+            numaplane::pci_locality::join_pci_locality(&machine.pci_locality)
+        ));
+    }
     out
 }
 
@@ -204,6 +212,17 @@ mod tests {
         assert_eq!(binary_bytes(1536 << 20), "1536Mi");
         assert_eq!(binary_bytes(1000), "1000");
         assert_eq!(binary_bytes(0), "0");
+    }
+
+    #[test]
+    fn machine_table_ends_with_the_pci_locality() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/tests/fixtures/gpu-nic.xml");
+        let machine = Machine::from_xml_file(&fixture).unwrap_or_else(|e| panic!("{e}"));
+        let text = machine_table(&machine);
+        assert!(
+            text.ends_with("\nPCI LOCALITY  0000:17=0,0000:4b=0,0000:b1=1,0000:ca=1\n"),
+            "{text}"
+        );
     }
 
     #[test]
