@@ -278,7 +278,7 @@ impl Metrics {
             anomalies_current: r.family("accounting_anomalies_current", "Suspicious kubelet data worked around in the last scan, by kind"),
             pods_with_exclusive: r.family("pods_with_exclusive_resources", "Accounted pods holding exclusive CPUs, NUMA-pinned memory or NUMA-affine devices"),
             pods_accounted: r.family("pods_accounted", "Pods left after the namespace, exclusion and terminal-pod filters"),
-            dra_devices: r.family("dra_devices", "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)"),
+            dra_devices: r.family("dra_devices", "DRA devices held by accounted pods, per driver (per NUMA node: dra_devices_allocated)"),
             dra_devices_allocated: r.family("dra_devices_allocated", "DRA devices held by claims of the node's pods, per NUMA node (none: no source places the device) and driver"),
             dra_devices_free: r.family("dra_devices_free", "DRA devices of the node's ResourceSlices that no claim of its pods holds, per NUMA node (none: no source places the device) and driver"),
             init_held_source: r.family("init_held_source", "1 for where the resources init containers still hold were read from (kubelet checkpoint, pod spec, or none), per kind"),
