@@ -216,7 +216,8 @@ mod tests {
 
     #[test]
     fn machine_table_ends_with_the_pci_locality() {
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/tests/fixtures/gpu-nic.xml");
+        let fixture =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/tests/fixtures/gpu-nic.xml");
         let machine = Machine::from_xml_file(&fixture).unwrap_or_else(|e| panic!("{e}"));
         let text = machine_table(&machine);
         assert!(

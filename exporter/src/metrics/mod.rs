@@ -594,6 +594,39 @@ mod tests {
     }
 
     #[test]
+    fn dra_gauges_show_the_last_scan_per_numa_node_and_driver() {
+        use numaplane::nrt::DraDeviceCount;
+        let m = Metrics::new();
+        let mut acc = scan(&[]);
+        acc.dra_zones = Some(crate::accounting::DraZones {
+            by_numa: [(
+                0,
+                [("gpu.example.com".to_owned(), DraDeviceCount { free: 1, total: 2 })].into(),
+            )]
+            .into(),
+            without_numa: [("gpu.example.com".to_owned(), DraDeviceCount { free: 2, total: 4 })].into(),
+        });
+        m.record_accounting("n1", &acc);
+        let gauge = |family: &Family<DraZoneLabels, Gauge>, numa: &str| {
+            family
+                .get_or_create(&DraZoneLabels {
+                    node: "n1".into(),
+                    numa_node: numa.into(),
+                    driver: "gpu.example.com".into(),
+                })
+                .get()
+        };
+        assert_eq!(gauge(&m.dra_devices_allocated, "0"), 1);
+        assert_eq!(gauge(&m.dra_devices_free, "0"), 1);
+        assert_eq!(gauge(&m.dra_devices_allocated, "none"), 2);
+        assert_eq!(gauge(&m.dra_devices_free, "none"), 2);
+        // Slices unknown: no per-zone series at all rather than stale ones.
+        m.record_accounting("n1", &scan(&[]));
+        let text = m.encode().unwrap();
+        assert!(!text.contains("dra_devices_free{"), "{text}");
+    }
+
+    #[test]
     fn a_persisting_anomaly_counts_once_and_the_gauge_shows_the_last_scan() {
         let m = Metrics::new();
         let labels = KindLabels {

@@ -253,3 +253,39 @@ fn parse_exclude_pods(s: &str) -> Result<PodExclude, String> {
         name_pattern: name.to_owned(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_numa_attributes_follow_the_flags() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let args = Cli::try_parse_from([
+            "x",
+            "--node-name",
+            "n1",
+            "--dra-numa-attribute",
+            "gpu.example.com=numa",
+            "--dra-numa-attribute",
+            "gpu.example.com=example.com/socketNuma",
+            "--dra-numa-attribute",
+            "dra.net=",
+        ])
+        .unwrap();
+        let attrs = args.run.dra_driver_attributes();
+        assert_eq!(
+            attrs.get("gpu.example.com"),
+            Some(&vec!["numa".to_owned(), "example.com/socketNuma".to_owned()])
+        );
+        assert_eq!(attrs.get("dra.net"), Some(&vec![]));
+        assert_eq!(attrs.get("gpu.nvidia.com"), Some(&vec!["numa".to_owned()]));
+        assert!(Cli::try_parse_from(["x", "--node-name", "n1", "--dra-numa-attribute", "=numa"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--node-name", "n1", "--dra-numa-attribute", "numa"]).is_err());
+    }
+}
