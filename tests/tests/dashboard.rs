@@ -386,7 +386,6 @@ fn pods() -> Vec<PodResources> {
                         ..Default::default()
                     }],
                 }],
-                ..ContainerResources::default()
             }],
             ..PodResources::default()
         },
