@@ -59,6 +59,10 @@ pub struct SimulateArgs {
     /// (all: slower, every node evaluated afresh per pod), or none.
     #[arg(long, env = "NUMAPLANE_SIM_EXPLAIN", value_enum, default_value_t = simulate::Explain::Failed)]
     pub explain: simulate::Explain,
+    /// NUMA alignment of DRA devices with the CPUs the kubelet pins (Required, Preferred or
+    /// Ignore); overrides the config file's `draNuma.alignment` [default: Required].
+    #[arg(long, env = "NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT", value_enum)]
+    pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
 }
 
 /// Runs the parsed command line.
@@ -124,6 +128,10 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         },
         None => ConfigFile::default(),
     };
+    let mut config = config;
+    if let Some(a) = args.dra_numa_alignment {
+        config.dra_numa.alignment = Some(a);
+    }
     let cluster = match simulate::read_inputs(&args.cluster) {
         Ok(i) => i,
         Err(e) => return fail(&e),

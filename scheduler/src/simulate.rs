@@ -415,6 +415,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             weights: crate::score::weights_from_names(&mut cluster.res, &weights),
         },
         no_topology: cfg_file.no_topology,
+        dra_numa: cfg_file.dra_numa.resolve(None),
     };
     let mut results = Vec::new();
     for p in &pods {

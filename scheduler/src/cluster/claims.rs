@@ -5,12 +5,15 @@
 
 use std::collections::BinaryHeap;
 
-use super::{Cluster, Config, Decision, NodeVerdict, aggregate_message};
+use super::{Cluster, Config, Decision, NodeVerdict, TopologyState, aggregate_message};
 use crate::{
+    admission::Placement,
     dra::{
         DraError,
+        numa::{self, ContainerNuma, DraNumaAlignment, MAX_BONUS, NodeNuma, NotHere, Pinned},
         state::{ClaimAllocation, ResolvedClaims},
     },
+    topology_manager::Policy,
     fit::Filter,
     node::NodeBasics,
     pod::PodSpec,
@@ -29,6 +32,7 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
+const NUMA_CATEGORY: &str = "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
 
 /// A shareID: a UID-shaped name for one shared allocation, derived from the pod, the claim and
 /// the result (the same inputs give the same report).
@@ -124,19 +128,44 @@ impl Cluster {
                 .enumerate()
                 .filter_map(|(i, s)| s.map(|s| (s, std::cmp::Reverse(i))))
                 .collect();
+            // Alignment adds up to MAX_BONUS to a node's score: nodes are tried best first
+            // until none left can beat the best found (without it, the first that fits wins).
+            let max_bonus = if cfg.dra_numa.alignment == DraNumaAlignment::Ignore {
+                0
+            } else {
+                MAX_BONUS
+            };
+            let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
             while let Some((score, std::cmp::Reverse(i))) = heap.pop() {
+                if let Some((total, at, _)) = &best {
+                    let bound = score.saturating_add(max_bonus);
+                    if bound < *total || (bound == *total && i > *at) {
+                        break;
+                    }
+                }
                 let Some(n) = nodes.get(i) else { continue };
-                match self.dra.allocate_on(&resolved, &n.name, &n.labels, &share) {
-                    Ok(Ok(claims)) => {
-                        return (
-                            self.decision_on(prepared, n.name.clone(), score),
-                            ClaimsOutcome { claims, error: None },
-                        );
+                match self.allocate_claims(cfg, prepared, &resolved, n, &share) {
+                    Ok(Ok((claims, bonus))) => {
+                        let total = score.saturating_add(bonus);
+                        if best
+                            .as_ref()
+                            .is_none_or(|(t, at, _)| total > *t || (total == *t && i < *at))
+                        {
+                            best = Some((total, i, claims));
+                        }
                     }
                     Ok(Err(_)) => {}
                     Err(e) if e.is_node_error() => {}
                     Err(e) => return self.claims_failed(pod, n, e),
                 }
+            }
+            if let Some((total, i, claims)) = best
+                && let Some(n) = nodes.get(i)
+            {
+                return (
+                    self.decision_on(prepared, n.name.clone(), total),
+                    ClaimsOutcome { claims, error: None },
+                );
             }
             // No node fits: the explained decision says why.
         }
@@ -175,14 +204,24 @@ impl Cluster {
             if !v.feasible {
                 continue;
             }
-            match self.dra.allocate_on(resolved, &n.name, &n.labels, share) {
-                Ok(Ok(claims)) => allocations[i] = Some(claims),
-                Ok(Err(reason)) => {
+            match self.allocate_claims(cfg, prepared, resolved, n, share) {
+                Ok(Ok((claims, bonus))) => {
+                    allocations[i] = Some(claims);
+                    v.score = v.score.map(|s| s.saturating_add(bonus));
+                }
+                Ok(Err(not_here)) => {
                     v.feasible = false;
                     v.score = None;
                     v.filter = Some(Filter::DynamicResources);
-                    v.categories.push(CATEGORY.to_owned());
-                    v.reasons.push(reason);
+                    v.categories.push(
+                        if not_here.alignment {
+                            NUMA_CATEGORY
+                        } else {
+                            CATEGORY
+                        }
+                        .to_owned(),
+                    );
+                    v.reasons.push(not_here.reason);
                 }
                 Err(e) if e.is_node_error() => {
                     v.feasible = false;
@@ -225,6 +264,78 @@ impl Cluster {
         )
     }
 
+    /// Allocates the pod's claims on node `n`, NUMA-aligned as `cfg.dra_numa` says, with each
+    /// allocation annotated with its devices' and containers' NUMA nodes when the node has a
+    /// valid NRT. The `i64` is the score the alignment adds.
+    fn allocate_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        n: &NodeBasics,
+        share: &dyn Fn(usize, usize) -> String,
+    ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
+        let pod = prepared.spec;
+        let names_claims = pod
+            .init_containers
+            .iter()
+            .chain(&pod.containers)
+            .any(|c| !c.claims.is_empty());
+        let topo = match self.topology(&n.name) {
+            TopologyState::Valid(t) if names_claims => t,
+            _ => {
+                return Ok(self
+                    .dra
+                    .allocate_on(resolved, &n.name, &n.labels, share)?
+                    .map(|c| (c, 0))
+                    .map_err(|reason| NotHere {
+                        reason,
+                        alignment: false,
+                    }));
+            }
+        };
+        let (placement, _) = self.placement_in(prepared, &n.name, topo);
+        let Some(placement) = placement else {
+            // The NUMA filter rejects the node before; nothing to align with.
+            return Ok(self
+                .dra
+                .allocate_on(resolved, &n.name, &n.labels, share)?
+                .map(|c| (c, 0))
+                .map_err(|reason| NotHere {
+                    reason,
+                    alignment: false,
+                }));
+        };
+        let containers = containers_numa(pod, &placement);
+        let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
+        let mode = cfg.dra_numa.alignment;
+        let targets = numa::targets(mode, strict, &containers);
+        let attrs = &cfg.dra_numa.driver_attributes;
+        let ctx = NodeNuma {
+            targets: &targets,
+            driver_attributes: attrs,
+            pci_locality: &topo.pci_locality,
+        };
+        let (mut claims, quality) =
+            match numa::allocate_aligned(&self.dra, resolved, (&n.name, &n.labels), share, &ctx)? {
+                Ok(found) => found,
+                Err(not_here) => return Ok(Err(not_here)),
+            };
+        // Under Ignore the report still shows where the devices landed.
+        let shown = if mode == DraNumaAlignment::Ignore {
+            numa::targets(DraNumaAlignment::Preferred, strict, &containers)
+        } else {
+            targets.clone()
+        };
+        let report = NodeNuma {
+            targets: &shown,
+            driver_attributes: attrs,
+            pci_locality: &topo.pci_locality,
+        };
+        numa::annotate(&self.dra, &n.name, resolved, &mut claims, &containers, &report);
+        Ok(Ok((claims, quality.bonus())))
+    }
+
     fn no_node(&self, pod: &PodSpec, verdicts: Vec<NodeVerdict>) -> Decision {
         Decision {
             pod: pod.key(),
@@ -265,4 +376,31 @@ impl Cluster {
             },
         )
     }
+}
+
+/// The containers of `pod` as the alignment sees them in `placement` (init containers first).
+fn containers_numa<'a>(pod: &'a PodSpec, placement: &'a Placement) -> Vec<ContainerNuma<'a>> {
+    placement
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let spec = pod
+                .init_containers
+                .iter()
+                .chain(&pod.containers)
+                .find(|s| s.name == c.name)?;
+            Some(ContainerNuma {
+                name: &c.name,
+                numa_nodes: c
+                    .numa_nodes
+                    .as_deref()
+                    .or(placement.pod_numa_nodes.as_deref()),
+                pinned: Pinned {
+                    cpu: c.exclusive_cpus > 0,
+                    memory: c.memory_mask.is_some(),
+                },
+                claims: &spec.claims,
+            })
+        })
+        .collect()
 }
