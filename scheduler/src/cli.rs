@@ -230,7 +230,10 @@ mod dra_numa_settings {
     fn defaults_file_and_flag_in_that_order() {
         let d = serve(&[], None).unwrap();
         assert_eq!(d.alignment, DraNumaAlignment::Required);
-        assert_eq!(d.driver_attributes["dra.net"], vec!["dra.net/numaNode".to_owned()]);
+        assert_eq!(
+            d.driver_attributes["dra.net"],
+            vec!["dra.net/numaNode".to_owned()]
+        );
         assert_eq!(d.driver_attributes["gpu.nvidia.com"], vec!["numa".to_owned()]);
 
         let file = "draNuma:\n  alignment: Preferred\n  driverAttributes:\n    gpu.example.com: [numa]\n    dra.net: []\n";

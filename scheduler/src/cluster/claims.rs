@@ -13,11 +13,11 @@ use crate::{
         numa::{self, ContainerNuma, DraNumaAlignment, MAX_BONUS, NodeNuma, NotHere, Pinned},
         state::{ClaimAllocation, ResolvedClaims},
     },
-    topology_manager::Policy,
     fit::Filter,
     node::NodeBasics,
     pod::PodSpec,
     prepared::PreparedPod,
+    topology_manager::Policy,
 };
 
 /// What the DynamicResources filter adds to a decision.
@@ -32,7 +32,8 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
-const NUMA_CATEGORY: &str = "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
+const NUMA_CATEGORY: &str =
+    "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
 
 /// A shareID: a UID-shaped name for one shared allocation, derived from the pod, the claim and
 /// the result (the same inputs give the same report).
@@ -391,10 +392,7 @@ fn containers_numa<'a>(pod: &'a PodSpec, placement: &'a Placement) -> Vec<Contai
                 .find(|s| s.name == c.name)?;
             Some(ContainerNuma {
                 name: &c.name,
-                numa_nodes: c
-                    .numa_nodes
-                    .as_deref()
-                    .or(placement.pod_numa_nodes.as_deref()),
+                numa_nodes: c.numa_nodes.as_deref().or(placement.pod_numa_nodes.as_deref()),
                 pinned: Pinned {
                     cpu: c.exclusive_cpus > 0,
                     memory: c.memory_mask.is_some(),

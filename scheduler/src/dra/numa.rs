@@ -124,7 +124,9 @@ pub fn targets(mode: DraNumaAlignment, strict_policy: bool, containers: &[Contai
         return Vec::new();
     }
     // Each (claim, request) in first-use order, with its users: (nodes, pinned, strict).
-    let mut uses: Vec<((&str, Option<&str>), Vec<(&[u32], Pinned, bool)>)> = Vec::new();
+    type Key<'k> = (&'k str, Option<&'k str>);
+    type Users<'u> = Vec<(&'u [u32], Pinned, bool)>;
+    let mut uses: Vec<(Key<'_>, Users<'_>)> = Vec::new();
     for c in containers {
         let Some(nodes) = c.numa_nodes.filter(|n| !n.is_empty()) else {
             continue;
@@ -148,8 +150,15 @@ pub fn targets(mode: DraNumaAlignment, strict_policy: bool, containers: &[Contai
                 (strict, true)
             };
             let inter = group.iter().skip(1).fold(
-                group.first().map(|u| u.0.iter().copied().collect::<BTreeSet<u32>>()).unwrap_or_default(),
-                |acc, u| acc.intersection(&u.0.iter().copied().collect()).copied().collect(),
+                group
+                    .first()
+                    .map(|u| u.0.iter().copied().collect::<BTreeSet<u32>>())
+                    .unwrap_or_default(),
+                |acc, u| {
+                    acc.intersection(&u.0.iter().copied().collect())
+                        .copied()
+                        .collect()
+                },
             );
             let pinned = group.iter().fold(Pinned::default(), |p, u| p.union(u.1));
             let split = inter.is_empty();
@@ -198,7 +207,11 @@ const LEVELS: [Fit; 3] = [Fit::Aligned, Fit::NoNumaNode, Fit::Misaligned];
 /// Whether a device with `f` may serve a target at `level`: a requirement never takes a
 /// misaligned device.
 pub fn allowed(f: Fit, required: bool, level: Fit) -> bool {
-    let cap = if required { level.min(Fit::NoNumaNode) } else { level };
+    let cap = if required {
+        level.min(Fit::NoNumaNode)
+    } else {
+        level
+    };
     f <= cap
 }
 
@@ -537,7 +550,12 @@ pub fn annotate(
         let mut devices = Vec::new();
         let mut worst: Option<Fit> = None;
         let mut split = false;
-        for r in a.allocation.devices.iter().flat_map(|d| d.results.iter().flatten()) {
+        for r in a
+            .allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+        {
             let nodes = state
                 .device_on(node, &r.driver, &r.pool, &r.device)
                 .and_then(|d| numa.device_nodes(&r.driver, d));
@@ -623,7 +641,10 @@ mod tests {
             (DraNumaAlignment::Required, false, CPU),
             (DraNumaAlignment::Required, true, Pinned::default()),
         ] {
-            let c = [ContainerNuma { pinned, ..c[0].clone() }];
+            let c = [ContainerNuma {
+                pinned,
+                ..c[0].clone()
+            }];
             let t = targets(mode, strict, &c);
             assert_eq!(t.len(), 1);
             assert!(!t[0].required, "{mode:?} {strict} {pinned:?}");
@@ -704,8 +725,14 @@ mod tests {
         ];
         let t = targets(DraNumaAlignment::Required, true, &c);
         assert_eq!(t.len(), 2);
-        assert_eq!((t[0].request.as_deref(), t[0].nodes.as_slice()), (Some("rx"), &[0][..]));
-        assert_eq!((t[1].request.as_deref(), t[1].nodes.as_slice()), (Some("tx"), &[1][..]));
+        assert_eq!(
+            (t[0].request.as_deref(), t[0].nodes.as_slice()),
+            (Some("rx"), &[0][..])
+        );
+        assert_eq!(
+            (t[1].request.as_deref(), t[1].nodes.as_slice()),
+            (Some("tx"), &[1][..])
+        );
         assert!(t.iter().all(|t| t.required && !t.split));
     }
 

@@ -335,10 +335,7 @@ impl ServeArgs {
             Ok(d) => d,
             Err(e) => return invalid("podTopologySpread", e.to_string()),
         };
-        let dra_numa = file
-            .dra_numa
-            .unwrap_or_default()
-            .resolve(self.dra_numa_alignment);
+        let dra_numa = file.dra_numa.unwrap_or_default().resolve(self.dra_numa_alignment);
         let scoring = file.scoring_strategy.unwrap_or_default();
         if let Some(bad) = scoring.resources.iter().find(|r| r.weight < 0) {
             return invalid(

@@ -9,7 +9,9 @@ use super::*;
 use crate::dra::numa::{AlignmentStatus, DraNumaAlignment};
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/dra-numa").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/dra-numa")
+        .join(name)
 }
 
 fn run_texts(cluster: &str, pods: &str, mode: DraNumaAlignment) -> Report {
@@ -43,7 +45,12 @@ fn run(mode: DraNumaAlignment) -> Report {
 fn devices(r: &PodResult) -> Vec<String> {
     r.claims
         .iter()
-        .flat_map(|c| c.allocation.devices.iter().flat_map(|d| d.results.iter().flatten()))
+        .flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+        })
         .map(|d| d.device.clone())
         .collect()
 }
