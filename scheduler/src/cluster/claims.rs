@@ -124,25 +124,35 @@ impl Cluster {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
             // tried, down to the first where the claims fit.
             let scores = self.cached_scores(cfg, prepared);
-            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>)> = scores
+            // Alignment adds up to MAX_BONUS to the score of a node with a Topology Manager
+            // policy: nodes are tried by their best possible total until none left can beat
+            // the best found. Without alignment (Ignore, no container naming a claim) the
+            // order is the score's and the first node that fits wins.
+            let aligns = cfg.dra_numa.alignment != DraNumaAlignment::Ignore
+                && pod
+                    .init_containers
+                    .iter()
+                    .chain(&pod.containers)
+                    .any(|c| !c.claims.is_empty());
+            let potential = |n: &NodeBasics| match self.topology(&n.name) {
+                TopologyState::Valid(t) if aligns && t.policy != Policy::None => MAX_BONUS,
+                _ => 0,
+            };
+            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>, i64)> = scores
                 .iter()
                 .enumerate()
-                .filter_map(|(i, s)| s.map(|s| (s, std::cmp::Reverse(i))))
+                .filter_map(|(i, s)| {
+                    let s = (*s)?;
+                    let bound = s.saturating_add(nodes.get(i).map_or(0, |n| potential(n)));
+                    Some((bound, std::cmp::Reverse(i), s))
+                })
                 .collect();
-            // Alignment adds up to MAX_BONUS to a node's score: nodes are tried best first
-            // until none left can beat the best found (without it, the first that fits wins).
-            let max_bonus = if cfg.dra_numa.alignment == DraNumaAlignment::Ignore {
-                0
-            } else {
-                MAX_BONUS
-            };
             let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
-            while let Some((score, std::cmp::Reverse(i))) = heap.pop() {
-                if let Some((total, at, _)) = &best {
-                    let bound = score.saturating_add(max_bonus);
-                    if bound < *total || (bound == *total && i > *at) {
-                        break;
-                    }
+            while let Some((bound, std::cmp::Reverse(i), score)) = heap.pop() {
+                if let Some((total, at, _)) = &best
+                    && (bound < *total || (bound == *total && i > *at))
+                {
+                    break;
                 }
                 let Some(n) = nodes.get(i) else { continue };
                 match self.allocate_claims(cfg, prepared, &resolved, n, &share) {

@@ -228,11 +228,11 @@ pub enum Quality {
 pub const MAX_BONUS: i64 = 100;
 
 impl Quality {
-    /// Score added for it: aligned devices first, then devices without NUMA node.
+    /// Score added for it. A device without NUMA node costs nothing, as a device-plugin device
+    /// without topology fits any hint; only a misaligned device loses the bonus.
     pub fn bonus(self) -> i64 {
         match self {
-            Quality::Level(Fit::Aligned) => MAX_BONUS,
-            Quality::Level(Fit::NoNumaNode) => MAX_BONUS / 2,
+            Quality::Level(Fit::Aligned | Fit::NoNumaNode) => MAX_BONUS,
             Quality::Unconstrained | Quality::Level(Fit::Misaligned) => 0,
         }
     }
@@ -751,7 +751,8 @@ mod tests {
         // Last, anything, but never for a requirement.
         assert!(allowed(Fit::Misaligned, false, Fit::Misaligned));
         assert!(!allowed(Fit::Misaligned, true, Fit::Misaligned));
-        assert!(Quality::Level(Fit::Aligned).bonus() > Quality::Level(Fit::NoNumaNode).bonus());
+        assert_eq!(Quality::Level(Fit::Aligned).bonus(), MAX_BONUS);
+        assert_eq!(Quality::Level(Fit::NoNumaNode).bonus(), MAX_BONUS);
         assert_eq!(Quality::Level(Fit::Misaligned).bonus(), 0);
         assert_eq!(Quality::Unconstrained.bonus(), 0);
     }

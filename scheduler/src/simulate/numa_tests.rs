@@ -15,6 +15,10 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run_texts(cluster: &str, pods: &str, mode: DraNumaAlignment) -> Report {
+    run_texts_explained(cluster, pods, mode, Explain::Failed)
+}
+
+fn run_texts_explained(cluster: &str, pods: &str, mode: DraNumaAlignment, explain: Explain) -> Report {
     let dir = std::env::temp_dir().join(format!(
         "numaplane-dra-numa-{}-{:?}-{}",
         std::process::id(),
@@ -25,17 +29,26 @@ fn run_texts(cluster: &str, pods: &str, mode: DraNumaAlignment) -> Report {
     let (c, p) = (dir.join("cluster.yaml"), dir.join("pods.yaml"));
     std::fs::write(&c, cluster).unwrap();
     std::fs::write(&p, pods).unwrap();
-    let report = run_files(&c, &p, mode);
+    let report = run_files_explained(&c, &p, mode, explain);
     std::fs::remove_dir_all(&dir).unwrap();
     report
 }
 
 fn run_files(cluster: &std::path::Path, pods: &std::path::Path, mode: DraNumaAlignment) -> Report {
+    run_files_explained(cluster, pods, mode, Explain::Failed)
+}
+
+fn run_files_explained(
+    cluster: &std::path::Path,
+    pods: &std::path::Path,
+    mode: DraNumaAlignment,
+    explain: Explain,
+) -> Report {
     let mut cfg = ConfigFile::default();
     cfg.dra_numa.alignment = Some(mode);
     let inputs = read_inputs(&[cluster]).unwrap();
     let pods = read_inputs(&[pods]).unwrap().pods;
-    simulate(inputs, pods, &cfg, Explain::Failed)
+    simulate(inputs, pods, &cfg, explain)
 }
 
 fn run(mode: DraNumaAlignment) -> Report {
@@ -172,4 +185,54 @@ fn the_table_shows_devices_and_containers_numa_and_marks_misalignment() {
     assert_eq!(numa["alignment"], "misaligned");
     assert_eq!(numa["devices"][0]["numaNodes"], serde_json::json!([0]));
     assert_eq!(numa["containers"][0]["numaNodes"], serde_json::json!([1]));
+}
+
+#[test]
+fn alignment_chooses_the_node_and_the_fast_path_agrees_with_the_explained_one() {
+    // gpu-a keeps only gpu-0 (NUMA node 0, away from the CPUs); gpu-b is the example node.
+    let one = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let gpu1 = "    - name: gpu-1\n      attributes:\n        resource.kubernetes.io/pcieRoot: {string: \"pci0000:80\"}\n";
+    assert!(one.contains(gpu1));
+    let cluster = format!(
+        "{}\n---\n{}",
+        one.replace(gpu1, ""),
+        one.replace("gpu-a", "gpu-b")
+    );
+    let pods = std::fs::read_to_string(example("pods.yaml")).unwrap();
+    for (mode, node) in [
+        (DraNumaAlignment::Required, "gpu-b"),
+        (DraNumaAlignment::Preferred, "gpu-b"),
+        (DraNumaAlignment::Ignore, "gpu-a"),
+    ] {
+        let fast = run_texts_explained(&cluster, &pods, mode, Explain::Failed);
+        let full = run_texts_explained(&cluster, &pods, mode, Explain::All);
+        assert_eq!(fast.results[0].decision.node.as_deref(), Some(node), "{mode:?}");
+        for (f, e) in fast.results.iter().zip(&full.results) {
+            assert_eq!(f.decision.node, e.decision.node, "{mode:?}");
+            assert_eq!(devices(f), devices(e), "{mode:?}");
+            let score = |r: &PodResult| {
+                r.decision
+                    .nodes
+                    .iter()
+                    .find(|v| Some(&v.node) == r.decision.node.as_ref())
+                    .and_then(|v| v.score)
+            };
+            assert_eq!(score(f), score(e), "{mode:?}");
+        }
+        if mode == DraNumaAlignment::Required {
+            let a = full.results[0]
+                .decision
+                .nodes
+                .iter()
+                .find(|v| v.node == "gpu-a")
+                .unwrap();
+            assert!(!a.feasible);
+            assert_eq!(
+                a.reasons,
+                vec![
+                    "claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
+                ]
+            );
+        }
+    }
 }
