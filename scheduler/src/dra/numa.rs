@@ -337,35 +337,36 @@ pub fn allocate_aligned(
     };
     let any_required = numa.targets.iter().any(|t| t.required);
     let any_preferred = numa.targets.iter().any(|t| !t.required);
-    let mut last_reason = String::new();
     for level in LEVELS {
         if level == Fit::Misaligned && !any_preferred {
             // Same filter as the level before.
             break;
         }
         let f = filter_for(level, None);
-        match state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f))? {
-            Ok(c) => return Ok(Ok((c, Quality::Level(level)))),
-            Err(reason) => last_reason = reason,
+        // An error here (a selector failing on a device upstream's search would not have
+        // reached) is not the pod's: only upstream's own search below decides errors.
+        if let Ok(Ok(c)) = state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)) {
+            return Ok(Ok((c, Quality::Level(level))));
         }
     }
+    let upstream = match state.allocate_on(claims, name, labels, share_ids)? {
+        Err(reason) => return Ok(Err(NotHere::upstream(reason))),
+        Ok(c) => c,
+    };
     if !any_required {
-        return Ok(Err(NotHere::upstream(last_reason)));
+        return Ok(Ok((upstream, Quality::Level(Fit::Misaligned))));
     }
-    // Only the requirement fails when upstream's search succeeds.
-    if let Err(reason) = state.allocate_on(claims, name, labels, share_ids)? {
-        return Ok(Err(NotHere::upstream(reason)));
-    }
+    // Only the requirement fails.
     let aligned = |reason| NotHere {
         reason,
         alignment: true,
     };
     for (ti, t) in numa.targets.iter().enumerate().filter(|(_, t)| t.required) {
         let f = filter_for(Fit::NoNumaNode, Some(ti));
-        if state
-            .allocate_on_filtered(claims, name, labels, share_ids, Some(&f))?
-            .is_err()
-        {
+        if !matches!(
+            state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)),
+            Ok(Ok(_))
+        ) {
             return Ok(Err(aligned(requirement_reason(claims, t))));
         }
     }
