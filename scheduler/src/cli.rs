@@ -59,6 +59,10 @@ pub struct SimulateArgs {
     /// (all: slower, every node evaluated afresh per pod), or none.
     #[arg(long, env = "NUMAPLANE_SIM_EXPLAIN", value_enum, default_value_t = simulate::Explain::Failed)]
     pub explain: simulate::Explain,
+    /// NUMA alignment of DRA devices with the CPUs the kubelet pins (Required, Preferred or
+    /// Ignore); overrides the config file's `draNuma.alignment` [default: Required].
+    #[arg(long, env = "NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT", value_enum)]
+    pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
 }
 
 /// Runs the parsed command line.
@@ -124,6 +128,10 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         },
         None => ConfigFile::default(),
     };
+    let mut config = config;
+    if let Some(a) = args.dra_numa_alignment {
+        config.dra_numa.alignment = Some(a);
+    }
     let cluster = match simulate::read_inputs(&args.cluster) {
         Ok(i) => i,
         Err(e) => return fail(&e),
@@ -189,5 +197,66 @@ mod leader_elect_flag {
             Some(true)
         );
         assert!(leader_elect(&["--leader-elect=maybe"]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod dra_numa_settings {
+    use clap::Parser as _;
+
+    use super::{Cli, Command};
+    use crate::model_config::DraNumaAlignment;
+
+    fn serve(args: &[&str], file: Option<&str>) -> Result<crate::model_config::DraNuma, String> {
+        let dir = std::env::temp_dir().join(format!("numaplane-dra-numa-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let path = dir.join(format!("config-{}.yaml", args.len()));
+        let mut argv = vec!["numaplane-scheduler".to_owned(), "run".to_owned()];
+        if let Some(text) = file {
+            std::fs::write(&path, text).map_err(|e| e.to_string())?;
+            argv.push(format!("--config={}", path.display()));
+        }
+        argv.extend(args.iter().map(|s| (*s).to_owned()));
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Run(a) = cli.command else {
+            return Err("not run".to_owned());
+        };
+        let out = a.resolve().map(|c| c.dra_numa).map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(&path);
+        out
+    }
+
+    #[test]
+    fn defaults_file_and_flag_in_that_order() {
+        let d = serve(&[], None).unwrap();
+        assert_eq!(d.alignment, DraNumaAlignment::Required);
+        assert_eq!(
+            d.driver_attributes["dra.net"],
+            vec!["dra.net/numaNode".to_owned()]
+        );
+        assert_eq!(d.driver_attributes["gpu.nvidia.com"], vec!["numa".to_owned()]);
+
+        let file = "draNuma:\n  alignment: Preferred\n  driverAttributes:\n    gpu.example.com: [numa]\n    dra.net: []\n";
+        let d = serve(&[], Some(file)).unwrap();
+        assert_eq!(d.alignment, DraNumaAlignment::Preferred);
+        assert_eq!(d.driver_attributes["gpu.example.com"], vec!["numa".to_owned()]);
+        assert!(d.driver_attributes["dra.net"].is_empty());
+        // Drivers the file does not name keep their built-in entry.
+        assert_eq!(
+            d.driver_attributes["sriovnetwork.k8snetworkplumbingwg.io"],
+            vec!["dra.net/numaNode".to_owned()]
+        );
+        let d = serve(&["--dra-numa-alignment", "Ignore"], Some(file)).unwrap();
+        assert_eq!(d.alignment, DraNumaAlignment::Ignore);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let e = serve(&["--dra-numa-alignment", "Sometimes"], None).unwrap_err();
+        assert!(e.contains("Sometimes"), "{e}");
+        let e = serve(&[], Some("draNuma:\n  alignment: Always\n")).unwrap_err();
+        assert!(e.contains("Always") || e.contains("alignment"), "{e}");
+        let e = serve(&[], Some("draNuma:\n  mode: Required\n")).unwrap_err();
+        assert!(e.contains("mode"), "{e}");
     }
 }

@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{model_config::NoTopology, score::Strategy};
+use crate::{
+    model_config::{DraNuma, DraNumaAlignment, NoTopology},
+    score::Strategy,
+};
 
 /// The model's part of the file, as `simulate --config` reads it (no other field allowed).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -21,6 +24,37 @@ pub struct ConfigFile {
     /// kube-scheduler's `PodTopologySpreadArgs` (default constraints).
     #[serde(default)]
     pub pod_topology_spread: crate::constraints::config::PodTopologySpreadFile,
+    /// NUMA alignment of DRA devices.
+    #[serde(default)]
+    pub dra_numa: DraNumaFile,
+}
+
+/// `draNuma` section.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraNumaFile {
+    /// `Required` (default), `Preferred` or `Ignore`.
+    #[serde(default)]
+    pub alignment: Option<DraNumaAlignment>,
+    /// Driver-specific NUMA attributes per driver name; a driver listed here replaces the
+    /// built-in default for that driver (an empty list turns it off).
+    #[serde(default)]
+    pub driver_attributes: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl DraNumaFile {
+    /// The model's settings: built-in driver defaults, overridden per driver by the file, and
+    /// `alignment` when the caller (a flag) gives none.
+    pub fn resolve(&self, alignment: Option<DraNumaAlignment>) -> DraNuma {
+        let mut driver_attributes = crate::model_config::default_driver_numa_attributes();
+        for (driver, attrs) in &self.driver_attributes {
+            driver_attributes.insert(driver.clone(), attrs.clone());
+        }
+        DraNuma {
+            alignment: alignment.or(self.alignment).unwrap_or_default(),
+            driver_attributes,
+        }
+    }
 }
 
 /// `scoringStrategy` section.
@@ -80,6 +114,9 @@ pub struct FileConfig {
     /// kube-scheduler's `PodTopologySpreadArgs` (default constraints).
     #[serde(default)]
     pub pod_topology_spread: Option<crate::constraints::config::PodTopologySpreadFile>,
+    /// NUMA alignment of DRA devices.
+    #[serde(default)]
+    pub dra_numa: Option<DraNumaFile>,
 }
 
 /// `leaderElection` in the file; durations as `15s`, `1m`.
@@ -105,6 +142,7 @@ impl FileConfig {
             scoring_strategy: self.scoring_strategy.unwrap_or_default(),
             no_topology: self.no_topology.unwrap_or_default(),
             pod_topology_spread: self.pod_topology_spread.unwrap_or_default(),
+            dra_numa: self.dra_numa.unwrap_or_default(),
         }
     }
 }

@@ -17,6 +17,46 @@ pub enum NoTopology {
     Reject,
 }
 
+pub use crate::dra::numa::DraNumaAlignment;
+
+/// Where DRA devices sit, and how much that matters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DraNuma {
+    /// The alignment mode.
+    pub alignment: DraNumaAlignment,
+    /// Driver-specific attributes naming a device's NUMA node, per driver, after the standard
+    /// `resource.kubernetes.io/numaNode` and before `pciBusID`/`pcieRoot`.
+    pub driver_attributes: numaplane::device_numa::DriverNumaAttributes,
+}
+
+impl Default for DraNuma {
+    fn default() -> Self {
+        DraNuma {
+            alignment: DraNumaAlignment::default(),
+            driver_attributes: default_driver_numa_attributes(),
+        }
+    }
+}
+
+/// The driver attributes known to hold a NUMA node id, each checked in the driver's source:
+/// - `dra.net` (kubernetes-sigs/dranet, `pkg/apis/attributes.go`: `AttrNUMANode =
+///   "dra.net/numaNode"`);
+/// - `sriovnetwork.k8snetworkplumbingwg.io` (k8snetworkplumbingwg/dra-driver-sriov,
+///   `pkg/consts/consts.go`: `AttributeNUMANode = "dra.net/numaNode"`, dranet's name);
+/// - `gpu.nvidia.com` (NVIDIA/k8s-dra-driver-gpu, `cmd/gpu-kubelet-plugin/deviceinfo.go`: VFIO
+///   GPUs publish the int `numa`; full GPUs and MIG devices publish only the standard
+///   `resource.kubernetes.io/pcieRoot`, which the node's PCI locality resolves).
+pub fn default_driver_numa_attributes() -> numaplane::device_numa::DriverNumaAttributes {
+    [
+        ("dra.net", "dra.net/numaNode"),
+        ("sriovnetwork.k8snetworkplumbingwg.io", "dra.net/numaNode"),
+        ("gpu.nvidia.com", "numa"),
+    ]
+    .into_iter()
+    .map(|(driver, attr)| (driver.to_owned(), vec![attr.to_owned()]))
+    .collect()
+}
+
 /// Scheduler configuration.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
@@ -24,4 +64,6 @@ pub struct Config {
     pub scorer: Scorer,
     /// Nodes without NRT.
     pub no_topology: NoTopology,
+    /// NUMA alignment of DRA devices.
+    pub dra_numa: DraNuma,
 }

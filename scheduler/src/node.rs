@@ -183,6 +183,10 @@ pub struct NumaTopology {
     /// the node (a device plugin registered since its last scan). Set by the cluster index from
     /// the Node ([`Self::lagging_behind`]); a pod requesting one of them is not admitted here.
     pub lagging: Vec<ResId>,
+    /// Which NUMA node each PCI bus range hangs off (the NRT's
+    /// [`numaplane::nrt::attr::PCI_LOCALITY`]), to place DRA devices that name only their PCI
+    /// address; empty when not published (or not decodable, which is logged).
+    pub pci_locality: Vec<numaplane::pci_locality::PciBusRange>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -572,9 +576,24 @@ impl NumaTopology {
                 .map(|n| res.intern(n))
                 .collect::<std::collections::BTreeSet<ResId>>()
         });
+        let pci_locality = match obj.pci_locality() {
+            None => Vec::new(),
+            Some(Ok(ranges)) => ranges,
+            Some(Err(e)) => {
+                // Only the placement of DRA devices by PCI address depends on it: the rest of
+                // the NRT stays usable, and such devices count as without NUMA node.
+                tracing::warn!(
+                    nrt = obj.metadata.name.as_deref().unwrap_or(""),
+                    error = %e,
+                    "ignoring the PCI locality attribute"
+                );
+                Vec::new()
+            }
+        };
         Ok(NumaTopology {
             node_level,
             lagging: Vec::new(),
+            pci_locality,
             unaligned_devices,
             memory_groups,
             masks,

@@ -30,7 +30,11 @@ pub struct ContainerSpec {
     pub sidecar: bool,
     /// CPU request is a whole number of cores (exclusive CPUs for Guaranteed pods).
     pub integer_cpu: bool,
+    /// `resources.claims`: the pod claims (and optionally one request of each) it uses.
+    pub claims: Vec<ContainerClaim>,
 }
+
+pub use crate::dra::state::ContainerClaim;
 
 /// Plain pod model.
 #[derive(Clone, Debug, PartialEq)]
@@ -178,11 +182,21 @@ fn container_spec(
         }
     }
     let integer_cpu = effective.get(CPU) % 1000 == 0;
+    let claims = r
+        .and_then(|r| r.claims.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| ContainerClaim {
+            name: c.name.clone(),
+            request: c.request.clone().filter(|r| !r.is_empty()),
+        })
+        .collect();
     Ok(ContainerSpec {
         name: c.name.clone(),
         requests: effective,
         sidecar,
         integer_cpu,
+        claims,
     })
 }
 

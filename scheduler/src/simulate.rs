@@ -415,6 +415,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             weights: crate::score::weights_from_names(&mut cluster.res, &weights),
         },
         no_topology: cfg_file.no_topology,
+        dra_numa: cfg_file.dra_numa.resolve(None),
     };
     let mut results = Vec::new();
     for p in &pods {
@@ -561,14 +562,48 @@ pub fn render_table(report: &Report) -> String {
             }
         }
         for c in &r.claims {
-            let devices: Vec<String> = c
-                .allocation
+            let Some(numa) = &c.numa else {
+                let devices: Vec<String> = c
+                    .allocation
+                    .devices
+                    .iter()
+                    .flat_map(|d| d.results.iter().flatten())
+                    .map(|d| format!("{}/{}/{}", d.driver, d.pool, d.device))
+                    .collect();
+                let _ = writeln!(out, "    claim {:<20} devices {}", c.name, devices.join(","));
+                continue;
+            };
+            // Each device's NUMA nodes next to the predicted ones of the containers using it.
+            let ids = |n: &Option<Vec<u32>>| {
+                n.as_ref().map_or("-".to_owned(), |n| {
+                    n.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                })
+            };
+            let devices: Vec<String> = numa
                 .devices
                 .iter()
-                .flat_map(|d| d.results.iter().flatten())
-                .map(|d| format!("{}/{}/{}", d.driver, d.pool, d.device))
+                .map(|d| format!("{} (NUMA {})", d.device, ids(&d.numa_nodes)))
                 .collect();
-            let _ = writeln!(out, "    claim {:<20} devices {}", c.name, devices.join(","));
+            let containers: Vec<String> = numa
+                .containers
+                .iter()
+                .map(|c| {
+                    let pinned = c.pinned.map_or(String::new(), |p| format!(", pins {p}"));
+                    format!("{} (NUMA {}{pinned})", c.name, ids(&c.numa_nodes))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "    claim {:<20} devices {}  containers {}  {}",
+                c.name,
+                devices.join(", "),
+                if containers.is_empty() {
+                    "-".to_owned()
+                } else {
+                    containers.join(", ")
+                },
+                numa.alignment.label()
+            );
         }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "    error: {e}");
@@ -628,3 +663,6 @@ pub fn placements(report: &Report) -> HashMap<String, usize> {
     }
     m
 }
+
+#[cfg(test)]
+mod numa_tests;

@@ -267,6 +267,7 @@ fn config(rng: &mut Rng) -> Config {
             weights: Default::default(),
         },
         no_topology: NoTopology::AssumeNone,
+        ..Config::default()
     }
 }
 

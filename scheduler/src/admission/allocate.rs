@@ -64,6 +64,7 @@ pub(super) fn allocate(
     };
     if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, *pool_cpus_taken, &placement.name)?;
+        placement.exclusive_cpus = n;
         let reused = take_reusing(
             w,
             reuse,

@@ -127,6 +127,9 @@ pub struct ContainerPlacement {
     /// record and the simulate output stay as they were).
     #[serde(skip)]
     pub memory_mask: Option<NumaMask>,
+    /// How many exclusive CPUs the static CPU manager gives it (0: none; not serialised).
+    #[serde(skip)]
+    pub exclusive_cpus: i64,
 }
 
 /// A predicted admission.
@@ -384,6 +387,7 @@ fn run_world(
             device_counts: BTreeMap::new(),
             explanation: String::new(),
             memory_mask: None,
+            exclusive_cpus: 0,
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.

@@ -5,16 +5,19 @@
 
 use std::collections::BinaryHeap;
 
-use super::{Cluster, Config, Decision, NodeVerdict, aggregate_message};
+use super::{Cluster, Config, Decision, NodeVerdict, TopologyState, aggregate_message};
 use crate::{
+    admission::Placement,
     dra::{
         DraError,
+        numa::{self, ContainerNuma, DraNumaAlignment, MAX_BONUS, NodeNuma, NotHere, Pinned},
         state::{ClaimAllocation, ResolvedClaims},
     },
     fit::Filter,
     node::NodeBasics,
     pod::PodSpec,
     prepared::PreparedPod,
+    topology_manager::Policy,
 };
 
 /// What the DynamicResources filter adds to a decision.
@@ -29,6 +32,8 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
+const NUMA_CATEGORY: &str =
+    "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
 
 /// A shareID: a UID-shaped name for one shared allocation, derived from the pod, the claim and
 /// the result (the same inputs give the same report).
@@ -119,24 +124,59 @@ impl Cluster {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
             // tried, down to the first where the claims fit.
             let scores = self.cached_scores(cfg, prepared);
-            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>)> = scores
+            // Alignment adds up to MAX_BONUS to the score of a node with a Topology Manager
+            // policy: nodes are tried by their best possible total until none left can beat
+            // the best found. Without alignment (Ignore, no container naming a claim) the
+            // order is the score's and the first node that fits wins.
+            let aligns = cfg.dra_numa.alignment != DraNumaAlignment::Ignore
+                && pod
+                    .init_containers
+                    .iter()
+                    .chain(&pod.containers)
+                    .any(|c| !c.claims.is_empty());
+            let potential = |n: &NodeBasics| match self.topology(&n.name) {
+                TopologyState::Valid(t) if aligns && t.policy != Policy::None => MAX_BONUS,
+                _ => 0,
+            };
+            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>, i64)> = scores
                 .iter()
                 .enumerate()
-                .filter_map(|(i, s)| s.map(|s| (s, std::cmp::Reverse(i))))
+                .filter_map(|(i, s)| {
+                    let s = (*s)?;
+                    let bound = s.saturating_add(nodes.get(i).map_or(0, |n| potential(n)));
+                    Some((bound, std::cmp::Reverse(i), s))
+                })
                 .collect();
-            while let Some((score, std::cmp::Reverse(i))) = heap.pop() {
+            let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
+            while let Some((bound, std::cmp::Reverse(i), score)) = heap.pop() {
+                if let Some((total, at, _)) = &best
+                    && (bound < *total || (bound == *total && i > *at))
+                {
+                    break;
+                }
                 let Some(n) = nodes.get(i) else { continue };
-                match self.dra.allocate_on(&resolved, &n.name, &n.labels, &share) {
-                    Ok(Ok(claims)) => {
-                        return (
-                            self.decision_on(prepared, n.name.clone(), score),
-                            ClaimsOutcome { claims, error: None },
-                        );
+                match self.allocate_claims(cfg, prepared, &resolved, n, &share) {
+                    Ok(Ok((claims, bonus))) => {
+                        let total = score.saturating_add(bonus);
+                        if best
+                            .as_ref()
+                            .is_none_or(|(t, at, _)| total > *t || (total == *t && i < *at))
+                        {
+                            best = Some((total, i, claims));
+                        }
                     }
                     Ok(Err(_)) => {}
                     Err(e) if e.is_node_error() => {}
                     Err(e) => return self.claims_failed(pod, n, e),
                 }
+            }
+            if let Some((total, i, claims)) = best
+                && let Some(n) = nodes.get(i)
+            {
+                return (
+                    self.decision_on(prepared, n.name.clone(), total),
+                    ClaimsOutcome { claims, error: None },
+                );
             }
             // No node fits: the explained decision says why.
         }
@@ -175,14 +215,24 @@ impl Cluster {
             if !v.feasible {
                 continue;
             }
-            match self.dra.allocate_on(resolved, &n.name, &n.labels, share) {
-                Ok(Ok(claims)) => allocations[i] = Some(claims),
-                Ok(Err(reason)) => {
+            match self.allocate_claims(cfg, prepared, resolved, n, share) {
+                Ok(Ok((claims, bonus))) => {
+                    allocations[i] = Some(claims);
+                    v.score = v.score.map(|s| s.saturating_add(bonus));
+                }
+                Ok(Err(not_here)) => {
                     v.feasible = false;
                     v.score = None;
                     v.filter = Some(Filter::DynamicResources);
-                    v.categories.push(CATEGORY.to_owned());
-                    v.reasons.push(reason);
+                    v.categories.push(
+                        if not_here.alignment {
+                            NUMA_CATEGORY
+                        } else {
+                            CATEGORY
+                        }
+                        .to_owned(),
+                    );
+                    v.reasons.push(not_here.reason);
                 }
                 Err(e) if e.is_node_error() => {
                     v.feasible = false;
@@ -225,6 +275,78 @@ impl Cluster {
         )
     }
 
+    /// Allocates the pod's claims on node `n`, NUMA-aligned as `cfg.dra_numa` says, with each
+    /// allocation annotated with its devices' and containers' NUMA nodes when the node has a
+    /// valid NRT. The `i64` is the score the alignment adds.
+    fn allocate_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        n: &NodeBasics,
+        share: &dyn Fn(usize, usize) -> String,
+    ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
+        let pod = prepared.spec;
+        let names_claims = pod
+            .init_containers
+            .iter()
+            .chain(&pod.containers)
+            .any(|c| !c.claims.is_empty());
+        let topo = match self.topology(&n.name) {
+            TopologyState::Valid(t) if names_claims => t,
+            _ => {
+                return Ok(self
+                    .dra
+                    .allocate_on(resolved, &n.name, &n.labels, share)?
+                    .map(|c| (c, 0))
+                    .map_err(|reason| NotHere {
+                        reason,
+                        alignment: false,
+                    }));
+            }
+        };
+        let (placement, _) = self.placement_in(prepared, &n.name, topo);
+        let Some(placement) = placement else {
+            // The NUMA filter rejects the node before; nothing to align with.
+            return Ok(self
+                .dra
+                .allocate_on(resolved, &n.name, &n.labels, share)?
+                .map(|c| (c, 0))
+                .map_err(|reason| NotHere {
+                    reason,
+                    alignment: false,
+                }));
+        };
+        let containers = containers_numa(pod, &placement);
+        let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
+        let mode = cfg.dra_numa.alignment;
+        let targets = numa::targets(mode, strict, &containers);
+        let attrs = &cfg.dra_numa.driver_attributes;
+        let ctx = NodeNuma {
+            targets: &targets,
+            driver_attributes: attrs,
+            pci_locality: &topo.pci_locality,
+        };
+        let (mut claims, quality) =
+            match numa::allocate_aligned(&self.dra, resolved, (&n.name, &n.labels), share, &ctx)? {
+                Ok(found) => found,
+                Err(not_here) => return Ok(Err(not_here)),
+            };
+        // Under Ignore the report still shows where the devices landed.
+        let shown = if mode == DraNumaAlignment::Ignore {
+            numa::targets(DraNumaAlignment::Preferred, strict, &containers)
+        } else {
+            targets.clone()
+        };
+        let report = NodeNuma {
+            targets: &shown,
+            driver_attributes: attrs,
+            pci_locality: &topo.pci_locality,
+        };
+        numa::annotate(&self.dra, &n.name, resolved, &mut claims, &containers, &report);
+        Ok(Ok((claims, quality.bonus())))
+    }
+
     fn no_node(&self, pod: &PodSpec, verdicts: Vec<NodeVerdict>) -> Decision {
         Decision {
             pod: pod.key(),
@@ -265,4 +387,28 @@ impl Cluster {
             },
         )
     }
+}
+
+/// The containers of `pod` as the alignment sees them in `placement` (init containers first).
+fn containers_numa<'a>(pod: &'a PodSpec, placement: &'a Placement) -> Vec<ContainerNuma<'a>> {
+    placement
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let spec = pod
+                .init_containers
+                .iter()
+                .chain(&pod.containers)
+                .find(|s| s.name == c.name)?;
+            Some(ContainerNuma {
+                name: &c.name,
+                numa_nodes: c.numa_nodes.as_deref().or(placement.pod_numa_nodes.as_deref()),
+                pinned: Pinned {
+                    cpu: c.exclusive_cpus > 0,
+                    memory: c.memory_mask.is_some(),
+                },
+                claims: &spec.claims,
+            })
+        })
+        .collect()
 }

@@ -133,12 +133,31 @@ pub fn allocate(
     claims: &[&ResourceClaim],
     share_ids: &dyn Fn(usize, usize) -> String,
 ) -> Result<Option<Vec<AllocationResult>>, DraError> {
+    allocate_filtered(world, candidates, node, claims, share_ids, None)
+}
+
+/// Which devices an `ExactCount` request may take besides upstream's rules: called with the
+/// claim index, the request's name (the parent's for a subrequest), the driver and the device.
+/// The search order stays upstream's; a device the filter refuses is skipped as a device in
+/// use would be. `allocationMode: All` requests are not filtered (they take every device).
+pub type DeviceFilter<'f> = dyn Fn(usize, &str, &str, &Device) -> bool + 'f;
+
+/// [`allocate`] with a [`DeviceFilter`] (`None`: exactly [`allocate`]).
+pub fn allocate_filtered(
+    world: &World<'_>,
+    candidates: &[&ResourceSlice],
+    node: &NodeRef<'_>,
+    claims: &[&ResourceClaim],
+    share_ids: &dyn Fn(usize, usize) -> String,
+    filter: Option<&DeviceFilter<'_>>,
+) -> Result<Option<Vec<AllocationResult>>, DraError> {
     let pools = pools::gather(candidates.iter().copied(), node, world.all_slices);
     let node_name = node.name.to_owned();
     let mut a = Alloc {
         world,
         node,
         claims,
+        filter,
         pools: &pools,
         requests: HashMap::new(),
         constraints: Vec::new(),
@@ -398,6 +417,7 @@ struct Alloc<'w, 'a> {
     world: &'w World<'a>,
     node: &'w NodeRef<'w>,
     claims: &'w [&'w ResourceClaim],
+    filter: Option<&'w DeviceFilter<'w>>,
     pools: &'w [Pool<'a>],
     requests: HashMap<ReqKey, Request<'w>>,
     constraints: Vec<Vec<Constraint>>,
@@ -899,6 +919,11 @@ where
                     {
                         let req = self.requests.get(&key).ok_or(Stop::MaxSize)?;
                         if self.capacity_fits(req, loc).is_none() {
+                            continue;
+                        }
+                        if let (Some(filter), Some((_, device))) = (self.filter, self.device(loc))
+                            && !filter(r.claim, req.parent.unwrap_or(req.name), &id.driver, device)
+                        {
                             continue;
                         }
                     }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::{
     core::v1::Pod,
-    resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice},
+    resource::v1::{AllocationResult, Device, DeviceClass, ResourceClaim, ResourceSlice},
 };
 
 use super::{AllocatedState, DraError, SelectorCache, World, allocator};
@@ -56,6 +56,15 @@ pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
         .collect()
 }
 
+/// One entry of a container's `resources.claims`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerClaim {
+    /// The pod claim's name (`spec.resourceClaims[].name`).
+    pub name: String,
+    /// One request of the claim; `None`: every request.
+    pub request: Option<String>,
+}
+
 /// Why a pod's claims cannot be considered on any node (kube-scheduler's PreFilter verdicts).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PodClaimError {
@@ -91,6 +100,10 @@ pub struct ClaimAllocation {
     pub name: String,
     /// The AllocationResult (the existing one for a claim allocated before).
     pub allocation: AllocationResult,
+    /// Its devices' NUMA nodes next to its containers' predicted ones, on a node with a
+    /// NodeResourceTopology.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa: Option<super::numa::ClaimNuma>,
 }
 
 /// The DRA part of the cluster.
@@ -216,6 +229,31 @@ impl DraState {
         labels: &BTreeMap<String, String>,
         share_ids: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
+        self.allocate_on_filtered(claims, name, labels, share_ids, None)
+    }
+
+    /// A device of the node `name`, by driver, pool and name.
+    pub fn device_on(&self, name: &str, driver: &str, pool: &str, device: &str) -> Option<&Device> {
+        self.by_node
+            .get(name)
+            .into_iter()
+            .flatten()
+            .chain(&self.shared)
+            .filter_map(|&i| self.slices.get(i))
+            .filter(|s| s.spec.driver == driver && s.spec.pool.name == pool)
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .find(|d| d.name == device)
+    }
+
+    /// [`Self::allocate_on`] with a device filter on the pending claims' requests.
+    pub fn allocate_on_filtered(
+        &self,
+        claims: &ResolvedClaims<'_>,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        share_ids: &dyn Fn(usize, usize) -> String,
+        filter: Option<&allocator::DeviceFilter<'_>>,
+    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
         let node = super::pools::NodeRef { name, labels };
         for (_, claim) in &claims.all {
             if let Some(sel) = claim
@@ -246,7 +284,9 @@ impl DraState {
             allocated: &self.allocated,
             selectors: &self.selectors,
         };
-        let Some(results) = allocator::allocate(&world, &candidates, &node, &pending, share_ids)? else {
+        let Some(results) =
+            allocator::allocate_filtered(&world, &candidates, &node, &pending, share_ids, filter)?
+        else {
             return Ok(Err("cannot allocate all claims".to_owned()));
         };
         let mut fresh = results.into_iter();
@@ -263,7 +303,11 @@ impl DraState {
                     None => AllocationResult::default(),
                 },
             };
-            out.push(ClaimAllocation { name, allocation });
+            out.push(ClaimAllocation {
+                name,
+                allocation,
+                numa: None,
+            });
         }
         Ok(Ok(out))
     }

@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// Bindings in flight at once [default: 16].
     #[arg(long, env = "NUMAPLANE_BIND_CONCURRENCY")]
     pub bind_concurrency: Option<usize>,
+    /// NUMA alignment of DRA devices with the CPUs the kubelet pins: Required, Preferred or
+    /// Ignore [default: Required].
+    #[arg(long, env = "NUMAPLANE_DRA_NUMA_ALIGNMENT", value_enum)]
+    pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
 }
 
 /// Leader election settings.
@@ -135,6 +139,8 @@ pub struct ServeConfig {
     pub extender: bool,
     /// Default spread constraints.
     pub spread_defaults: crate::constraints::SpreadDefaults,
+    /// NUMA alignment of DRA devices.
+    pub dra_numa: crate::model_config::DraNuma,
 }
 
 impl ServeConfig {
@@ -152,6 +158,7 @@ impl ServeConfig {
                 weights: crate::score::weights_from_names(res, &weights),
             },
             no_topology: self.no_topology,
+            dra_numa: self.dra_numa.clone(),
         }
     }
 }
@@ -328,6 +335,7 @@ impl ServeArgs {
             Ok(d) => d,
             Err(e) => return invalid("podTopologySpread", e.to_string()),
         };
+        let dra_numa = file.dra_numa.unwrap_or_default().resolve(self.dra_numa_alignment);
         let scoring = file.scoring_strategy.unwrap_or_default();
         if let Some(bad) = scoring.resources.iter().find(|r| r.weight < 0) {
             return invalid(
@@ -353,6 +361,7 @@ impl ServeArgs {
             bind_concurrency,
             extender: false,
             spread_defaults,
+            dra_numa,
         })
     }
 }

@@ -1,0 +1,807 @@
+//! NUMA alignment of DRA devices with the CPUs and memory the kubelet pins.
+//!
+//! The Topology Manager aligns CPUs, memory and device-plugin devices, never DRA devices: those
+//! are chosen by the scheduler and prepared after admission. Here the scheduler chooses them on
+//! the NUMA nodes the model predicts for the containers that use the claim. Pure: the targets
+//! come from the predicted placement, the search is the upstream allocator's with a device
+//! filter ([`super::allocator::DeviceFilter`]), tried from the strictest level to upstream's.
+//!
+//! Rules:
+//! - a container with exclusive CPUs or pinned memory on a node whose policy is
+//!   `single-numa-node` or `restricted` *requires* (mode `Required`) the devices of the claims
+//!   it names in `resources.claims` on its predicted NUMA nodes (pod scope: the pod's);
+//! - every other container with a predicted NUMA affinity *prefers* them;
+//! - a device that no source places (no NUMA attribute, no PCI locality) has no NUMA affinity,
+//!   as a device-plugin device without topology: it satisfies a requirement, after the
+//!   aligned devices;
+//! - a claim (or request) used by several containers: a requirement is the intersection of
+//!   their NUMA nodes; when containers pinned to disjoint NUMA nodes share it, no device can
+//!   be local to all of them, so nothing is required and the devices are preferred on the
+//!   union of their nodes (the claim is reported `split`);
+//! - already allocated claims keep their devices (their alignment is reported, not enforced),
+//!   and `allocationMode: All` requests take every device as upstream does.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim};
+use numaplane::{
+    device_numa::{DriverNumaAttributes, device_numa},
+    pci_locality::PciBusRange,
+};
+use serde::Serialize;
+
+use super::{
+    DraError,
+    state::{ClaimAllocation, ContainerClaim, DraState, ResolvedClaims},
+};
+
+/// Whether the devices of a DRA claim follow the NUMA nodes where the kubelet pins the CPUs and
+/// memory of the containers that use it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, Serialize, clap::ValueEnum,
+)]
+pub enum DraNumaAlignment {
+    /// Devices must sit on the predicted NUMA nodes of a container with exclusive CPUs or
+    /// pinned memory on a node whose Topology Manager policy is `single-numa-node` or
+    /// `restricted` (a node without such devices is not feasible); preferred everywhere else.
+    #[default]
+    #[value(name = "Required")]
+    Required,
+    /// Aligned devices are preferred in the device choice and the node score, never required.
+    #[value(name = "Preferred")]
+    Preferred,
+    /// kube-scheduler's choice: upstream's search order, no NUMA in the score.
+    #[value(name = "Ignore")]
+    Ignore,
+}
+
+/// What the kubelet pins for a container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pinned {
+    /// Exclusive CPUs (static CPU manager).
+    pub cpu: bool,
+    /// Memory or hugepages (Static memory manager).
+    pub memory: bool,
+}
+
+impl Pinned {
+    fn any(self) -> bool {
+        self.cpu || self.memory
+    }
+
+    fn union(self, other: Pinned) -> Pinned {
+        Pinned {
+            cpu: self.cpu || other.cpu,
+            memory: self.memory || other.memory,
+        }
+    }
+
+    /// `cpu`, `memory`, `cpu and memory`; `None` when nothing is pinned.
+    pub fn describe(self) -> Option<&'static str> {
+        match (self.cpu, self.memory) {
+            (true, true) => Some("cpu and memory"),
+            (true, false) => Some("cpu"),
+            (false, true) => Some("memory"),
+            (false, false) => None,
+        }
+    }
+}
+
+/// One container as the alignment sees it.
+#[derive(Clone, Debug)]
+pub struct ContainerNuma<'a> {
+    /// Container name.
+    pub name: &'a str,
+    /// Predicted NUMA affinity (the pod's in pod scope); `None`: none predicted.
+    pub numa_nodes: Option<&'a [u32]>,
+    /// What the kubelet pins there.
+    pub pinned: Pinned,
+    /// Its `resources.claims`.
+    pub claims: &'a [ContainerClaim],
+}
+
+/// The NUMA nodes one pod claim (or one request of it) should take its devices from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Pod claim name.
+    pub claim: String,
+    /// One request; `None`: all of them.
+    pub request: Option<String>,
+    /// NUMA node ids, ascending.
+    pub nodes: Vec<u32>,
+    /// A node without such devices is not feasible.
+    pub required: bool,
+    /// What the kubelet pins on `nodes` (for a requirement's reason).
+    pub pinned: Pinned,
+    /// Containers pinned to disjoint NUMA nodes share it: no device is local to all.
+    pub split: bool,
+}
+
+/// The targets of a pod's claims on one node. `strict_policy`: the node's Topology Manager
+/// policy is `single-numa-node` or `restricted`.
+pub fn targets(mode: DraNumaAlignment, strict_policy: bool, containers: &[ContainerNuma<'_>]) -> Vec<Target> {
+    if mode == DraNumaAlignment::Ignore {
+        return Vec::new();
+    }
+    // Each (claim, request) in first-use order, with its users: (nodes, pinned, strict).
+    type Key<'k> = (&'k str, Option<&'k str>);
+    type Users<'u> = Vec<(&'u [u32], Pinned, bool)>;
+    let mut uses: Vec<(Key<'_>, Users<'_>)> = Vec::new();
+    for c in containers {
+        let Some(nodes) = c.numa_nodes.filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let strict = mode == DraNumaAlignment::Required && strict_policy && c.pinned.any();
+        for cc in c.claims {
+            let key = (cc.name.as_str(), cc.request.as_deref());
+            let user = (nodes, c.pinned, strict);
+            match uses.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, users)) => users.push(user),
+                None => uses.push((key, vec![user])),
+            }
+        }
+    }
+    uses.into_iter()
+        .map(|((claim, request), users)| {
+            let strict: Vec<_> = users.iter().filter(|u| u.2).collect();
+            let (group, required_possible) = if strict.is_empty() {
+                (users.iter().collect::<Vec<_>>(), false)
+            } else {
+                (strict, true)
+            };
+            let inter = group.iter().skip(1).fold(
+                group
+                    .first()
+                    .map(|u| u.0.iter().copied().collect::<BTreeSet<u32>>())
+                    .unwrap_or_default(),
+                |acc, u| {
+                    acc.intersection(&u.0.iter().copied().collect())
+                        .copied()
+                        .collect()
+                },
+            );
+            let pinned = group.iter().fold(Pinned::default(), |p, u| p.union(u.1));
+            let split = inter.is_empty();
+            let nodes: BTreeSet<u32> = if split {
+                group.iter().flat_map(|u| u.0.iter().copied()).collect()
+            } else {
+                inter
+            };
+            Target {
+                claim: claim.to_owned(),
+                request: request.map(str::to_owned),
+                nodes: nodes.into_iter().collect(),
+                required: required_possible && !split,
+                pinned,
+                split,
+            }
+        })
+        .collect()
+}
+
+/// Where a device sits relative to a target, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fit {
+    /// On one of the target's NUMA nodes (for a device on several, on at least one, as the
+    /// kubelet's device manager counts a multi-node device in a hint).
+    Aligned,
+    /// No source places it.
+    NoNumaNode,
+    /// Only on other NUMA nodes.
+    Misaligned,
+}
+
+/// How `device_nodes` (`None`: unplaced) sits relative to `target`.
+pub fn fit(device_nodes: Option<&[u32]>, target: &[u32]) -> Fit {
+    match device_nodes {
+        None => Fit::NoNumaNode,
+        Some(d) if d.iter().any(|n| target.contains(n)) => Fit::Aligned,
+        Some(_) => Fit::Misaligned,
+    }
+}
+
+/// Search levels, strictest first: aligned devices only, then also unplaced ones, then (for
+/// what is not required) any device, which is upstream's search.
+const LEVELS: [Fit; 3] = [Fit::Aligned, Fit::NoNumaNode, Fit::Misaligned];
+
+/// Whether a device with `f` may serve a target at `level`: a requirement never takes a
+/// misaligned device.
+pub fn allowed(f: Fit, required: bool, level: Fit) -> bool {
+    let cap = if required {
+        level.min(Fit::NoNumaNode)
+    } else {
+        level
+    };
+    f <= cap
+}
+
+/// How well an allocation follows its targets; it raises the node's score.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quality {
+    /// No target: nothing to align (mode `Ignore`, no prediction, no container names a claim).
+    Unconstrained,
+    /// Found at this level.
+    Level(Fit),
+}
+
+/// Most a node's score gains from alignment.
+pub const MAX_BONUS: i64 = 100;
+
+impl Quality {
+    /// Score added for it. A device without NUMA node costs nothing, as a device-plugin device
+    /// without topology fits any hint; only a misaligned device loses the bonus.
+    pub fn bonus(self) -> i64 {
+        match self {
+            Quality::Level(Fit::Aligned | Fit::NoNumaNode) => MAX_BONUS,
+            Quality::Unconstrained | Quality::Level(Fit::Misaligned) => 0,
+        }
+    }
+}
+
+/// What the alignment reads of the node besides the claims.
+pub struct NodeNuma<'a> {
+    /// The targets ([`targets`]).
+    pub targets: &'a [Target],
+    /// Configured driver attributes.
+    pub driver_attributes: &'a DriverNumaAttributes,
+    /// The node's PCI locality.
+    pub pci_locality: &'a [PciBusRange],
+}
+
+impl NodeNuma<'_> {
+    /// The NUMA nodes of a device (`None`: unplaced; a malformed attribute counts as unplaced,
+    /// the driver's bug shows as a device without NUMA node).
+    pub fn device_nodes(&self, driver: &str, device: &Device) -> Option<Vec<u32>> {
+        device_numa(driver, device, self.driver_attributes, self.pci_locality)
+            .ok()
+            .flatten()
+            .map(|d| d.nodes)
+    }
+}
+
+/// For each claim the allocator sees (the pending ones, in order), the pod claim names that
+/// reference its ResourceClaim.
+fn pod_names_of_pending<'a>(claims: &ResolvedClaims<'a>) -> Vec<Vec<&'a str>> {
+    claims
+        .pending
+        .iter()
+        .map(|&i| {
+            let name = claims.all[i].1.metadata.name.as_deref();
+            claims
+                .all
+                .iter()
+                .filter(|(_, c)| c.metadata.name.as_deref() == name)
+                .map(|(p, _)| *p)
+                .collect()
+        })
+        .collect()
+}
+
+/// Why the claims cannot be allocated on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotHere {
+    /// For the user.
+    pub reason: String,
+    /// Upstream's search finds devices; only the NUMA requirement rules the node out.
+    pub alignment: bool,
+}
+
+impl NotHere {
+    fn upstream(reason: String) -> Self {
+        NotHere {
+            reason,
+            alignment: false,
+        }
+    }
+}
+
+/// Allocates the pending claims on the node as [`DraState::allocate_on`] does, choosing
+/// aligned devices first. `Ok(Err(_))`: not on this node; when only alignment rules the node
+/// out, the reason names the claim, its class, the NUMA nodes and what the kubelet pins.
+pub fn allocate_aligned(
+    state: &DraState,
+    claims: &ResolvedClaims<'_>,
+    node: (&str, &std::collections::BTreeMap<String, String>),
+    share_ids: &dyn Fn(usize, usize) -> String,
+    numa: &NodeNuma<'_>,
+) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
+    let (name, labels) = node;
+    if numa.targets.is_empty() {
+        return Ok(state
+            .allocate_on(claims, name, labels, share_ids)?
+            .map(|c| (c, Quality::Unconstrained))
+            .map_err(NotHere::upstream));
+    }
+    let names = pod_names_of_pending(claims);
+    let filter_for = |level: Fit, only: Option<usize>| {
+        let names = &names;
+        move |c: usize, request: &str, driver: &str, device: &Device| -> bool {
+            let Some(pod_names) = names.get(c) else {
+                return true;
+            };
+            let mut nodes: Option<Option<Vec<u32>>> = None;
+            for (ti, t) in numa.targets.iter().enumerate() {
+                if only.is_some_and(|o| o != ti)
+                    || !pod_names.contains(&t.claim.as_str())
+                    || t.request.as_deref().is_some_and(|r| r != request)
+                {
+                    continue;
+                }
+                let d = nodes.get_or_insert_with(|| numa.device_nodes(driver, device));
+                if !allowed(fit(d.as_deref(), &t.nodes), t.required, level) {
+                    return false;
+                }
+            }
+            true
+        }
+    };
+    let any_required = numa.targets.iter().any(|t| t.required);
+    let any_preferred = numa.targets.iter().any(|t| !t.required);
+    for level in LEVELS {
+        if level == Fit::Misaligned && !any_preferred {
+            // Same filter as the level before.
+            break;
+        }
+        let f = filter_for(level, None);
+        // An error here (a selector failing on a device upstream's search would not have
+        // reached) is not the pod's: only upstream's own search below decides errors.
+        if let Ok(Ok(c)) = state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)) {
+            return Ok(Ok((c, Quality::Level(level))));
+        }
+    }
+    let upstream = match state.allocate_on(claims, name, labels, share_ids)? {
+        Err(reason) => return Ok(Err(NotHere::upstream(reason))),
+        Ok(c) => c,
+    };
+    if !any_required {
+        return Ok(Ok((upstream, Quality::Level(Fit::Misaligned))));
+    }
+    // Only the requirement fails.
+    let aligned = |reason| NotHere {
+        reason,
+        alignment: true,
+    };
+    for (ti, t) in numa.targets.iter().enumerate().filter(|(_, t)| t.required) {
+        let f = filter_for(Fit::NoNumaNode, Some(ti));
+        if !matches!(
+            state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)),
+            Ok(Ok(_))
+        ) {
+            return Ok(Err(aligned(requirement_reason(claims, t))));
+        }
+    }
+    Ok(Err(aligned(combined_reason(numa.targets))))
+}
+
+fn nodes_text(nodes: &[u32]) -> String {
+    let ids = nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    if nodes.len() == 1 {
+        format!("NUMA node {ids}")
+    } else {
+        format!("NUMA nodes {ids}")
+    }
+}
+
+/// The classes and the device count a target asks for.
+fn asked(claim: &ResourceClaim, request: Option<&str>) -> (Vec<String>, i64) {
+    let requests: Vec<&DeviceRequest> = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| request.is_none_or(|n| n == r.name))
+        .collect();
+    let mut classes: Vec<String> = Vec::new();
+    let mut count = 0i64;
+    for r in requests {
+        let (class, n) = match (&r.exactly, r.first_available.as_deref()) {
+            (Some(e), _) => (
+                e.device_class_name.clone(),
+                match e.allocation_mode.as_deref() {
+                    Some("All") => 1,
+                    _ => e.count.unwrap_or(1),
+                },
+            ),
+            (None, Some([first, ..])) => (first.device_class_name.clone(), first.count.unwrap_or(1)),
+            _ => continue,
+        };
+        if !classes.contains(&class) {
+            classes.push(class);
+        }
+        count = count.saturating_add(n);
+    }
+    (classes, count)
+}
+
+/// `claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will
+/// pin cpu`.
+pub fn requirement_reason(claims: &ResolvedClaims<'_>, t: &Target) -> String {
+    let (classes, count) = claims
+        .all
+        .iter()
+        .find(|(p, _)| *p == t.claim)
+        .map(|(_, c)| asked(c, t.request.as_deref()))
+        .unwrap_or_default();
+    let what = match t.request.as_deref() {
+        Some(r) => format!("claim {}, request {r}", t.claim),
+        None => format!("claim {}", t.claim),
+    };
+    let class = match classes.len() {
+        0 => String::new(),
+        1 => format!(" of class {}", classes[0]),
+        _ => format!(" of classes {}", classes.join(", ")),
+    };
+    let devices = if count > 1 {
+        format!("fewer than {count} free devices{class}")
+    } else {
+        format!("no free device{class}")
+    };
+    format!(
+        "{what}: {devices} on {}, where the kubelet will pin {}",
+        nodes_text(&t.nodes),
+        t.pinned.describe().unwrap_or("the container")
+    )
+}
+
+/// When each requirement alone can be met but not all together.
+fn combined_reason(targets: &[Target]) -> String {
+    let required: Vec<&Target> = targets.iter().filter(|t| t.required).collect();
+    let names: Vec<&str> = required.iter().map(|t| t.claim.as_str()).collect();
+    let nodes: BTreeSet<u32> = required.iter().flat_map(|t| t.nodes.iter().copied()).collect();
+    let pinned = required.iter().fold(Pinned::default(), |p, t| p.union(t.pinned));
+    format!(
+        "claims {}: no free devices for all of them together on {}, where the kubelet will pin {}",
+        names.join(", "),
+        nodes_text(&nodes.into_iter().collect::<Vec<_>>()),
+        pinned.describe().unwrap_or("the containers")
+    )
+}
+
+/// How a claim's devices sit relative to the containers that use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlignmentStatus {
+    /// Every device on the containers' NUMA nodes.
+    Aligned,
+    /// A device on other NUMA nodes only.
+    Misaligned,
+    /// Devices aligned or without NUMA node, at least one without.
+    NoNumaNode,
+    /// Used by containers pinned to disjoint NUMA nodes.
+    Split,
+    /// No container that uses it has a predicted NUMA affinity.
+    NotPredicted,
+}
+
+impl AlignmentStatus {
+    /// As the table prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            AlignmentStatus::Aligned => "aligned",
+            AlignmentStatus::Misaligned => "MISALIGNED",
+            AlignmentStatus::NoNumaNode => "no NUMA node",
+            AlignmentStatus::Split => "split",
+            AlignmentStatus::NotPredicted => "not predicted",
+        }
+    }
+}
+
+/// One device of a claim and its NUMA nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceNumaEntry {
+    /// `driver/pool/device`.
+    pub device: String,
+    /// The request it serves.
+    pub request: String,
+    /// Its NUMA nodes; absent when no source places it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_nodes: Option<Vec<u32>>,
+}
+
+/// A container that uses a claim and its predicted NUMA nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerNumaEntry {
+    /// Container name.
+    pub name: String,
+    /// Predicted NUMA affinity; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_nodes: Option<Vec<u32>>,
+    /// What the kubelet pins there (`cpu`, `memory`, `cpu and memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<&'static str>,
+}
+
+/// A claim's devices next to its containers' predicted NUMA nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimNuma {
+    /// The devices, in allocation order.
+    pub devices: Vec<DeviceNumaEntry>,
+    /// The containers that name the claim.
+    pub containers: Vec<ContainerNumaEntry>,
+    /// The verdict.
+    pub alignment: AlignmentStatus,
+}
+
+/// Annotates each claim allocation on node `node` with its devices' NUMA nodes and its
+/// containers' predicted ones.
+pub fn annotate(
+    state: &DraState,
+    node: &str,
+    resolved: &ResolvedClaims<'_>,
+    allocations: &mut [ClaimAllocation],
+    containers: &[ContainerNuma<'_>],
+    numa: &NodeNuma<'_>,
+) {
+    for a in allocations.iter_mut() {
+        let pod_names: Vec<&str> = resolved
+            .all
+            .iter()
+            .filter(|(_, c)| c.metadata.name.as_deref() == Some(a.name.as_str()))
+            .map(|(p, _)| *p)
+            .collect();
+        let users: Vec<&ContainerNuma<'_>> = containers
+            .iter()
+            .filter(|c| c.claims.iter().any(|cc| pod_names.contains(&cc.name.as_str())))
+            .collect();
+        let mut devices = Vec::new();
+        let mut worst: Option<Fit> = None;
+        let mut split = false;
+        for r in a
+            .allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+        {
+            let nodes = state
+                .device_on(node, &r.driver, &r.pool, &r.device)
+                .and_then(|d| numa.device_nodes(&r.driver, d));
+            let base = r.request.split('/').next().unwrap_or("");
+            for t in numa.targets.iter().filter(|t| {
+                pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|q| q == base)
+            }) {
+                split |= t.split;
+                let f = fit(nodes.as_deref(), &t.nodes);
+                worst = Some(worst.map_or(f, |w| w.max(f)));
+            }
+            devices.push(DeviceNumaEntry {
+                device: format!("{}/{}/{}", r.driver, r.pool, r.device),
+                request: r.request.clone(),
+                numa_nodes: nodes,
+            });
+        }
+        let alignment = match worst {
+            _ if split => AlignmentStatus::Split,
+            None => AlignmentStatus::NotPredicted,
+            Some(Fit::Aligned) => AlignmentStatus::Aligned,
+            Some(Fit::NoNumaNode) => AlignmentStatus::NoNumaNode,
+            Some(Fit::Misaligned) => AlignmentStatus::Misaligned,
+        };
+        a.numa = Some(ClaimNuma {
+            devices,
+            containers: users
+                .iter()
+                .map(|c| ContainerNumaEntry {
+                    name: c.name.to_owned(),
+                    numa_nodes: c.numa_nodes.map(<[u32]>::to_vec),
+                    pinned: c.pinned.describe(),
+                })
+                .collect(),
+            alignment,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uses(claims: &[(&str, Option<&str>)]) -> Vec<ContainerClaim> {
+        claims
+            .iter()
+            .map(|(n, r)| ContainerClaim {
+                name: (*n).to_owned(),
+                request: r.map(str::to_owned),
+            })
+            .collect()
+    }
+
+    const CPU: Pinned = Pinned {
+        cpu: true,
+        memory: false,
+    };
+
+    #[test]
+    fn a_pinned_container_under_a_strict_policy_requires_its_nodes() {
+        let gpu = uses(&[("gpu", None)]);
+        let c = [ContainerNuma {
+            name: "app",
+            numa_nodes: Some(&[1]),
+            pinned: CPU,
+            claims: &gpu,
+        }];
+        let t = targets(DraNumaAlignment::Required, true, &c);
+        assert_eq!(
+            t,
+            vec![Target {
+                claim: "gpu".into(),
+                request: None,
+                nodes: vec![1],
+                required: true,
+                pinned: CPU,
+                split: false,
+            }]
+        );
+        // Preferred mode, a lax policy, or nothing pinned: preferred only.
+        for (mode, strict, pinned) in [
+            (DraNumaAlignment::Preferred, true, CPU),
+            (DraNumaAlignment::Required, false, CPU),
+            (DraNumaAlignment::Required, true, Pinned::default()),
+        ] {
+            let c = [ContainerNuma {
+                pinned,
+                ..c[0].clone()
+            }];
+            let t = targets(mode, strict, &c);
+            assert_eq!(t.len(), 1);
+            assert!(!t[0].required, "{mode:?} {strict} {pinned:?}");
+            assert_eq!(t[0].nodes, vec![1]);
+        }
+        assert!(targets(DraNumaAlignment::Ignore, true, &c).is_empty());
+        // No prediction, no target.
+        let c = [ContainerNuma {
+            numa_nodes: None,
+            ..c[0].clone()
+        }];
+        assert!(targets(DraNumaAlignment::Required, true, &c).is_empty());
+    }
+
+    #[test]
+    fn a_claim_shared_across_disjoint_pinned_nodes_is_split_and_only_preferred() {
+        let gpu = uses(&[("gpu", None)]);
+        let c = [
+            ContainerNuma {
+                name: "a",
+                numa_nodes: Some(&[0]),
+                pinned: CPU,
+                claims: &gpu,
+            },
+            ContainerNuma {
+                name: "b",
+                numa_nodes: Some(&[1]),
+                pinned: CPU,
+                claims: &gpu,
+            },
+        ];
+        let t = targets(DraNumaAlignment::Required, true, &c);
+        assert_eq!(t.len(), 1);
+        assert!(t[0].split && !t[0].required);
+        assert_eq!(t[0].nodes, vec![0, 1]);
+        // Overlapping nodes: the intersection is required.
+        let c = [
+            ContainerNuma {
+                numa_nodes: Some(&[0, 1]),
+                ..c[0].clone()
+            },
+            c[1].clone(),
+        ];
+        let t = targets(DraNumaAlignment::Required, true, &c);
+        assert!(t[0].required && !t[0].split);
+        assert_eq!(t[0].nodes, vec![1]);
+        // An unpinned user does not weaken a pinned user's requirement.
+        let c = [
+            ContainerNuma {
+                numa_nodes: Some(&[0]),
+                pinned: Pinned::default(),
+                ..c[0].clone()
+            },
+            c[1].clone(),
+        ];
+        let t = targets(DraNumaAlignment::Required, true, &c);
+        assert!(t[0].required);
+        assert_eq!(t[0].nodes, vec![1]);
+    }
+
+    #[test]
+    fn requests_are_targeted_separately() {
+        let a = uses(&[("nic", Some("rx"))]);
+        let b = uses(&[("nic", Some("tx"))]);
+        let c = [
+            ContainerNuma {
+                name: "a",
+                numa_nodes: Some(&[0]),
+                pinned: CPU,
+                claims: &a,
+            },
+            ContainerNuma {
+                name: "b",
+                numa_nodes: Some(&[1]),
+                pinned: CPU,
+                claims: &b,
+            },
+        ];
+        let t = targets(DraNumaAlignment::Required, true, &c);
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].request.as_deref(), t[0].nodes.as_slice()),
+            (Some("rx"), &[0][..])
+        );
+        assert_eq!(
+            (t[1].request.as_deref(), t[1].nodes.as_slice()),
+            (Some("tx"), &[1][..])
+        );
+        assert!(t.iter().all(|t| t.required && !t.split));
+    }
+
+    #[test]
+    fn fit_and_levels_order_devices() {
+        assert_eq!(fit(Some(&[1]), &[1]), Fit::Aligned);
+        assert_eq!(fit(Some(&[0, 1]), &[1]), Fit::Aligned);
+        assert_eq!(fit(Some(&[0]), &[1]), Fit::Misaligned);
+        assert_eq!(fit(None, &[1]), Fit::NoNumaNode);
+        // Strictest level: aligned only.
+        assert!(allowed(Fit::Aligned, true, Fit::Aligned));
+        assert!(!allowed(Fit::NoNumaNode, false, Fit::Aligned));
+        // Then devices without NUMA node, as device-plugin devices without topology.
+        assert!(allowed(Fit::NoNumaNode, true, Fit::NoNumaNode));
+        assert!(!allowed(Fit::Misaligned, false, Fit::NoNumaNode));
+        // Last, anything, but never for a requirement.
+        assert!(allowed(Fit::Misaligned, false, Fit::Misaligned));
+        assert!(!allowed(Fit::Misaligned, true, Fit::Misaligned));
+        assert_eq!(Quality::Level(Fit::Aligned).bonus(), MAX_BONUS);
+        assert_eq!(Quality::Level(Fit::NoNumaNode).bonus(), MAX_BONUS);
+        assert_eq!(Quality::Level(Fit::Misaligned).bonus(), 0);
+        assert_eq!(Quality::Unconstrained.bonus(), 0);
+    }
+
+    #[test]
+    fn the_reason_names_claim_class_nodes_and_what_is_pinned() {
+        let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pod-gpu", "namespace": "default"},
+            "spec": {"devices": {"requests": [
+                {"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}
+            ]}}
+        }))
+        .unwrap();
+        let resolved = ResolvedClaims {
+            all: vec![("gpu", &claim)],
+            pending: vec![0],
+        };
+        let mut t = Target {
+            claim: "gpu".into(),
+            request: None,
+            nodes: vec![1],
+            required: true,
+            pinned: CPU,
+            split: false,
+        };
+        assert_eq!(
+            requirement_reason(&resolved, &t),
+            "claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
+        );
+        t.nodes = vec![0, 1];
+        t.pinned = Pinned {
+            cpu: true,
+            memory: true,
+        };
+        let two: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pod-gpu"},
+            "spec": {"devices": {"requests": [
+                {"name": "g", "exactly": {"deviceClassName": "gpu.example.com", "count": 2}}
+            ]}}
+        }))
+        .unwrap();
+        let resolved = ResolvedClaims {
+            all: vec![("gpu", &two)],
+            pending: vec![0],
+        };
+        assert_eq!(
+            requirement_reason(&resolved, &t),
+            "claim gpu: fewer than 2 free devices of class gpu.example.com on NUMA nodes 0,1, where the kubelet will pin cpu and memory"
+        );
+    }
+}

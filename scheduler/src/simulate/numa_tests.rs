@@ -1,0 +1,238 @@
+//! NUMA alignment of DRA claims through `simulate`, on the example cluster
+//! (`examples/dra-numa/`): one node, CPUs free mostly on NUMA node 1, gpu-0 on NUMA node 0 (by
+//! the standard attribute) and gpu-1 on NUMA node 1 (by its PCIe root and the NRT's PCI
+//! locality).
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::dra::numa::{AlignmentStatus, DraNumaAlignment};
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/dra-numa")
+        .join(name)
+}
+
+fn run_texts(cluster: &str, pods: &str, mode: DraNumaAlignment) -> Report {
+    run_texts_explained(cluster, pods, mode, Explain::Failed)
+}
+
+fn run_texts_explained(cluster: &str, pods: &str, mode: DraNumaAlignment, explain: Explain) -> Report {
+    let dir = std::env::temp_dir().join(format!(
+        "numaplane-dra-numa-{}-{:?}-{}",
+        std::process::id(),
+        mode,
+        cluster.len() ^ pods.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, p) = (dir.join("cluster.yaml"), dir.join("pods.yaml"));
+    std::fs::write(&c, cluster).unwrap();
+    std::fs::write(&p, pods).unwrap();
+    let report = run_files_explained(&c, &p, mode, explain);
+    std::fs::remove_dir_all(&dir).unwrap();
+    report
+}
+
+fn run_files(cluster: &std::path::Path, pods: &std::path::Path, mode: DraNumaAlignment) -> Report {
+    run_files_explained(cluster, pods, mode, Explain::Failed)
+}
+
+fn run_files_explained(
+    cluster: &std::path::Path,
+    pods: &std::path::Path,
+    mode: DraNumaAlignment,
+    explain: Explain,
+) -> Report {
+    let mut cfg = ConfigFile::default();
+    cfg.dra_numa.alignment = Some(mode);
+    let inputs = read_inputs(&[cluster]).unwrap();
+    let pods = read_inputs(&[pods]).unwrap().pods;
+    simulate(inputs, pods, &cfg, explain)
+}
+
+fn run(mode: DraNumaAlignment) -> Report {
+    run_files(&example("cluster.yaml"), &example("pods.yaml"), mode)
+}
+
+fn devices(r: &PodResult) -> Vec<String> {
+    r.claims
+        .iter()
+        .flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+        })
+        .map(|d| d.device.clone())
+        .collect()
+}
+
+fn status(r: &PodResult) -> AlignmentStatus {
+    r.claims[0].numa.as_ref().unwrap().alignment
+}
+
+#[test]
+fn required_takes_the_gpu_beside_the_pinned_cpus_and_rejects_a_node_without_one() {
+    let report = run(DraNumaAlignment::Required);
+    let train = &report.results[0];
+    assert_eq!(train.decision.node.as_deref(), Some("gpu-a"));
+    assert_eq!(devices(train), vec!["gpu-1"]);
+    assert_eq!(status(train), AlignmentStatus::Aligned);
+    let numa = train.claims[0].numa.as_ref().unwrap();
+    assert_eq!(numa.devices[0].numa_nodes, Some(vec![1]));
+    assert_eq!(numa.containers[0].numa_nodes, Some(vec![1]));
+    assert_eq!(numa.containers[0].pinned, Some("cpu"));
+    // The record the kubelet side reads says NUMA node 1 too.
+    let record = train.decision.allocation.as_ref().unwrap();
+    assert_eq!(record.containers[0].numa_nodes, Some(vec![1]));
+
+    let infer = &report.results[1];
+    assert_eq!(infer.decision.node, None);
+    assert_eq!(
+        infer.decision.nodes[0].reasons,
+        vec![
+            "claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
+        ]
+    );
+    assert!(infer.claims.is_empty());
+}
+
+#[test]
+fn ignore_is_the_upstream_choice_and_is_reported_misaligned() {
+    let report = run(DraNumaAlignment::Ignore);
+    assert_eq!(devices(&report.results[0]), vec!["gpu-0"]);
+    assert_eq!(status(&report.results[0]), AlignmentStatus::Misaligned);
+    assert_eq!(devices(&report.results[1]), vec!["gpu-1"]);
+    assert_eq!(status(&report.results[1]), AlignmentStatus::Aligned);
+
+    // The same pods with no container naming a claim take the plain path: same devices, same
+    // scores, under every mode.
+    let cluster = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let pods = std::fs::read_to_string(example("pods.yaml"))
+        .unwrap()
+        .replace("        claims:\n          - name: gpu\n", "");
+    for mode in [DraNumaAlignment::Ignore, DraNumaAlignment::Required] {
+        let plain = run_texts(&cluster, &pods, mode);
+        for (a, b) in plain.results.iter().zip(&report.results) {
+            assert_eq!(devices(a), devices(b));
+            assert_eq!(a.decision.nodes[0].score, b.decision.nodes[0].score);
+            assert!(a.claims.iter().all(|c| c.numa.is_none()));
+        }
+    }
+}
+
+#[test]
+fn preferred_places_both_and_scores_alignment() {
+    let report = run(DraNumaAlignment::Preferred);
+    let (train, infer) = (&report.results[0], &report.results[1]);
+    assert_eq!(devices(train), vec!["gpu-1"]);
+    assert_eq!(devices(infer), vec!["gpu-0"]);
+    assert_eq!(status(infer), AlignmentStatus::Misaligned);
+    let ignore = run(DraNumaAlignment::Ignore);
+    let score = |r: &Report, i: usize| r.results[i].decision.nodes[0].score.unwrap();
+    // The aligned choice gains the bonus over the same node under Ignore; the misaligned one
+    // gains nothing.
+    assert_eq!(score(&report, 0), score(&ignore, 0) + crate::dra::numa::MAX_BONUS);
+    assert_eq!(score(&report, 1), score(&ignore, 1));
+}
+
+#[test]
+fn device_plugin_resources_steer_the_hint_and_the_claim_follows() {
+    // A device-plugin NIC on NUMA node 0 only, CPUs free on both nodes: the Topology Manager
+    // puts the container on NUMA node 0 for the NIC, and the GPU claim follows it there.
+    let cluster = std::fs::read_to_string(example("cluster.yaml"))
+        .unwrap()
+        .replace(
+            "allocatable: {cpu: \"32\", memory: 64Gi, pods: \"110\"}",
+            "allocatable: {cpu: \"32\", memory: 64Gi, pods: \"110\", example.com/nic: \"1\"}",
+        )
+        .replace(
+            "      - {name: cpu, capacity: \"16\", allocatable: \"16\", available: \"2\"}",
+            "      - {name: cpu, capacity: \"16\", allocatable: \"16\", available: \"14\"}\n      - {name: example.com/nic, capacity: \"1\", allocatable: \"1\", available: \"1\"}",
+        );
+    assert!(cluster.contains("example.com/nic, capacity"));
+    let pods = std::fs::read_to_string(example("pods.yaml"))
+        .unwrap()
+        .replacen(
+            "requests: {cpu: \"4\", memory: 4Gi}\n        limits: {cpu: \"4\", memory: 4Gi}",
+            "requests: {cpu: \"4\", memory: 4Gi, example.com/nic: \"1\"}\n        limits: {cpu: \"4\", memory: 4Gi, example.com/nic: \"1\"}",
+            1,
+        );
+    for mode in [DraNumaAlignment::Required, DraNumaAlignment::Preferred] {
+        let report = run_texts(&cluster, &pods, mode);
+        let train = &report.results[0];
+        let record = train.decision.allocation.as_ref().unwrap();
+        assert_eq!(record.containers[0].numa_nodes, Some(vec![0]), "{mode:?}");
+        assert_eq!(devices(train), vec!["gpu-0"], "{mode:?}");
+        let numa = train.claims[0].numa.as_ref().unwrap();
+        assert_eq!(numa.devices[0].numa_nodes, record.containers[0].numa_nodes);
+        assert_eq!(numa.alignment, AlignmentStatus::Aligned);
+    }
+}
+
+#[test]
+fn the_table_shows_devices_and_containers_numa_and_marks_misalignment() {
+    let text = render_table(&run(DraNumaAlignment::Ignore));
+    assert!(
+        text.contains(
+            "claim train-gpu            devices gpu.example.com/gpu-a/gpu-0 (NUMA 0)  containers train (NUMA 1, pins cpu)  MISALIGNED"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(run(DraNumaAlignment::Ignore)).unwrap();
+    let numa = &json["results"][0]["claims"][0]["numa"];
+    assert_eq!(numa["alignment"], "misaligned");
+    assert_eq!(numa["devices"][0]["numaNodes"], serde_json::json!([0]));
+    assert_eq!(numa["containers"][0]["numaNodes"], serde_json::json!([1]));
+}
+
+#[test]
+fn alignment_chooses_the_node_and_the_fast_path_agrees_with_the_explained_one() {
+    // gpu-a keeps only gpu-0 (NUMA node 0, away from the CPUs); gpu-b is the example node.
+    let one = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let gpu1 = "    - name: gpu-1\n      attributes:\n        resource.kubernetes.io/pcieRoot: {string: \"pci0000:80\"}\n";
+    assert!(one.contains(gpu1));
+    let cluster = format!(
+        "{}\n---\n{}",
+        one.replace(gpu1, ""),
+        one.replace("gpu-a", "gpu-b")
+    );
+    let pods = std::fs::read_to_string(example("pods.yaml")).unwrap();
+    for (mode, node) in [
+        (DraNumaAlignment::Required, "gpu-b"),
+        (DraNumaAlignment::Preferred, "gpu-b"),
+        (DraNumaAlignment::Ignore, "gpu-a"),
+    ] {
+        let fast = run_texts_explained(&cluster, &pods, mode, Explain::Failed);
+        let full = run_texts_explained(&cluster, &pods, mode, Explain::All);
+        assert_eq!(fast.results[0].decision.node.as_deref(), Some(node), "{mode:?}");
+        for (f, e) in fast.results.iter().zip(&full.results) {
+            assert_eq!(f.decision.node, e.decision.node, "{mode:?}");
+            assert_eq!(devices(f), devices(e), "{mode:?}");
+            let score = |r: &PodResult| {
+                r.decision
+                    .nodes
+                    .iter()
+                    .find(|v| Some(&v.node) == r.decision.node.as_ref())
+                    .and_then(|v| v.score)
+            };
+            assert_eq!(score(f), score(e), "{mode:?}");
+        }
+        if mode == DraNumaAlignment::Required {
+            let a = full.results[0]
+                .decision
+                .nodes
+                .iter()
+                .find(|v| v.node == "gpu-a")
+                .unwrap();
+            assert!(!a.feasible);
+            assert_eq!(
+                a.reasons,
+                vec![
+                    "claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
+                ]
+            );
+        }
+    }
+}
