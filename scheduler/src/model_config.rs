@@ -38,24 +38,7 @@ impl Default for DraNuma {
     }
 }
 
-/// The driver attributes known to hold a NUMA node id, each checked in the driver's source:
-/// - `dra.net` (kubernetes-sigs/dranet, `pkg/apis/attributes.go`: `AttrNUMANode =
-///   "dra.net/numaNode"`);
-/// - `sriovnetwork.k8snetworkplumbingwg.io` (k8snetworkplumbingwg/dra-driver-sriov,
-///   `pkg/consts/consts.go`: `AttributeNUMANode = "dra.net/numaNode"`, dranet's name);
-/// - `gpu.nvidia.com` (NVIDIA/k8s-dra-driver-gpu, `cmd/gpu-kubelet-plugin/deviceinfo.go`: VFIO
-///   GPUs publish the int `numa`; full GPUs and MIG devices publish only the standard
-///   `resource.kubernetes.io/pcieRoot`, which the node's PCI locality resolves).
-pub fn default_driver_numa_attributes() -> numaplane::device_numa::DriverNumaAttributes {
-    [
-        ("dra.net", "dra.net/numaNode"),
-        ("sriovnetwork.k8snetworkplumbingwg.io", "dra.net/numaNode"),
-        ("gpu.nvidia.com", "numa"),
-    ]
-    .into_iter()
-    .map(|(driver, attr)| (driver.to_owned(), vec![attr.to_owned()]))
-    .collect()
-}
+pub use numaplane::device_numa::default_driver_numa_attributes;
 
 /// Scheduler configuration.
 #[derive(Clone, Debug, Default)]
