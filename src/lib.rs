@@ -5,6 +5,7 @@ pub mod allocation;
 pub mod crd;
 pub mod exposition;
 pub mod fingerprint;
+pub mod metrics;
 pub mod nrt;
 pub mod quantity;
 pub mod resource_name;

@@ -84,6 +84,15 @@ pub mod attr {
     /// IDs that can be listed; see [`super::join_devices_without_numa`]. Published for every
     /// resource with at least one such allocatable device, also when none is free (`0`).
     pub const DEVICES_WITHOUT_NUMA_PREFIX: &str = "numaplane.io/devices-without-numa.";
+    /// Node attribute (numaplane extension), written by numaplane-exporter only, which marks an
+    /// NRT that describes every extended resource its Node allocates: each one is in a zone,
+    /// under [`DEVICES_WITHOUT_NUMA_PREFIX`], or named here. The value names, sorted and
+    /// comma-separated (empty when none), the extended resources the Node allocates that the
+    /// kubelet's device manager serves no device of (a Node status patched by hand): node-level
+    /// fit only, no NUMA affinity; see [`super::join_resource_names`]. Absent (other exporters,
+    /// or the exporter does not see its Node yet): nothing is promised, and a resource missing
+    /// from the zones is taken to have no NUMA affinity.
+    pub const NODE_LEVEL_RESOURCES: &str = "numaplane.io/node-level-resources";
 }
 
 /// Names of the kubelet's Topology Manager policy options (`topologyManagerPolicyOptions`), read
@@ -141,6 +150,17 @@ pub fn split_device_ids(value: &str) -> Vec<String> {
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// Encodes [`attr::NODE_LEVEL_RESOURCES`]: resource names sorted, deduplicated and joined by
+/// commas (a resource name has no comma).
+pub fn join_resource_names<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
+    join_device_ids(names)
+}
+
+/// Decodes [`join_resource_names`]: trimmed, empty entries dropped, sorted, deduplicated.
+pub fn split_resource_names(value: &str) -> Vec<String> {
+    split_device_ids(value)
 }
 
 /// Encodes the memory manager's groups in use for [`attr::MEMORY_GROUPS`]: groups sorted and
@@ -414,6 +434,13 @@ impl NodeResourceTopology {
         out
     }
 
+    /// [`attr::NODE_LEVEL_RESOURCES`]: `None` when the attribute is absent (the NRT promises
+    /// nothing about resources missing from its zones), else the node-level resources it names.
+    pub fn node_level_resources(&self) -> Option<Vec<String>> {
+        self.attribute(attr::NODE_LEVEL_RESOURCES)
+            .map(split_resource_names)
+    }
+
     /// The devices without a NUMA node this node publishes, per resource (first attribute per
     /// resource), each decoded or the decoding error.
     pub fn devices_without_numa(
@@ -623,6 +650,32 @@ mod tests {
                 ids: vec!["fpga-9".to_owned()]
             })
         );
+    }
+
+    #[test]
+    fn node_level_resources_round_trip_and_absence_promises_nothing() {
+        let names = [
+            "vendor.com/b".to_owned(),
+            "vendor.com/a".to_owned(),
+            "vendor.com/b".to_owned(),
+        ];
+        let value = join_resource_names(&names);
+        assert_eq!(value, "vendor.com/a,vendor.com/b");
+        let mut nrt = NodeResourceTopology::new("n1");
+        assert_eq!(nrt.node_level_resources(), None);
+        nrt.attributes = Some(vec![AttributeInfo {
+            name: attr::NODE_LEVEL_RESOURCES.to_owned(),
+            value,
+        }]);
+        assert_eq!(
+            nrt.node_level_resources(),
+            Some(vec!["vendor.com/a".to_owned(), "vendor.com/b".to_owned()])
+        );
+        nrt.attributes = Some(vec![AttributeInfo {
+            name: attr::NODE_LEVEL_RESOURCES.to_owned(),
+            value: String::new(),
+        }]);
+        assert_eq!(nrt.node_level_resources(), Some(Vec::new()));
     }
 
     #[test]

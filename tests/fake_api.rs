@@ -4,7 +4,7 @@
 //!
 //! # What is emulated
 //! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
-//!   persistentvolumes; `storage.k8s.io/v1` storageclasses; `events.k8s.io/v1` events;
+//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `events.k8s.io/v1` events;
 //!   `policy/v1` poddisruptionbudgets;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
@@ -115,6 +115,7 @@ pub const FAKE_TOKEN: &str = "numaplane-fake-token";
 /// Media type of aggregated discovery, requested by `Discovery::run_aggregated`.
 const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 const JSON: &str = "application/json";
+const TEXT: &str = "text/plain; charset=utf-8";
 const VERBS: [&str; 8] = [
     "create",
     "delete",
@@ -296,6 +297,7 @@ fn builtin_resources() -> Vec<ResourceDef> {
             .with_status(),
         ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
             .with_short_names(&["sc"]),
+        ResourceDef::new("storage.k8s.io", "v1", "csinodes", "CSINode", false),
         ResourceDef::new(
             "policy",
             "v1",
@@ -1672,6 +1674,21 @@ fn resource_request(
     version: &str,
     rest: &[&str],
 ) -> Result<Reply, ApiError> {
+    // A group no served resource belongs to (a CRD not installed) is not routed at all: the real
+    // server's mux answers a plain-text 404, not a Status.
+    if !group.is_empty()
+        && !shared
+            .lock()
+            .defs
+            .iter()
+            .any(|d| d.served && d.group == group && d.version == version)
+    {
+        return Ok(Reply::Full {
+            status: 404,
+            content_type: TEXT,
+            body: Bytes::from_static(b"404 page not found\n"),
+        });
+    }
     let reply = resource_verb(shared, ctx, group, version, rest)?;
     Ok(if ctx.metadata_only() {
         reply.into_partial()
@@ -2364,10 +2381,9 @@ fn apply_conflict(def: &ResourceDef, name: &str, conflicts: &[(String, FieldPath
             json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": field(p)})
         })
         .collect();
-    let mut details = def.details(name);
-    if let Some(map) = details.as_object_mut() {
-        map.insert("causes".into(), Value::Array(causes));
-    }
+    // The real server's conflict names no object: its details hold the causes only.
+    let _ = (def, name);
+    let details = json!({"causes": causes});
     ApiError::new(
         409,
         format!(
@@ -2763,15 +2779,28 @@ fn supported_field_label(def: &ResourceDef, label: &str) -> bool {
 /// of `events.k8s.io/v1` Events. Errors are 422 `Invalid` with the real server's wording.
 fn admit(def: &ResourceDef, obj: &mut Value, create: bool) -> Result<(), ApiError> {
     let name = str_at(obj, &["metadata", "name"]).to_owned();
-    let invalid = |causes: Vec<String>| {
-        let what = format!("{}.{}", def.kind, def.group);
-        let what = what.trim_end_matches('.');
-        let list = if causes.len() == 1 {
-            causes[0].clone()
+    // Each cause: (field, reason, what is wrong). Events of events.k8s.io are validated as the
+    // core Event they are stored as: the real server names them `Event`, group "".
+    let invalid = |causes: Vec<(String, &str, String)>| {
+        let group = if def.kind == "Event" {
+            ""
         } else {
-            format!("[{}]", causes.join(", "))
+            def.group.as_str()
         };
+        let what = format!("{}.{group}", def.kind);
+        let what = what.trim_end_matches('.');
+        let lines: Vec<String> = causes.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
+        let list = if lines.len() == 1 {
+            lines[0].clone()
+        } else {
+            format!("[{}]", lines.join(", "))
+        };
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|(f, reason, m)| json!({"reason": reason, "message": m, "field": f}))
+            .collect();
         ApiError::new(422, format!("{what} \"{name}\" is invalid: {list}"))
+            .with_details(json!({"name": name, "group": group, "kind": def.kind, "causes": causes}))
     };
     if def.group == numaplane::nrt::GROUP && def.kind == numaplane::nrt::KIND {
         prune_nrt(obj);
@@ -2783,12 +2812,20 @@ fn admit(def: &ResourceDef, obj: &mut Value, create: bool) -> Result<(), ApiErro
                     match &res[field] {
                         Value::Number(_) | Value::Null => {}
                         Value::String(q) if quantity_pattern().is_match(q) => {}
-                        Value::String(q) => causes.push(format!(
-                            "{path}: Invalid value: \"{q}\": {path} in body should match '{QUANTITY_PATTERN}'"
+                        Value::String(q) => causes.push((
+                            path.clone(),
+                            "FieldValueInvalid",
+                            format!(
+                                "Invalid value: \"{q}\": {path} in body should match '{QUANTITY_PATTERN}'"
+                            ),
                         )),
-                        other => causes.push(format!(
-                            "{path}: Invalid value: \"{}\": {path} in body must be of type integer,string",
-                            json_type(other)
+                        other => causes.push((
+                            path.clone(),
+                            "FieldValueInvalid",
+                            format!(
+                                "Invalid value: \"{}\": {path} in body must be of type integer,string",
+                                json_type(other)
+                            ),
                         )),
                     }
                 }
@@ -2801,13 +2838,25 @@ fn admit(def: &ResourceDef, obj: &mut Value, create: bool) -> Result<(), ApiErro
     if create && def.group == "events.k8s.io" && def.kind == "Event" {
         let mut causes = Vec::new();
         if str_at(obj, &["eventTime"]).is_empty() {
-            causes.push("eventTime: Required value".to_owned());
+            causes.push((
+                "eventTime".to_owned(),
+                "FieldValueRequired",
+                "Required value".to_owned(),
+            ));
         }
         if str_at(obj, &["reportingController"]).is_empty() {
-            causes.push("reportingController: Required value".to_owned());
+            causes.push((
+                "reportingController".to_owned(),
+                "FieldValueRequired",
+                "Required value".to_owned(),
+            ));
         }
         if str_at(obj, &["reportingInstance"]).is_empty() {
-            causes.push("reportingInstance: Required value".to_owned());
+            causes.push((
+                "reportingInstance".to_owned(),
+                "FieldValueRequired",
+                "Required value".to_owned(),
+            ));
         }
         if !causes.is_empty() {
             return Err(invalid(causes));

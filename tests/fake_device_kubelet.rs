@@ -179,6 +179,22 @@ impl FakeDeviceKubelet {
         self.serve().await
     }
 
+    /// The plugins' sockets disappear while the kubelet keeps running (a plugin restart, a
+    /// driver upgrade): each plugin must notice, serve again and register again. What they
+    /// registered stays in use until they do, as the kubelet keeps an endpoint until its
+    /// replacement registers.
+    pub fn drop_plugin_sockets(&self) -> std::io::Result<usize> {
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.shared.dir)?.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "sock") && !path.ends_with("kubelet.sock") {
+                std::fs::remove_file(&path)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Fills without a preference in descending ID order from now on.
     pub fn set_fill_descending(&self, on: bool) {
         self.shared.state().descending = on;

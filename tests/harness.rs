@@ -1,6 +1,6 @@
-//! Harness for agent end-to-end tests: an API target (the HTTP-level fake, or a real cluster
-//! when `NUMAPLANE_E2E_KUBECONFIG` is set) and a running `numaplane-exporter run` process with
-//! its metrics endpoint.
+//! Harness for agent end-to-end tests: an API target (a real kube-apiserver, see
+//! [`crate::control_plane`], or the HTTP-level fake where there is none or where a test injects
+//! faults) and a running `numaplane-exporter run` process with its metrics endpoint.
 //!
 //! Tests talk to either target through kube-rs only, so the same assertions run against both.
 //! Fake-only checks (request logs, injected API failures) go through [`ApiTarget::fake`].
@@ -11,45 +11,64 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
 use crate::fake_api::FakeApiServer;
 
-/// Environment variable naming a kubeconfig of a real cluster to run the tests against.
-pub const REAL_CLUSTER_ENV: &str = "NUMAPLANE_E2E_KUBECONFIG";
-
-/// Errors of the harness.
-pub type HarnessError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::control_plane::{HarnessError, REAL_CLUSTER_ENV};
 
 /// Where the agent publishes.
 pub struct ApiTarget {
     client: kube::Client,
     kubeconfig: PathBuf,
     fake: Option<FakeApiServer>,
+    cluster: Option<crate::control_plane::Cluster>,
+    _turn: Option<crate::control_plane::Exclusive>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl ApiTarget {
-    /// The fake API server with the NRT CRD installed, or the real cluster of
-    /// `NUMAPLANE_E2E_KUBECONFIG` (which must have the CRD from deploy/crd.yaml installed).
+    /// The real API server when there is one (see [`crate::control_plane`]): the cluster of
+    /// `NUMAPLANE_E2E_KUBECONFIG`, else this test binary's control plane from the kit, with the
+    /// test holding the binary's turn on it. Without either (a fresh clone), the HTTP-level fake
+    /// with the NRT CRD installed, after one line saying that the real-server run was skipped.
+    /// Panics when the kit is there but its control plane cannot be started.
     pub async fn start() -> Result<Self, HarnessError> {
-        match std::env::var_os(REAL_CLUSTER_ENV) {
-            Some(path) => {
-                let path = PathBuf::from(path);
-                let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
-                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-                Ok(Self {
-                    client: kube::Client::try_from(config)?,
-                    kubeconfig: path,
-                    fake: None,
-                    _dir: None,
-                })
+        Self::start_with(&crate::control_plane::Options::default()).await
+    }
+
+    /// [`Self::start`] on a control plane started with `options`.
+    pub async fn start_with(options: &crate::control_plane::Options) -> Result<Self, HarnessError> {
+        match crate::control_plane::cluster_with(options) {
+            Ok(Some(cluster)) => Self::on(cluster).await,
+            Ok(None) => {
+                let test = std::thread::current().name().unwrap_or("this test").to_owned();
+                println!(
+                    "{}",
+                    crate::control_plane::skip_line(&format!(
+                        "{test} on a real kube-apiserver (ran on the HTTP-level fake)"
+                    ))
+                );
+                Self::start_fake(true).await
             }
-            None => Self::start_fake(true).await,
+            Err(e) => panic!("no real API server: {e}"),
         }
+    }
+
+    /// The real cluster, holding the binary's turn on it.
+    pub async fn on(cluster: crate::control_plane::Cluster) -> Result<Self, HarnessError> {
+        let turn = crate::control_plane::exclusive(&cluster).await?;
+        Ok(Self {
+            client: cluster.client().await?,
+            kubeconfig: cluster.kubeconfig().to_path_buf(),
+            fake: None,
+            cluster: Some(cluster),
+            _turn: Some(turn),
+            _dir: None,
+        })
     }
 
     /// Always the fake (for tests of what a real cluster cannot be made to do, such as a missing
@@ -65,6 +84,8 @@ impl ApiTarget {
             client: fake.client().await?,
             kubeconfig,
             fake: Some(fake),
+            cluster: None,
+            _turn: None,
             _dir: Some(dir),
         })
     }
@@ -77,6 +98,17 @@ impl ApiTarget {
     /// Whether the target is a real cluster.
     pub fn is_real(&self) -> bool {
         self.fake.is_none()
+    }
+
+    /// The real cluster, when the target is one.
+    pub fn cluster(&self) -> Option<&crate::control_plane::Cluster> {
+        self.cluster.as_ref()
+    }
+
+    /// The kit's control plane, when the target is it (not the fake, not
+    /// `NUMAPLANE_E2E_KUBECONFIG`'s cluster).
+    pub fn control_plane(&self) -> Option<&'static crate::control_plane::ControlPlane> {
+        self.cluster.as_ref().and_then(|c| c.control_plane())
     }
 
     /// The kubeconfig to hand to the agent.
@@ -123,13 +155,24 @@ impl ApiTarget {
         Ok(created.metadata.uid.unwrap_or_default())
     }
 
-    /// Creates a namespace labelled `numaplane.io/e2e=true`.
+    /// Creates a namespace labelled `numaplane.io/e2e=true`, with the `default` ServiceAccount
+    /// the ServiceAccount admission plugin requires of a pod (on the kit's control plane no
+    /// controller manager creates it).
     pub async fn create_namespace(&self, name: &str) -> Result<(), HarnessError> {
         let namespaces: Api<Namespace> = Api::all(self.client());
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
         }))?;
         namespaces.create(&PostParams::default(), &ns).await?;
+        if self.is_real() {
+            let accounts: Api<ServiceAccount> = Api::namespaced(self.client(), name);
+            let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+            match accounts.create(&PostParams::default(), &sa).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(())
     }
 
@@ -217,6 +260,73 @@ impl ApiTarget {
             .await;
         let nodes: Api<Node> = Api::all(self.client());
         let _ = nodes.delete(node, &DeleteParams::default()).await;
+    }
+}
+
+/// Does what the kubelet does for a pod whose deletion was asked (the kit's control plane has no
+/// kubelet, so a bound pod deleted gracefully would stay `Terminating`): deletes it for good,
+/// with a grace period of 0. Keeps each such pod as first seen with its `deletionTimestamp`,
+/// for tests of what was written before the deletion. Stops when dropped.
+pub struct Terminator {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Pod>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Terminator {
+    /// The pods whose deletion it finished, each as it was when the deletion was asked.
+    pub fn terminated(&self) -> Vec<Pod> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for Terminator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ApiTarget {
+    /// A [`Terminator`] for the pods of `namespace`.
+    pub fn finish_deletions(&self, namespace: &str) -> Terminator {
+        use futures::StreamExt as _;
+        use kube::runtime::{WatchStreamExt as _, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pods: Api<Pod> = Api::namespaced(self.client(), namespace);
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut finished = std::collections::BTreeSet::new();
+            let mut events =
+                std::pin::pin!(watcher(pods.clone(), watcher::Config::default()).applied_objects());
+            while let Some(ev) = events.next().await {
+                let Ok(pod) = ev else { continue };
+                if pod.metadata.deletion_timestamp.is_none() {
+                    continue;
+                }
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if !finished.insert(uid.clone()) {
+                    continue;
+                }
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                sink.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(pod);
+                let _ = pods
+                    .delete(
+                        &name,
+                        &DeleteParams::default()
+                            .grace_period(0)
+                            .preconditions(kube::api::Preconditions {
+                                uid: Some(uid),
+                                resource_version: None,
+                            }),
+                    )
+                    .await;
+            }
+        });
+        Terminator { seen, task }
     }
 }
 

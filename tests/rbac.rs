@@ -258,3 +258,70 @@ pub fn allowed(rules: &[Rule], a: &Attributes) -> bool {
 pub fn granted(rules: &[Rule]) -> BTreeSet<(String, String, String)> {
     rules.iter().flat_map(Rule::triples).collect()
 }
+
+/// One row of `kubectl auth can-i --list`: `resource[.group]` (with `/subresource`), the
+/// resource names it is limited to (empty: any), and one verb.
+pub type Grant = (String, Vec<String>, String);
+
+/// The resource grants `kubectl auth can-i --list` prints (its table), one per verb, without
+/// the non-resource URLs and the `selfsubject*` reviews every authenticated user has
+/// (`system:basic-user`).
+pub fn parse_can_i_list(table: &str) -> Result<BTreeSet<Grant>, String> {
+    let mut lines = table.lines();
+    let header = lines.next().ok_or("kubectl auth can-i --list printed nothing")?;
+    let col = |name: &str| {
+        header
+            .find(name)
+            .ok_or_else(|| format!("no column {name:?} in {header:?}"))
+    };
+    let (urls, names, verbs) = (col("Non-Resource URLs")?, col("Resource Names")?, col("Verbs")?);
+    let list = |s: &str| -> Vec<String> {
+        s.trim()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let cut = |from: usize, to: usize| line.get(from..to.min(line.len())).unwrap_or_default();
+        let resource = cut(0, urls).trim();
+        if resource.is_empty() || resource.starts_with("selfsubject") {
+            continue;
+        }
+        let mut resource_names = list(cut(names, verbs));
+        resource_names.sort();
+        for verb in list(line.get(verbs..).unwrap_or_default()) {
+            out.insert((resource.to_owned(), resource_names.clone(), verb));
+        }
+    }
+    Ok(out)
+}
+
+/// What `rules` grant in `namespace` (the cluster-wide rules and that namespace's), as
+/// `kubectl auth can-i --list --namespace <namespace>` prints it.
+pub fn grants_in(rules: &[Rule], namespace: &str) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for r in rules
+        .iter()
+        .filter(|r| r.namespace.as_deref().is_none_or(|ns| ns == namespace))
+    {
+        let mut names = r.names.clone().unwrap_or_default();
+        names.sort();
+        for g in &r.groups {
+            for res in &r.resources {
+                // As kubectl prints it: `deployments/scale.apps`.
+                let resource = if g.is_empty() {
+                    res.clone()
+                } else {
+                    format!("{res}.{g}")
+                };
+                for v in &r.verbs {
+                    out.insert((resource.clone(), names.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
+}

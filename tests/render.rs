@@ -25,50 +25,70 @@ pub fn read_documents(path: &Path) -> Result<Vec<Value>, String> {
 /// kustomize refuses absolute paths in a kustomization, so the overlay, in a temporary
 /// directory, names `dir` and the components by paths relative to itself.
 pub fn kustomize(dir: &Path, components: &[PathBuf]) -> Result<Vec<Value>, String> {
-    let overlay;
-    let root = if components.is_empty() {
-        dir.to_owned()
-    } else {
-        overlay = tempfile::tempdir().map_err(|e| format!("overlay directory: {e}"))?;
-        let here = canonical(overlay.path())?;
-        let entry = |p: &Path| -> Result<Value, String> {
-            let rel = relative(&here, &canonical(p)?);
-            rel.to_str()
-                .map(|s| Value::String(s.to_owned()))
-                .ok_or_else(|| format!("{} is not UTF-8", rel.display()))
-        };
-        let kustomization = serde_json::json!({
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": [entry(dir)?],
-            "components": components.iter().map(|c| entry(c)).collect::<Result<Vec<_>, _>>()?,
-        });
-        // JSON is YAML.
-        std::fs::write(here.join("kustomization.yaml"), kustomization.to_string())
-            .map_err(|e| format!("overlay kustomization: {e}"))?;
-        here
+    let text = with_overlay(dir, components, |root| {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("kustomize").arg(root);
+        run_kubectl(cmd, &format!("kubectl kustomize {}", dir.display()))
+    })?;
+    documents(&text).map_err(|e| format!("kubectl kustomize {}: {e}", dir.display()))
+}
+
+/// `kubectl --kubeconfig <kubeconfig> apply -k dir` with `components` added as
+/// [`kustomize`] adds them: what a user runs to install the bundle. Returns kubectl's output.
+pub fn apply(dir: &Path, components: &[PathBuf], kubeconfig: &Path) -> Result<String, String> {
+    with_overlay(dir, components, |root| {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("apply")
+            .arg("-k")
+            .arg(root);
+        run_kubectl(cmd, &format!("kubectl apply -k {}", dir.display()))
+    })
+}
+
+/// Calls `f` with `dir`, or with an overlay of `dir` and `components` in a temporary directory.
+fn with_overlay<T>(
+    dir: &Path,
+    components: &[PathBuf],
+    f: impl FnOnce(&Path) -> Result<T, String>,
+) -> Result<T, String> {
+    if components.is_empty() {
+        return f(dir);
+    }
+    let overlay = tempfile::tempdir().map_err(|e| format!("overlay directory: {e}"))?;
+    let here = canonical(overlay.path())?;
+    let entry = |p: &Path| -> Result<Value, String> {
+        let rel = relative(&here, &canonical(p)?);
+        rel.to_str()
+            .map(|s| Value::String(s.to_owned()))
+            .ok_or_else(|| format!("{} is not UTF-8", rel.display()))
     };
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&root)
+    let kustomization = serde_json::json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [entry(dir)?],
+        "components": components.iter().map(|c| entry(c)).collect::<Result<Vec<_>, _>>()?,
+    });
+    // JSON is YAML.
+    std::fs::write(here.join("kustomization.yaml"), kustomization.to_string())
+        .map_err(|e| format!("overlay kustomization: {e}"))?;
+    f(&here)
+}
+
+/// Runs a kubectl command; its stdout, or an error naming `what` with its stderr.
+pub fn run_kubectl(mut cmd: Command, what: &str) -> Result<String, String> {
+    let out = cmd
         .output()
-        .map_err(|e| {
-            format!(
-                "kubectl kustomize {}: {e} (scripts/setup says how to install kubectl)",
-                root.display()
-            )
-        })?;
+        .map_err(|e| format!("{what}: {e} (scripts/setup says how to install kubectl)"))?;
     if !out.status.success() {
         return Err(format!(
-            "kubectl kustomize {} ({}): {}",
-            dir.display(),
+            "{what} ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let text =
-        String::from_utf8(out.stdout).map_err(|e| format!("kubectl kustomize {}: {e}", dir.display()))?;
-    documents(&text).map_err(|e| format!("kubectl kustomize {}: {e}", dir.display()))
+    String::from_utf8(out.stdout).map_err(|e| format!("{what}: {e}"))
 }
 
 fn canonical(p: &Path) -> Result<PathBuf, String> {

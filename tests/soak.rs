@@ -1,4 +1,4 @@
-//! The seeded fault soak of issue 20: the whole live loop (two elected scheduler replicas, one
+//! The seeded fault soak: the whole live loop (two elected scheduler replicas, one
 //! exporter hosting the allocator per node, per node a fake kubelet with pod-resources and the
 //! device-plugin side, the HTTP-level fake API server) under churn, with faults injected at
 //! random from a seed, and the invariants checked while it runs.
@@ -21,8 +21,8 @@
 //! Binding is held in flight, both 409s of a Binding (a first attempt that landed; the pod
 //! deleted and recreated under its name), 500s and 504s on Bindings and NRT writes, slow
 //! Binding answers, a scheduler restart, a leader change, an exporter restart, a kubelet
-//! restart (its sockets removed and recreated, plugins must register again), and an NRT write
-//! delayed by seconds.
+//! restart (its sockets removed and recreated, plugins must register again), a device plugin
+//! registering again while the kubelet runs, and an NRT write delayed by seconds.
 //!
 //! Invariants, checked as things happen ([`Soak::run`] stops at the first violation):
 //! - the fake kubelet never finds a zone without the CPUs or memory, or a device or slot
@@ -534,6 +534,21 @@ impl SoakNode {
         self.wait_plugins(&before, "a kubelet restart").await
     }
 
+    /// The node's device plugins register again mid-stream (their sockets removed while the
+    /// kubelet runs, as after a plugin restart): admissions resume once both registered again.
+    pub async fn reregister_plugins(&self) -> Result<(), String> {
+        let _gate = self.gate.lock().await;
+        let before = self.registrations();
+        let removed = self
+            .dp
+            .drop_plugin_sockets()
+            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
+        if removed == 0 {
+            return Err(format!("{}: no plugin socket to remove", self.name));
+        }
+        self.wait_plugins(&before, "its socket was removed").await
+    }
+
     /// What the exporter logged.
     pub async fn exporter_stderr(&self) -> String {
         self.exporter.lock().await.stderr()
@@ -1041,11 +1056,13 @@ pub enum Fault {
     ExporterRestart,
     /// A node's kubelet restarts: sockets removed and recreated.
     KubeletRestart,
+    /// A node's device plugins register again while its kubelet runs.
+    PluginReregister,
 }
 
 impl Fault {
     /// Every kind.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::WatchDropMidBind,
         Fault::RelistMidBind,
         Fault::ConflictAlreadyAssigned,
@@ -1059,6 +1076,7 @@ impl Fault {
         Fault::LeaderChange,
         Fault::ExporterRestart,
         Fault::KubeletRestart,
+        Fault::PluginReregister,
     ];
 }
 
@@ -1813,6 +1831,13 @@ async fn inject(
                     .restart_kubelet()
                     .await
                     .map(|()| format!("kubelet of {node} restarted")),
+                None => Err(format!("no node {node}")),
+            },
+            Fault::PluginReregister => match nodes.get(&node) {
+                Some(n) => n
+                    .reregister_plugins()
+                    .await
+                    .map(|()| format!("device plugins of {node} registered again")),
                 None => Err(format!("no node {node}")),
             },
         };

@@ -713,6 +713,8 @@ pub struct SimNode {
     state: Mutex<KubeletState>,
     /// The exporter process hosting our device plugin.
     pub exporter: Agent,
+    /// Held while the kubelet admits a pod, and while the plugins register again.
+    gate: tokio::sync::Mutex<()>,
     _dir: tempfile::TempDir,
 }
 
@@ -753,8 +755,35 @@ impl SimNode {
             podres,
             state: Mutex::new(KubeletState::new(NodeKind::StaticMemory)),
             exporter,
+            gate: tokio::sync::Mutex::new(()),
             _dir: dir,
         })
+    }
+
+    /// Registrations of `resource`'s plugin so far.
+    pub fn registrations(&self, resource: &str) -> usize {
+        self.dp.registrations(resource)
+    }
+
+    /// The device plugins register again mid-stream (their sockets removed while the kubelet
+    /// runs, as after a plugin restart); the kubelet admits nothing until both did.
+    pub async fn reregister_plugins(&self) -> Result<(), String> {
+        let _gate = self.gate.lock().await;
+        let before: Vec<(&str, usize)> = [GPU, NIC].map(|r| (r, self.dp.registrations(r))).into();
+        let removed = self
+            .dp
+            .drop_plugin_sockets()
+            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
+        if removed == 0 {
+            return Err(format!("{}: no plugin socket to remove", self.name));
+        }
+        for (res, n) in before {
+            self.dp
+                .wait_registered(res, n + 1, Duration::from_secs(60))
+                .await
+                .map_err(|e| format!("{}: {res} did not register again: {e}", self.name))?;
+        }
+        Ok(())
     }
 
     fn state(&self) -> MutexGuard<'_, KubeletState> {
@@ -779,6 +808,7 @@ impl SimNode {
     /// Manager's choice, predicted by the scheduler), CPUs and memory checked against the zone,
     /// devices through the device-plugin protocol, then reported through pod-resources.
     pub async fn admit(&self, pod: &Pod) -> Result<Progress, Violation> {
+        let _gate = self.gate.lock().await;
         let key = key_of(pod);
         let bad = |why: String| Violation::BadPod {
             pod: key.clone(),

@@ -1,5 +1,5 @@
 //! Scan cost: accounting plus object build for an 8-NUMA, 512-CPU node with 500 pods and 128
-//! devices (the reference node), on the machine loaded by hwloc from the repository's
+//! devices (a large GPU server), on the machine loaded by hwloc from the repository's
 //! 8-NUMA fixture.
 //!
 //! `cargo bench -p numaplane-exporter --bench scan`

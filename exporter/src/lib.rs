@@ -2,6 +2,7 @@
 //! publishes one NodeResourceTopology per node and serves Prometheus metrics.
 
 pub mod accounting;
+pub mod allocatable_follow;
 pub mod allocator;
 pub mod backoff;
 pub mod checkpoint;
@@ -12,6 +13,7 @@ pub mod kubelet_config;
 pub mod kubelet_source;
 mod kubelet_watch;
 pub mod metrics;
+pub mod node_watch;
 pub mod output;
 mod own_object;
 pub mod plumbing;

@@ -78,6 +78,12 @@ impl Scanner {
         &self.client
     }
 
+    /// The last `GetAllocatableResources` answer a successful scan used (or that a failed one
+    /// kept).
+    pub fn allocatable(&self) -> Option<&AllocatableResourcesResponse> {
+        self.allocatable.as_ref()
+    }
+
     /// Forces `GetAllocatableResources` on the next scan: after a reconnect, periodically, and
     /// whenever device plugins may have (re-)registered.
     pub fn refresh_allocatable(&mut self) {

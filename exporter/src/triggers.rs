@@ -34,6 +34,12 @@ pub enum Trigger {
     KubeletConfig,
     /// A retry after a failed scan or publish.
     Retry,
+    /// Our allocator sent a device list to the kubelet: allocatable is read again.
+    DevicesDelivered,
+    /// The Node's allocatable changed for an extended resource: allocatable is read again.
+    NodeAllocatable,
+    /// Expected devices are not in allocatable yet: read it again (bounded, with backoff).
+    AllocatableRetry,
 }
 
 impl Trigger {
@@ -49,13 +55,19 @@ impl Trigger {
             Trigger::ObjectChanged => "object_changed",
             Trigger::KubeletConfig => "kubelet_config",
             Trigger::Retry => "retry",
+            Trigger::DevicesDelivered => "devices_delivered",
+            Trigger::NodeAllocatable => "node_allocatable",
+            Trigger::AllocatableRetry => "allocatable_retry",
         }
     }
 
     /// Whether the trigger is an event (as opposed to the timer), for the RTE-style
     /// `reactive`/`periodic` distinction.
     pub const fn is_reactive(self) -> bool {
-        !matches!(self, Trigger::Resync | Trigger::Startup | Trigger::Retry)
+        !matches!(
+            self,
+            Trigger::Resync | Trigger::Startup | Trigger::Retry | Trigger::AllocatableRetry
+        )
     }
 }
 

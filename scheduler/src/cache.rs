@@ -32,6 +32,8 @@ pub struct ShapeKey {
     init: Vec<(bool, ResList)>,
     containers: Vec<ResList>,
     overhead: ResList,
+    /// Pod-level resources: set, and the requests.
+    pod_level: (bool, ResList),
     node_name: Option<String>,
     node_selector: BTreeMap<String, String>,
     /// Required affinity and tolerations as JSON: the k8s types implement neither `Eq` nor
@@ -40,7 +42,7 @@ pub struct ShapeKey {
     strategy: Strategy,
     weights: Vec<(ResId, i64)>,
     no_topology: NoTopology,
-    /// hook(volumes): the rules the pod's volumes impose ([`crate::volume_binding::VolumeFilter::shape`]).
+    /// The rules the pod's volumes impose ([`crate::volume_binding::VolumeFilter::shape`]).
     volumes: String,
 }
 
@@ -66,6 +68,7 @@ impl ShapeKey {
                 .collect(),
             containers: pod.containers.iter().map(|c| c.requests.clone()).collect(),
             overhead: pod.overhead.clone(),
+            pod_level: (pod.pod_level, pod.pod_requests.clone()),
             node_name: pod.node_name.clone(),
             node_selector: pod.node_selector.clone(),
             affinity_tolerations,
@@ -76,7 +79,7 @@ impl ShapeKey {
         }
     }
 
-    /// hook(volumes): the shape of a prepared pod, its volume rules included.
+    /// The shape of a prepared pod, its volume rules included.
     pub fn of_prepared(cfg: &Config, pod: &crate::prepared::PreparedPod<'_>) -> Self {
         let mut key = Self::of(cfg, pod.spec);
         key.volumes = pod.volumes.shape();

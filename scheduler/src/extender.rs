@@ -18,7 +18,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::{
-    cluster::{Cluster, Config, NodeVerdict},
+    cluster::{Cluster, Config},
+    decision::NodeVerdict,
     pod::{PodError, PodSpec},
     resources::Resources,
     score::MAX_SCORE,
@@ -440,11 +441,12 @@ pub fn decode_pod(res: &mut Resources, args: &ExtenderArgs) -> Result<PodSpec, E
 
 /// The request's Pod as a v1 Pod.
 pub fn pod_object(args: &ExtenderArgs) -> Result<Pod, ExtenderError> {
-    let raw = args
-        .pod
-        .as_ref()
-        .filter(|v| !v.is_null())
-        .ok_or(ExtenderError::MissingPod)?;
+    decode_pod_value(args.pod.as_ref())
+}
+
+/// A request's `Pod` field (of any verb) as a v1 Pod.
+pub fn decode_pod_value(raw: Option<&Value>) -> Result<Pod, ExtenderError> {
+    let raw = raw.filter(|v| !v.is_null()).ok_or(ExtenderError::MissingPod)?;
     // `&Value` is a Deserializer: no copy of the pod.
     Pod::deserialize(raw).map_err(|source| ExtenderError::DecodePod { source })
 }
@@ -487,7 +489,7 @@ pub fn filter(cluster: &Cluster, cfg: &Config, pod: &PodSpec, args: &ExtenderArg
     // By name, so a node listed in both `NodeNames` and `Nodes` is evaluated once.
     let mut verdicts: HashMap<String, NodeVerdict> = HashMap::new();
     let mut failed_nodes = BTreeMap::new();
-    let mut passes = |name: &str| -> bool {
+    let passes = |name: &str| -> bool {
         let verdict = verdicts
             .entry(name.to_owned())
             .or_insert_with(|| cluster.topology_verdict(cfg, pod, name));
@@ -498,6 +500,23 @@ pub fn filter(cluster: &Cluster, cfg: &Config, pod: &PodSpec, args: &ExtenderArg
         }
         verdict.feasible
     };
+    let (nodes, node_names) = keep_nodes(args, passes, &key);
+    ExtenderFilterResult {
+        nodes,
+        node_names,
+        failed_nodes,
+        failed_and_unresolvable_nodes: BTreeMap::new(),
+        error: String::new(),
+    }
+}
+
+/// The candidates of `args` that `passes`, in the request's shape and order (a Node object
+/// without a name is dropped: nothing to judge, and kube-scheduler could not match it).
+fn keep_nodes(
+    args: &ExtenderArgs,
+    mut passes: impl FnMut(&str) -> bool,
+    key: &str,
+) -> (Option<NodeList>, Option<Vec<String>>) {
     let node_names = args
         .node_names
         .as_ref()
@@ -510,7 +529,6 @@ pub fn filter(cluster: &Cluster, cfg: &Config, pod: &PodSpec, args: &ExtenderArg
             .filter(|item| match node_name(item) {
                 Some(name) => passes(name),
                 None => {
-                    // Nothing to evaluate and kube-scheduler could not match it: drop it.
                     tracing::warn!(pod = %key, "extender filter request has a Node without metadata.name");
                     false
                 }
@@ -518,13 +536,7 @@ pub fn filter(cluster: &Cluster, cfg: &Config, pod: &PodSpec, args: &ExtenderArg
             .cloned()
             .collect(),
     });
-    ExtenderFilterResult {
-        nodes,
-        node_names,
-        failed_nodes,
-        failed_and_unresolvable_nodes: BTreeMap::new(),
-        error: String::new(),
-    }
+    (nodes, node_names)
 }
 
 /// The `prioritize` verb: [`Cluster::score_node`] (0..=100) scaled to
@@ -538,6 +550,65 @@ pub fn prioritize(cluster: &Cluster, cfg: &Config, pod: &PodSpec, args: &Extende
             score: cluster.score_node(cfg, pod, host).clamp(0, MAX_SCORE) * MAX_EXTENDER_PRIORITY / MAX_SCORE,
         })
         .collect()
+}
+
+/// Whether `pod` is one the kubelet's Topology Manager aligns nowhere
+/// ([`PodSpec::topology_aligned`]): then the verbs answer without the cluster index, see
+/// [`filter_unaligned`]. Judged on a private interner (resource kinds follow from the names),
+/// so no caller needs the index for it. A pod that cannot be modelled is not unaligned: the
+/// model's path reports it.
+pub fn is_unaligned(pod: &Pod) -> bool {
+    let mut res = Resources::default();
+    PodSpec::from_pod(&mut res, pod).is_ok_and(|spec| !spec.topology_aligned(&res))
+}
+
+/// `filter` for an unaligned pod ([`is_unaligned`]): every candidate passes, in the request's
+/// shape. The NUMA side has nothing to check, whatever the nodes' NRTs say (or whether they
+/// have one: `noTopology: Reject` is about pods the Topology Manager aligns).
+pub fn filter_unaligned(args: &ExtenderArgs) -> ExtenderFilterResult {
+    let (nodes, node_names) = keep_nodes(args, |_| true, "");
+    ExtenderFilterResult {
+        nodes,
+        node_names,
+        failed_nodes: BTreeMap::new(),
+        failed_and_unresolvable_nodes: BTreeMap::new(),
+        error: String::new(),
+    }
+}
+
+/// `prioritize` for an unaligned pod: the same score on every candidate, so the extender adds
+/// nothing to kube-scheduler's ranking. [`MAX_EXTENDER_PRIORITY`], as the model gives a pod
+/// that is not Guaranteed on every node.
+pub fn prioritize_unaligned(args: &ExtenderArgs) -> Vec<HostPriority> {
+    args.candidate_names()
+        .into_iter()
+        .map(|host| HostPriority {
+            host: host.to_owned(),
+            score: MAX_EXTENDER_PRIORITY,
+        })
+        .collect()
+}
+
+/// `preempt` for an unaligned preemptor: kube-scheduler's candidates stand, every node with
+/// the victims it chose (evicting them frees what node fit counted, and nothing NUMA-bound
+/// is needed).
+pub fn preempt_unaligned(args: &ExtenderPreemptionArgs) -> ExtenderPreemptionResult {
+    ExtenderPreemptionResult {
+        node_name_to_meta_victims: args
+            .victim_uids()
+            .into_iter()
+            .map(|(node, (uids, num_pdb_violations))| {
+                let pods = uids.into_iter().map(|uid| MetaPod { uid }).collect();
+                (
+                    node,
+                    MetaVictims {
+                        pods,
+                        num_pdb_violations,
+                    },
+                )
+            })
+            .collect(),
+    }
 }
 
 fn empty_object() -> Value {
@@ -1056,5 +1127,166 @@ mod tests {
             node_names: None,
         };
         assert_eq!(prioritize(&c, &cfg, &pod, &by_objects), scores);
+    }
+
+    // === pods the Topology Manager does not align ===
+
+    fn pod_with(containers: Value, init: Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"initContainers": init, "containers": containers}}))
+        .unwrap()
+    }
+
+    fn one(resources: Value) -> Pod {
+        pod_with(json!([{"name": "c", "resources": resources}]), json!([]))
+    }
+
+    #[test]
+    fn unaligned_is_the_models_rule() {
+        let g = |r: Value| json!({"requests": r.clone(), "limits": r});
+        // Nothing the CPU, memory or device manager pins: answered at once.
+        for (why, pod) in [
+            ("BestEffort", one(json!({}))),
+            (
+                "Burstable, whole CPUs",
+                one(json!({"requests": {"cpu": "4", "memory": "1Gi"}})),
+            ),
+            (
+                "Burstable, hugepages",
+                one(
+                    json!({"requests": {"cpu": "1", "hugepages-2Mi": "1Gi", "memory": "1Gi"},
+                           "limits": {"hugepages-2Mi": "1Gi"}}),
+                ),
+            ),
+            (
+                "native non-NUMA resource",
+                one(json!({"requests": {"ephemeral-storage": "1Gi"}})),
+            ),
+        ] {
+            assert!(is_unaligned(&pod), "{why}");
+        }
+        // What the Topology Manager aligns goes to the model.
+        for (why, pod) in [
+            (
+                "Guaranteed, whole CPUs",
+                one(g(json!({"cpu": "4", "memory": "1Gi"}))),
+            ),
+            // The Static memory manager pins a Guaranteed pod's memory whatever its CPUs.
+            (
+                "Guaranteed, fractional CPUs",
+                one(g(json!({"cpu": "500m", "memory": "1Gi"}))),
+            ),
+            (
+                "Guaranteed, hugepages",
+                one(g(json!({"cpu": "500m", "memory": "1Gi", "hugepages-1Gi": "2Gi"}))),
+            ),
+            // The device manager gives hints whatever the QoS class.
+            (
+                "Burstable, a device",
+                one(json!({"requests": {"cpu": "1"}, "limits": {"example.com/gpu": "1"}})),
+            ),
+            (
+                "BestEffort, a device",
+                one(json!({"limits": {"nvidia.com/gpu": "1"}})),
+            ),
+            (
+                "a device in an init container",
+                pod_with(
+                    json!([{"name": "c"}]),
+                    json!([{"name": "i", "resources": {"limits": {"example.com/gpu": "1"}}}]),
+                ),
+            ),
+        ] {
+            assert!(!is_unaligned(&pod), "{why}");
+        }
+        // A pod the model cannot read is not unaligned: the model's path reports it.
+        assert!(!is_unaligned(&one(json!({"requests": {"cpu": "lots"}}))));
+    }
+
+    fn unaligned_args(names: &[&str]) -> ExtenderArgs {
+        ExtenderArgs {
+            pod: Some(serde_json::to_value(one(json!({"requests": {"cpu": "2", "memory": "1Gi"}}))).unwrap()),
+            ..args_with_names(names)
+        }
+    }
+
+    #[test]
+    fn unaligned_filter_passes_every_node_given() {
+        // `split` cannot hold a 4-CPU zone, `ghost` has no NRT: neither matters here.
+        let args = unaligned_args(&["split", "roomy", "ghost", "tight"]);
+        let wire = serde_json::to_string(&filter_unaligned(&args)).unwrap();
+        assert_eq!(
+            wire,
+            r#"{"Nodes":null,"NodeNames":["split","roomy","ghost","tight"],"FailedNodes":{},"Error":""}"#
+        );
+        // Nodes in, the same Node objects out, unknown fields included; a nameless one dropped.
+        let mut roomy = node("roomy");
+        roomy["status"]["futureField"] = json!({"x": 1});
+        let by_objects = ExtenderArgs {
+            nodes: Some(NodeList::new(vec![
+                node("split"),
+                json!({"metadata": {}}),
+                roomy.clone(),
+            ])),
+            node_names: None,
+            ..args
+        };
+        let result = filter_unaligned(&by_objects);
+        assert_eq!(result.nodes, Some(NodeList::new(vec![node("split"), roomy])));
+        assert_eq!(result.node_names, None);
+        assert!(result.failed_nodes.is_empty() && result.error.is_empty());
+        // Nothing given, nothing named.
+        let none = ExtenderArgs {
+            node_names: None,
+            ..unaligned_args(&[])
+        };
+        assert_eq!(filter_unaligned(&none), ExtenderFilterResult::default());
+    }
+
+    #[test]
+    fn unaligned_prioritize_scores_every_node_the_same() {
+        let list = prioritize_unaligned(&unaligned_args(&["tight", "ghost", "roomy"]));
+        assert_eq!(
+            serde_json::to_string(&list).unwrap(),
+            r#"[{"Host":"tight","Score":10},{"Host":"ghost","Score":10},{"Host":"roomy","Score":10}]"#
+        );
+    }
+
+    #[test]
+    fn unaligned_answers_are_the_models_where_it_has_an_nrt() {
+        let mut c = cluster();
+        let args = unaligned_args(&["split", "roomy", "tight"]);
+        let spec = decode(&mut c, &args);
+        assert!(!spec.topology_aligned(&c.res));
+        let cfg = Config::default();
+        assert_eq!(filter(&c, &cfg, &spec, &args), filter_unaligned(&args));
+        assert_eq!(prioritize(&c, &cfg, &spec, &args), prioritize_unaligned(&args));
+        // Where it has none, the model would follow `noTopology`; an unaligned pod needs no NRT.
+        let reject = Config {
+            no_topology: NoTopology::Reject,
+            ..Config::default()
+        };
+        let ghost = unaligned_args(&["ghost"]);
+        assert_eq!(filter(&c, &reject, &spec, &ghost).node_names, Some(vec![]));
+        assert_eq!(
+            filter_unaligned(&ghost).node_names,
+            Some(vec!["ghost".to_owned()])
+        );
+    }
+
+    #[test]
+    fn unaligned_preempt_keeps_kube_schedulers_candidates() {
+        let body = json!({"Pod": unaligned_args(&[]).pod,
+            "NodeNameToVictims": {"b": {"Pods": [{"metadata": {"name": "v2", "uid": "u-2"}}], "NumPDBViolations": 1}},
+            "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "u-1"}, {"UID": "u-0"}], "NumPDBViolations": 0},
+                                      "c": {"Pods": [], "NumPDBViolations": 0}}});
+        let args = parse_preemption(body.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            serde_json::to_value(preempt_unaligned(&args)).unwrap(),
+            json!({"NodeNameToMetaVictims": {
+                "a": {"Pods": [{"UID": "u-0"}, {"UID": "u-1"}], "NumPDBViolations": 0},
+                "b": {"Pods": [{"UID": "u-2"}], "NumPDBViolations": 1},
+                "c": {"Pods": [], "NumPDBViolations": 0}}})
+        );
     }
 }

@@ -1,53 +1,78 @@
 //! Node fit basics that every scheduler must apply, since pods that select numaplane bypass
-//! kube-scheduler: resources, nodeName, nodeSelector, required node affinity, taints,
-//! unschedulable nodes and the pod count. Reasons use kube-scheduler's wording so the
-//! aggregate "0/N nodes are available" line reads the same.
+//! kube-scheduler: unschedulable nodes, nodeName, taints, nodeSelector and required node
+//! affinity, the pod count and resources, checked in kube-scheduler's plugin order ([`Filter`])
+//! and reported in its v1.36 wording, so the aggregate "0/N nodes are available" line reads the
+//! same.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::{
+    node::NodeBasics,
     pod::PodSpec,
-    resources::{Dense, PODS, ResList, Resources},
+    resources::{PODS, ResList, Resources},
 };
 
-/// Node-level state the fit checks read.
-#[derive(Clone, Debug, Default)]
-pub struct NodeBasics {
-    /// Node name.
-    pub name: String,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Taints.
-    pub taints: Vec<Taint>,
-    /// `spec.unschedulable`.
-    pub unschedulable: bool,
-    /// `status.allocatable`.
-    pub allocatable: Dense,
-    /// Sum of effective requests of non-terminal pods bound to the node.
-    pub requested: Dense,
-    /// Number of non-terminal pods bound to the node.
-    pub pod_count: i64,
+/// kube-scheduler's Filter plugins that the model runs, in the order of its default profile
+/// (v1.36), with numaplane's NUMA filter (the NodeResourceTopology plugin) after them.
+/// kube-scheduler stops at a node's first failing plugin, so the "0/N nodes are available"
+/// line counts each node under that plugin's reasons only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Filter {
+    /// `spec.unschedulable` without the matching toleration.
+    NodeUnschedulable,
+    /// `spec.nodeName` names another node.
+    NodeName,
+    /// An untolerated `NoSchedule`/`NoExecute` taint.
+    TaintToleration,
+    /// `nodeSelector` and required node affinity.
+    NodeAffinity,
+    /// Host ports in use.
+    NodePorts,
+    /// The pod count and the node's allocatable resources.
+    NodeResourcesFit,
+    /// In-tree disks and `ReadWriteOncePod` claims in use.
+    VolumeRestrictions,
+    /// PersistentVolumeClaims that cannot be bound or used on the node.
+    VolumeBinding,
+    /// Bound volumes' zone labels.
+    VolumeZone,
+    /// `DoNotSchedule` topology spread constraints.
+    PodTopologySpread,
+    /// Required pod affinity and anti-affinity.
+    InterPodAffinity,
+    /// Resource claims the allocator cannot satisfy on the node (DynamicResources).
+    DynamicResources,
+    /// Predicted kubelet Topology Manager admission from the node's NRT.
+    NumaTopology,
 }
 
-/// A failed node-level check: aggregate category and the node's own message.
+/// A failed node-level check: the plugin, aggregate category and the node's own message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FitFailure {
+    /// The plugin that failed.
+    pub filter: Filter,
     /// kube-scheduler style category, e.g. `Insufficient cpu`.
     pub category: String,
     /// Detail for this node.
     pub message: String,
 }
 
-fn fail(category: impl Into<String>, message: impl Into<String>) -> FitFailure {
+fn fail(filter: Filter, category: impl Into<String>, message: impl Into<String>) -> FitFailure {
     FitFailure {
+        filter,
         category: category.into(),
         message: message.into(),
     }
 }
 
-/// Runs every node-level check; returns all failures (empty = fits).
+/// kube-scheduler's TaintToleration reason (v1.36: the taint itself is no longer named).
+pub const UNTOLERATED_TAINT: &str = "node(s) had untolerated taint(s)";
+
+/// Runs the node-level checks in kube-scheduler's plugin order and returns the failures of the
+/// first plugin that fails (several only for NodeResourcesFit, one per insufficient resource),
+/// as kube-scheduler reports a node; empty = fits.
 pub fn check(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResList) -> Vec<FitFailure> {
     let mut out = Vec::new();
     run(res, node, pod, request, Some(&mut out));
@@ -60,8 +85,8 @@ pub fn fits(res: &Resources, node: &NodeBasics, pod: &PodSpec, request: &ResList
     run(res, node, pod, request, None)
 }
 
-/// The checks behind [`check`] and [`fits`]: with `out`, records every failure; without, stops
-/// at the first. Returns whether all passed.
+/// The checks behind [`check`] and [`fits`]: with `out`, records the first failing plugin's
+/// failures; without, stops at the first failure. Returns whether all passed.
 fn run(
     res: &Resources,
     node: &NodeBasics,
@@ -69,73 +94,73 @@ fn run(
     request: &ResList,
     mut out: Option<&mut Vec<FitFailure>>,
 ) -> bool {
-    let mut ok = true;
-    // Records a failure (built lazily); false means "stop, the caller only wants a yes/no".
-    let mut failed = |f: &dyn Fn() -> FitFailure| -> bool {
-        ok = false;
-        match out.as_deref_mut() {
-            Some(out) => {
-                out.push(f());
-                true
-            }
-            None => false,
+    let explain = out.is_some();
+    let mut record = |f: &dyn Fn() -> FitFailure| {
+        if let Some(out) = out.as_deref_mut() {
+            out.push(f());
         }
     };
+    if node.unschedulable && !tolerates_unschedulable(&pod.tolerations) {
+        record(&|| {
+            fail(
+                Filter::NodeUnschedulable,
+                "node(s) were unschedulable",
+                "node is cordoned (spec.unschedulable)",
+            )
+        });
+        return false;
+    }
     if let Some(want) = &pod.node_name
         && want != &node.name
     {
-        failed(&|| {
+        record(&|| {
             fail(
+                Filter::NodeName,
                 "node(s) didn't match the requested node name",
                 format!("pod requires node {want}"),
             )
         });
         return false;
     }
-    if node.unschedulable
-        && !tolerates_unschedulable(&pod.tolerations)
-        && !failed(&|| {
+    if let Some(t) = untolerated_taint(&node.taints, &pod.tolerations) {
+        record(&|| {
+            let value = t.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
             fail(
-                "node(s) were unschedulable",
-                "node is cordoned (spec.unschedulable)",
+                Filter::TaintToleration,
+                UNTOLERATED_TAINT,
+                format!("taint {}{value}:{} is not tolerated", t.key, t.effect),
             )
-        })
-    {
+        });
         return false;
     }
-    if (!selector_matches(&pod.node_selector, &node.labels)
-        // hook (issue 19): required node affinity parsed once, with upstream's parse errors.
-        || !pod.facts.node_affinity.matches(&node.name, &node.labels))
-        && !failed(&|| {
+    if !selector_matches(&pod.node_selector, &node.labels)
+        // Required node affinity parsed once, with upstream's parse errors.
+        || !pod.facts.node_affinity.matches(&node.name, &node.labels)
+    {
+        record(&|| {
             fail(
+                Filter::NodeAffinity,
                 "node(s) didn't match Pod's node affinity/selector",
                 "node labels do not satisfy nodeSelector / required node affinity",
             )
-        })
-    {
+        });
         return false;
     }
-    if let Some(t) = untolerated_taint(&node.taints, &pod.tolerations)
-        && !failed(&|| {
-            let value = t.value.as_deref().map(|v| format!(": {v}")).unwrap_or_default();
-            fail(
-                format!("node(s) had untolerated taint {{{}{value}}}", t.key),
-                format!("taint {}{value}:{} is not tolerated", t.key, t.effect),
-            )
-        })
-    {
-        return false;
-    }
+    // NodeResourcesFit reports every insufficient resource of the node, the pod count first.
+    let mut ok = true;
     let max_pods = node.allocatable.get(PODS).unwrap_or(i64::MAX);
-    if node.pod_count.saturating_add(1) > max_pods
-        && !failed(&|| {
+    if node.pod_count.saturating_add(1) > max_pods {
+        ok = false;
+        if !explain {
+            return false;
+        }
+        record(&|| {
             fail(
+                Filter::NodeResourcesFit,
                 "Too many pods",
                 format!("node runs {} of {max_pods} pods", node.pod_count),
             )
-        })
-    {
-        return false;
+        });
     }
     for (id, want) in request.positive() {
         if id == PODS {
@@ -145,9 +170,14 @@ fn run(
         let used = node.requested.get_or_zero(id);
         // `used` sums requests of pods bound by anyone: saturated, never wrapped.
         let free = alloc.saturating_sub(used);
-        if want > free
-            && !failed(&|| {
+        if want > free {
+            ok = false;
+            if !explain {
+                return false;
+            }
+            record(&|| {
                 fail(
+                    Filter::NodeResourcesFit,
                     format!("Insufficient {}", res.name(id)),
                     format!(
                         "{} requested {} but only {} of {} is free",
@@ -157,9 +187,7 @@ fn run(
                         res.render(id, alloc)
                     ),
                 )
-            })
-        {
-            return false;
+            });
         }
     }
     ok
@@ -196,7 +224,7 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     }
     match tol.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
-        // hook (issue 19): as `ToleratesTaint`, an empty key with `Equal` compares values.
+        // As `ToleratesTaint`, an empty key with `Equal` compares values.
         "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         _ => false,
     }
@@ -206,16 +234,12 @@ fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<Strin
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// Required node affinity (hook, issue 19): component-helpers' `LazyErrorNodeSelector`, as
-/// [`crate::constraints::nodeaffinity`] parses it.
-pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
-    crate::constraints::nodeaffinity::RequiredNodeAffinity::new(&BTreeMap::new(), Some(sel))
-        .matches(node_name, labels)
-}
+pub use crate::nodeaffinity::affinity_matches;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::NodeSelector;
 
     fn tol(json: serde_json::Value) -> Toleration {
         serde_json::from_value(json).expect("toleration")

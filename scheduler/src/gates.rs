@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::Decision;
+use crate::decision::Decision;
 
 /// The `PodScheduled` reason of a gated pod.
 pub const REASON: &str = "SchedulingGated";

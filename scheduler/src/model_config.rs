@@ -1,7 +1,7 @@
 //! The model's scoring configuration (scorer and no-NRT behaviour) shared by the index, the
 //! verdict cache and the front ends (its own module so that `cluster` and `cache` do not import
-//! each other for it). The daemon's configuration is [`crate::live::daemon_config`]; the
-//! config file's schema is [`crate::config_file`].
+//! each other for it). The daemon's configuration is `live::daemon_config`; the
+//! config file's schema is `config_file`.
 
 use serde::Serialize;
 

@@ -1,4 +1,5 @@
-//! The scheduler's plain view of a node's NUMA topology, built from its NodeResourceTopology.
+//! The scheduler's plain view of a node: its Node-level state ([`NodeBasics`]) and its NUMA
+//! topology, built from its NodeResourceTopology.
 //!
 //! Everything that can be wrong with an NRT is a typed [`NrtError`]; such a node is reported
 //! as "topology unknown or invalid" and never panics the scheduler.
@@ -10,10 +11,32 @@ use numaplane::{
     quantity::Quantity,
 };
 
+use k8s_openapi::api::core::v1::Taint;
+
 use crate::{
-    resources::{Dense, ResId, Resources},
+    resources::{Dense, ResId, ResKind, Resources},
     topology_manager::{NumaDistances, NumaInfo, Policy, PolicyOptions, Scope, TopologyManagerError},
 };
+
+/// Node-level state (the Node object and its bound pods) that the fit checks and the
+/// constraint plugins read.
+#[derive(Clone, Debug, Default)]
+pub struct NodeBasics {
+    /// Node name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `status.allocatable`.
+    pub allocatable: Dense,
+    /// Sum of effective requests of non-terminal pods bound to the node.
+    pub requested: Dense,
+    /// Number of non-terminal pods bound to the node.
+    pub pod_count: i64,
+}
 
 /// Attribute carrying the kubelet option `prefer-closest-numa-nodes`.
 pub const ATTR_PREFER_CLOSEST: &str = nrt::attr::TOPOLOGY_MANAGER_PREFER_CLOSEST;
@@ -151,6 +174,15 @@ pub struct NumaTopology {
     /// Free devices without a NUMA node, per device resource that has any, when published.
     /// A resource listed here and in no zone is one whose devices have no NUMA node at all.
     pub unaligned_devices: BTreeMap<ResId, Unaligned>,
+    /// When the NRT describes every extended resource its Node allocates (numaplane-exporter's
+    /// `numaplane.io/node-level-resources`): the resources it names as node-level (no device,
+    /// no NUMA affinity). `None` for NRTs that promise nothing (other exporters).
+    pub node_level: Option<std::collections::BTreeSet<ResId>>,
+    /// Extended resources the Node allocates that this NRT, although it promises to describe
+    /// them all, neither places in a zone nor lists as without NUMA or node-level: the NRT lags
+    /// the node (a device plugin registered since its last scan). Set by the cluster index from
+    /// the Node ([`Self::lagging_behind`]); a pod requesting one of them is not admitted here.
+    pub lagging: Vec<ResId>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -534,7 +566,15 @@ impl NumaTopology {
                 },
             );
         }
+        let node_level = obj.node_level_resources().map(|names| {
+            names
+                .iter()
+                .map(|n| res.intern(n))
+                .collect::<std::collections::BTreeSet<ResId>>()
+        });
         Ok(NumaTopology {
+            node_level,
+            lagging: Vec::new(),
             unaligned_devices,
             memory_groups,
             masks,
@@ -559,6 +599,44 @@ impl NumaTopology {
     pub fn lists(&self, id: ResId) -> bool {
         self.zones.iter().any(|z| z.available.get(id).is_some())
     }
+
+    /// The extended resources `node_allocatable` (the Node's `status.allocatable`) has that
+    /// this NRT does not describe although it promises to ([`Self::node_level`]): in no zone,
+    /// not without NUMA, not node-level. Empty for an NRT that promises nothing: there a
+    /// resource missing from the zones is taken to have no NUMA affinity, as upstream does.
+    pub fn lagging_behind(&self, res: &Resources, node_allocatable: &Dense) -> Vec<ResId> {
+        let Some(node_level) = &self.node_level else {
+            return Vec::new();
+        };
+        node_allocatable
+            .iter()
+            .filter(|&(id, amount)| {
+                amount > 0
+                    && res.kind(id) == ResKind::Extended
+                    && !self.lists(id)
+                    && !self.unaligned_devices.contains_key(&id)
+                    && !node_level.contains(&id)
+            })
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// The first resource `request` asks for that this NRT lags the node on ([`Self::lagging`]).
+    pub fn lags_for(&self, request: &crate::resources::ResList) -> Option<ResId> {
+        if self.lagging.is_empty() {
+            return None;
+        }
+        request
+            .positive()
+            .map(|(id, _)| id)
+            .find(|id| self.lagging.contains(id))
+    }
+}
+
+/// The verdict reason for a node whose NRT lags it on `resource` (see
+/// [`NumaTopology::lagging_behind`]).
+pub fn lag_reason(resource: &str) -> String {
+    format!("NRT lags the node: {resource} allocatable on the node, not in its NodeResourceTopology")
 }
 
 #[cfg(test)]

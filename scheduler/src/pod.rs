@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, NodeSelector, Pod, Toleration};
 use numaplane::quantity::Quantity;
 
-use crate::resources::{CPU, MEMORY, ResId, ResList, Resources};
+use crate::resources::{CPU, MEMORY, ResId, ResKind, ResList, Resources};
 
 /// Pod QoS class, computed with the standard Kubernetes rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -49,6 +49,15 @@ pub struct PodSpec {
     pub containers: Vec<ContainerSpec>,
     /// `spec.overhead`.
     pub overhead: ResList,
+    /// Pod-level `spec.resources` sets a supported resource (cpu, memory, hugepages): the
+    /// pod's requests of those are the pod-level ones, and v1.36's CPU and memory managers give
+    /// it no exclusive CPUs or memory (see [`PodSpec::pod_requests`]).
+    pub pod_level: bool,
+    /// Pod-level requests of the supported resources, with the API's defaulting from pod-level
+    /// limits applied (`pkg/apis/core/v1/defaults.go` `defaultPodRequests`); they replace the
+    /// containers' sum for those resources in [`PodSpec::effective_request`], as
+    /// component-helpers' `PodRequests` does.
+    pub pod_requests: ResList,
     /// `spec.nodeName` if bound or pinned.
     pub node_name: Option<String>,
     /// `spec.nodeSelector`.
@@ -61,10 +70,12 @@ pub struct PodSpec {
     pub scheduler_name: Option<String>,
     /// Phase is Succeeded or Failed.
     pub terminal: bool,
-    /// hook(volumes): the PersistentVolumeClaims its volumes use.
-    pub claims: Vec<crate::volume_binding::ClaimRef>,
-    /// hook (issue 19): what kube-scheduler's constraint plugins read, parsed once.
-    pub facts: std::sync::Arc<crate::constraints::PodFacts>,
+    /// The PersistentVolumeClaims its volumes use.
+    pub claims: Vec<ClaimRef>,
+    /// What kube-scheduler's constraint plugins read, parsed once.
+    pub facts: std::sync::Arc<crate::pod_facts::PodFacts>,
+    /// `spec.resourceClaims`, resolved to ResourceClaim names where known.
+    pub resource_claims: Vec<crate::dra::state::PodClaim>,
 }
 
 /// A pod that cannot be modelled.
@@ -175,6 +186,92 @@ fn container_spec(
     })
 }
 
+/// Resources pod-level `spec.resources` may set (component-helpers'
+/// `IsSupportedPodLevelResource`: cpu, memory and hugepages).
+fn pod_level_supported(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// Pod-level requests and limits of the supported resources, parsed, requests defaulted as the
+/// API server does (`defaultPodRequests`): a resource with a pod-level limit and no pod-level
+/// request takes the containers' aggregate request when it is cpu or memory and a container
+/// requests it, else the limit. Returns `(requests, limits, set)`.
+fn pod_level(
+    res: &mut Resources,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    aggregate: &ResList,
+    pod: &str,
+) -> Result<(ResList, ResList, bool), PodError> {
+    let Some(r) = spec.resources.as_ref() else {
+        return Ok((ResList::default(), ResList::default(), false));
+    };
+    let supported = |m: Option<&K8sQuantities>| -> K8sQuantities {
+        m.into_iter()
+            .flatten()
+            .filter(|(k, _)| pod_level_supported(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (req, lim) = (supported(r.requests.as_ref()), supported(r.limits.as_ref()));
+    let ctx = Ctx {
+        pod,
+        container: "<pod>",
+    };
+    let (mut requests, _) = parse_list(res, Some(&req), "requests", &ctx)?;
+    let (limits, _) = parse_list(res, Some(&lim), "limits", &ctx)?;
+    for (id, v) in limits.iter() {
+        if requests.contains(id) {
+            continue;
+        }
+        let overcommit = id == CPU || id == MEMORY;
+        if overcommit && aggregate.contains(id) {
+            requests.set(id, aggregate.get(id));
+        } else {
+            requests.set(id, v);
+        }
+    }
+    Ok((requests, limits, !req.is_empty() || !lim.is_empty()))
+}
+
+/// Go's `ComputePodQOS` when pod-level `spec.resources` is present
+/// (`pkg/apis/core/v1/helper/qos/qos.go`): the class of the pod-level cpu and memory alone:
+/// best effort when neither is requested nor limited, guaranteed when both are limited and each
+/// request equals its limit.
+fn pod_level_qos(req: &ResList, lim: &ResList) -> Qos {
+    let positive = |l: &ResList, id: ResId| Some(l.get(id)).filter(|v| l.contains(id) && *v > 0);
+    let pairs = [CPU, MEMORY].map(|id| (positive(req, id), positive(lim, id)));
+    if pairs.iter().all(|(r, l)| r.is_none() && l.is_none()) {
+        Qos::BestEffort
+    } else if pairs.iter().all(|(r, l)| l.is_some() && r == l) {
+        Qos::Guaranteed
+    } else {
+        Qos::Burstable
+    }
+}
+
+/// Per resource, max(largest non-sidecar init container + sidecars started before it, sum of
+/// app containers + all sidecars): component-helpers' `AggregateContainerRequests`.
+fn aggregate(init_containers: &[ContainerSpec], containers: &[ContainerSpec]) -> ResList {
+    let mut sidecars = ResList::default();
+    let mut init_max = ResList::default();
+    for c in init_containers {
+        if c.sidecar {
+            sidecars.add_all(&c.requests);
+            init_max.max_with(&sidecars);
+        } else {
+            let mut with = sidecars.clone();
+            with.add_all(&c.requests);
+            init_max.max_with(&with);
+        }
+    }
+    let mut total = sidecars;
+    for c in containers {
+        total.add_all(&c.requests);
+    }
+    total.max_with(&init_max);
+    total
+}
+
 /// Go's `GetPodQOS`, over cpu and memory only.
 #[derive(Default)]
 struct QosAcc {
@@ -246,8 +343,7 @@ impl PodSpec {
             .unwrap_or_else(|| "default".to_owned());
         let key = format!("{namespace}/{name}");
         let spec = pod.spec.clone().unwrap_or_default();
-        // hook(volumes)
-        let claims = crate::volume_binding::claims_of(&name, Some(&spec));
+        let claims = claims_of(&name, Some(&spec));
         let mut qos = QosAcc::default();
         let mut init_containers = Vec::new();
         for c in spec.init_containers.iter().flatten() {
@@ -258,6 +354,13 @@ impl PodSpec {
         for c in &spec.containers {
             containers.push(container_spec(res, c, false, &key, &mut qos)?);
         }
+        let (pod_requests, pod_limits, pod_level) =
+            pod_level(res, &spec, &aggregate(&init_containers, &containers), &key)?;
+        let qos_class = if spec.resources.is_some() {
+            pod_level_qos(&pod_requests, &pod_limits)
+        } else {
+            qos.class()
+        };
         let (overhead, _) = parse_list(
             res,
             spec.overhead.as_ref(),
@@ -271,16 +374,18 @@ impl PodSpec {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
-        // hook (issue 19)
-        let facts = std::sync::Arc::new(crate::constraints::PodFacts::from_pod(pod, &namespace));
+        let facts = std::sync::Arc::new(crate::pod_facts::PodFacts::from_pod(pod, &namespace));
+        let resource_claims = crate::dra::state::pod_claims(pod);
         Ok(PodSpec {
             namespace,
             name,
             uid: pod.metadata.uid.clone(),
-            qos: qos.class(),
+            qos: qos_class,
             init_containers,
             containers,
             overhead,
+            pod_level,
+            pod_requests,
             node_name: spec.node_name.filter(|n| !n.is_empty()),
             node_selector: spec.node_selector.unwrap_or_default(),
             required_affinity: spec
@@ -292,6 +397,7 @@ impl PodSpec {
             terminal,
             claims,
             facts,
+            resource_claims,
         })
     }
 
@@ -302,36 +408,86 @@ impl PodSpec {
 
     /// Effective pod request as the kubelet and kube-scheduler compute it: per resource,
     /// max(largest non-sidecar init container + sidecars started before it,
-    ///     sum of app containers + all sidecars), plus overhead.
+    ///     sum of app containers + all sidecars), or the pod-level request where one is set,
+    /// plus overhead.
     pub fn effective_request(&self) -> ResList {
-        let mut sidecars = ResList::default();
-        let mut init_max = ResList::default();
-        for c in &self.init_containers {
-            if c.sidecar {
-                sidecars.add_all(&c.requests);
-                init_max.max_with(&sidecars);
-            } else {
-                let mut with = sidecars.clone();
-                with.add_all(&c.requests);
-                init_max.max_with(&with);
-            }
+        let mut total = aggregate(&self.init_containers, &self.containers);
+        // component-helpers' `PodRequests`: pod-level requests replace the containers' sum.
+        for (id, v) in self.pod_requests.iter() {
+            total.set(id, v);
         }
-        let mut total = sidecars;
-        for c in &self.containers {
-            total.add_all(&c.requests);
-        }
-        total.max_with(&init_max);
         total.add_all(&self.overhead);
         total
     }
 
     /// Requests anything other than cpu/memory/pods/ephemeral-storage-like native resources.
     pub fn requests_extended(&self, res: &Resources) -> bool {
+        self.init_containers
+            .iter()
+            .chain(&self.containers)
+            .any(|c| c.extended(res).next().is_some())
+    }
+
+    /// Whether the kubelet's Topology Manager has anything to align for this pod on some node.
+    /// Its hint providers give hints for a Guaranteed pod's whole CPUs (static CPU manager) and
+    /// memory and hugepages (Static memory manager), and for any pod's device-plugin
+    /// resources; every other pod is admitted under every policy with nothing pinned, so the
+    /// NUMA side has nothing to say about it. Init containers count: they are admitted too.
+    pub fn topology_aligned(&self, res: &Resources) -> bool {
         self.init_containers.iter().chain(&self.containers).any(|c| {
-            c.requests
-                .positive()
-                .any(|(id, _)| res.kind(id) == crate::resources::ResKind::Extended)
+            (self.qos == Qos::Guaranteed && !self.pod_level && c.pinned_if_guaranteed(res))
+                || c.extended(res).next().is_some()
         })
+    }
+}
+
+/// A claim a pod's volume names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// Claim name in the pod's namespace.
+    pub name: String,
+    /// A generic ephemeral volume: the claim is `<pod>-<volume>` and must be owned by the pod.
+    pub ephemeral: bool,
+}
+
+/// The claims `pod`'s volumes use, in volume order: `persistentVolumeClaim` volumes and generic
+/// ephemeral volumes (whose claim the ephemeral volume controller names `<pod>-<volume>`).
+pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<ClaimRef> {
+    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or(&[]);
+    volumes
+        .iter()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(ClaimRef {
+                    name: c.claim_name.clone(),
+                    ephemeral: false,
+                })
+            } else {
+                v.ephemeral.as_ref().map(|_| ClaimRef {
+                    name: format!("{pod_name}-{}", v.name),
+                    ephemeral: true,
+                })
+            }
+        })
+        .collect()
+}
+
+impl ContainerSpec {
+    /// Whether the kubelet pins some of this container's resources to NUMA nodes when its pod
+    /// is Guaranteed: whole CPUs (static CPU manager) or memory and hugepages (Static memory
+    /// manager).
+    pub fn pinned_if_guaranteed(&self, res: &Resources) -> bool {
+        self.requests.positive().any(|(id, _)| {
+            (res.kind(id) == ResKind::Cpu && self.integer_cpu) || res.kind(id).is_memory_like()
+        })
+    }
+
+    /// The extended (device-plugin) resources it requests.
+    pub fn extended<'a>(&'a self, res: &'a Resources) -> impl Iterator<Item = ResId> + 'a {
+        self.requests
+            .positive()
+            .map(|(id, _)| id)
+            .filter(|&id| res.kind(id) == ResKind::Extended)
     }
 }
 
@@ -389,6 +545,81 @@ mod tests {
         // max(init 4, app 2 + sidecar 1) + overhead.
         assert_eq!(p.effective_request().get(CPU), 4100);
         assert!(p.init_containers[1].sidecar);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_sum_plus_overhead() {
+        let mut r = Resources::default();
+        let p = pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {
+            "initContainers": [container("init", serde_json::json!({"cpu": "6"}), serde_json::json!({}))],
+            "containers": [
+                container("a", serde_json::json!({"cpu": "1", "memory": "1Gi", "example.com/gpu": "1"}), serde_json::json!({})),
+                container("b", serde_json::json!({"cpu": "500m"}), serde_json::json!({}))],
+            "resources": {"requests": {"cpu": "3", "memory": "4Gi"}, "limits": {"cpu": "3", "memory": "4Gi"}},
+            "overhead": {"cpu": "100m", "memory": "64Mi"}}}));
+        let p = PodSpec::from_pod(&mut r, &p).expect("pod");
+        assert!(p.pod_level);
+        let e = p.effective_request();
+        // Pod-level cpu and memory win over max(init 6, 1.5) and 1Gi; overhead on top; the
+        // device is the containers'.
+        assert_eq!(e.get(CPU), 3100);
+        assert_eq!(e.get(MEMORY), (4 << 30) + (64 << 20));
+        let gpu = r.get("example.com/gpu").expect("interned");
+        assert_eq!(e.get(gpu), 1);
+        // Pod-level limits equal to the requests for both cpu and memory: Guaranteed, though no
+        // container sets a limit.
+        assert_eq!(p.qos, Qos::Guaranteed);
+    }
+
+    #[test]
+    fn pod_level_limits_default_the_requests_and_set_the_qos() {
+        let mut r = Resources::default();
+        let of = |r: &mut Resources, resources: serde_json::Value, c: serde_json::Value| {
+            PodSpec::from_pod(
+                r,
+                &pod(serde_json::json!({"metadata": {"name": "a"}, "spec": {
+                    "containers": [container("c", c, serde_json::json!({}))], "resources": resources}})),
+            )
+            .expect("pod")
+        };
+        // Limits only, no container request: the requests default to the limits.
+        let p = of(
+            &mut r,
+            serde_json::json!({"limits": {"cpu": "2", "memory": "2Gi"}}),
+            serde_json::json!({}),
+        );
+        assert_eq!(p.effective_request().get(CPU), 2000);
+        assert_eq!(p.qos, Qos::Guaranteed);
+        // A container requests cpu: the pod-level cpu request defaults to the containers' 1.
+        let p = of(
+            &mut r,
+            serde_json::json!({"limits": {"cpu": "2", "memory": "2Gi"}}),
+            serde_json::json!({"cpu": "1"}),
+        );
+        assert_eq!(p.effective_request().get(CPU), 1000);
+        assert_eq!(p.effective_request().get(MEMORY), 2 << 30);
+        assert_eq!(p.qos, Qos::Burstable);
+        // Requests only: Burstable, and the request counts.
+        let p = of(
+            &mut r,
+            serde_json::json!({"requests": {"memory": "3Gi"}}),
+            serde_json::json!({"memory": "1Gi"}),
+        );
+        assert_eq!(p.effective_request().get(MEMORY), 3 << 30);
+        assert_eq!(p.qos, Qos::Burstable);
+        // `resources: {}`: the pod-level rule still decides the class (BestEffort), nothing is
+        // overridden.
+        let p = of(&mut r, serde_json::json!({}), serde_json::json!({"cpu": "1"}));
+        assert!(!p.pod_level);
+        assert_eq!(p.qos, Qos::BestEffort);
+        assert_eq!(p.effective_request().get(CPU), 1000);
+        // Only an unsupported resource at pod level: not pod-level resources.
+        let p = of(
+            &mut r,
+            serde_json::json!({"requests": {"example.com/gpu": "1"}}),
+            serde_json::json!({"cpu": "1"}),
+        );
+        assert!(!p.pod_level);
     }
 
     #[test]

@@ -18,10 +18,10 @@ use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
 use numaplane::allocation::{Allocation, ContainerKind};
 
 use crate::{
-    constraints::selector::Selector,
     node::NumaTopology,
     pod::{PodSpec, Qos},
     resources::{CPU, ResId, ResKind, ResList, Resources},
+    selector::Selector,
 };
 
 /// The condition kube-scheduler puts on a victim before deleting it.
@@ -351,7 +351,7 @@ pub fn release_of(res: &mut Resources, spec: &PodSpec, record: &Allocation) -> R
                 .find(|m| m.name == c.name && m.sidecar),
         };
         let Some(model) = model else { continue };
-        if spec.qos == Qos::Guaranteed {
+        if spec.qos == Qos::Guaranteed && !spec.pod_level {
             let amounts = zones.entry(zone).or_default();
             for (id, v) in model.requests.positive() {
                 let exclusive = match res.kind(id) {

@@ -22,6 +22,13 @@ pub struct Unit<'a> {
     /// Whole CPUs the static CPU manager grants exclusively if the node runs it: a Guaranteed
     /// pod and a whole, positive CPU request (§3.1 eligibility).
     pub whole_cpus: Option<i64>,
+    /// Whether the static CPU and memory managers serve the unit at all. Not for a pod with
+    /// pod-level resources: with v1.36's default gates (`PodLevelResourceManagers` is alpha and
+    /// off) the static CPU policy allocates it no exclusive CPUs and the static memory policy no
+    /// memory, and both give the Topology Manager no hint for it
+    /// (`pkg/kubelet/cm/cpumanager/policy_static.go`, `pkg/kubelet/cm/memorymanager/policy_static.go`);
+    /// devices are still aligned.
+    pub managed: bool,
 }
 
 impl<'a> Unit<'a> {
@@ -40,7 +47,15 @@ impl<'a> Unit<'a> {
             qos,
             request,
             whole_cpus,
+            managed: true,
         }
+    }
+
+    /// The unit of a pod the CPU and memory managers leave alone (see [`Self::managed`]).
+    pub fn unmanaged(mut self) -> Self {
+        self.whole_cpus = None;
+        self.managed = false;
+        self
     }
 
     /// The container's name (empty for the pod-scope unit).
@@ -65,7 +80,7 @@ pub struct PreparedPod<'a> {
     /// Containers in the kubelet's admission order: init containers (sidecars included), then
     /// app containers.
     pub containers: Vec<Unit<'a>>,
-    /// hook(volumes): what the pod's volumes allow (set by the cluster index, which knows the
+    /// What the pod's volumes allow (set by the cluster index, which knows the
     /// claims; none when prepared without it).
     pub volumes: crate::volume_binding::VolumeFilter,
 }
@@ -93,10 +108,16 @@ impl<'a> PreparedPod<'a> {
                 (c, kind)
             })
             .chain(spec.containers.iter().map(|c| (c, ContainerKind::App)))
-            .map(|(c, kind)| Unit::new(Some(c), kind, c.requests.clone(), spec.qos))
+            .map(|(c, kind)| {
+                let u = Unit::new(Some(c), kind, c.requests.clone(), spec.qos);
+                if spec.pod_level { u.unmanaged() } else { u }
+            })
             .collect();
         let mut pod_unit = Unit::new(None, ContainerKind::App, pod_request, spec.qos);
         pod_unit.whole_cpus = pod_whole_cpus(&containers);
+        if spec.pod_level {
+            pod_unit = pod_unit.unmanaged();
+        }
         PreparedPod {
             spec,
             qos: spec.qos,

@@ -7,12 +7,14 @@ use std::{collections::HashMap, fmt::Write as _, path::Path};
 use k8s_openapi::api::{
     core::v1::{Namespace, Node, Pod},
     policy::v1::PodDisruptionBudget,
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
 };
 use numaplane::nrt::NodeResourceTopology;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
-    cluster::{Cluster, Config, Decision},
+    cluster::{Cluster, Config},
+    decision::Decision,
     pod::PodSpec,
     score::Scorer,
 };
@@ -86,21 +88,58 @@ pub struct Inputs {
     pub storage: crate::volume_binding::StorageObjects,
     /// PodDisruptionBudgets (which preemption victims they protect).
     pub budgets: Vec<PodDisruptionBudget>,
+    /// DeviceClasses (`resource.k8s.io/v1`).
+    pub device_classes: Vec<DeviceClass>,
+    /// ResourceSlices (`resource.k8s.io/v1`).
+    pub resource_slices: Vec<ResourceSlice>,
+    /// ResourceClaims (`resource.k8s.io/v1`); an allocated one holds its devices.
+    pub resource_claims: Vec<ResourceClaim>,
 }
 
 impl Inputs {
     /// Decodes an object of `kind` into its list: the one place that says which kinds the
-    /// readers take. `Ok(false)`, with `object` left unread, for a kind not read.
-    pub fn take<'de, D: Deserializer<'de>>(&mut self, kind: &str, object: D) -> Result<bool, D::Error> {
+    /// readers take. `Ok(Some(why))` for an object not read (its kind, or its apiVersion); then
+    /// `object` may be left partly unread.
+    pub fn take<'de, D: Deserializer<'de>>(
+        &mut self,
+        kind: &str,
+        object: D,
+    ) -> Result<Option<String>, D::Error> {
         match kind {
             "Node" => self.nodes.push(Node::deserialize(object)?),
             "Pod" => self.pods.push(Pod::deserialize(object)?),
             "Namespace" => self.namespaces.push(Namespace::deserialize(object)?),
             "NodeResourceTopology" => self.nrts.push(NodeResourceTopology::deserialize(object)?),
             "PodDisruptionBudget" => self.budgets.push(PodDisruptionBudget::deserialize(object)?),
-            _ => return self.storage.read(kind, object),
+            "DeviceClass" | "ResourceSlice" | "ResourceClaim" => {
+                // Only v1 is read, and `apiVersion` may follow the fields; these objects are
+                // few and small, so each is held as a tree until its version is known.
+                let tree = serde_json::Value::deserialize(object)?;
+                if tree.get("apiVersion").and_then(serde_json::Value::as_str) != Some("resource.k8s.io/v1") {
+                    return Ok(Some(format!(
+                        "{kind} ignored: only apiVersion resource.k8s.io/v1 is read"
+                    )));
+                }
+                let typed = <D::Error as serde::de::Error>::custom;
+                match kind {
+                    "DeviceClass" => self
+                        .device_classes
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                    "ResourceSlice" => self
+                        .resource_slices
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                    _ => self
+                        .resource_claims
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                }
+            }
+            _ => {
+                if !self.storage.read(kind, object)? {
+                    return Ok(Some(format!("kind {kind:?} ignored")));
+                }
+            }
         }
-        Ok(true)
+        Ok(None)
     }
 
     /// Moves every object of `other` after this one's, kind by kind.
@@ -120,6 +159,9 @@ impl Inputs {
             skipped,
             storage,
             budgets,
+            device_classes,
+            resource_slices,
+            resource_claims,
         } = other;
         join(&mut self.nodes, nodes);
         join(&mut self.nrts, nrts);
@@ -130,11 +172,16 @@ impl Inputs {
             claims,
             volumes,
             classes,
+            csi_nodes,
         } = storage;
         join(&mut self.storage.claims, claims);
         join(&mut self.storage.volumes, volumes);
         join(&mut self.storage.classes, classes);
+        join(&mut self.storage.csi_nodes, csi_nodes);
         join(&mut self.budgets, budgets);
+        join(&mut self.device_classes, device_classes);
+        join(&mut self.resource_slices, resource_slices);
+        join(&mut self.resource_claims, resource_claims);
     }
 }
 
@@ -165,7 +212,7 @@ fn decode(text: &str, path: &str) -> Result<read::Documents, SimulateError> {
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let mut docs = read::Documents::default();
         for (i, doc) in serde_json::Deserializer::from_str(text)
-            .into_iter::<read::Document>()
+            .into_iter::<read::JsonDocument>()
             .enumerate()
         {
             let doc = doc.map_err(|e| SimulateError::ParseDocument {
@@ -179,7 +226,7 @@ fn decode(text: &str, path: &str) -> Result<read::Documents, SimulateError> {
     }
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(yaml_budget(text.len()));
-    serde_saphyr::from_str_multiple_with_options::<read::Document, read::Documents>(text, options).map_err(
+    serde_saphyr::from_str_multiple_with_options::<read::YamlDocument, read::Documents>(text, options).map_err(
         |e| {
             // The first line names the place; the rest is a source snippet.
             let full = e.to_string();
@@ -231,7 +278,7 @@ pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> 
         file.skipped.extend(
             ignored
                 .into_iter()
-                .map(|(index, kind)| format!("{path}: document {}: kind {kind:?} ignored", index + 1)),
+                .map(|(index, why)| format!("{path}: document {}: {why}", index + 1)),
         );
         inputs.append(file);
     }
@@ -249,7 +296,7 @@ pub fn read_config(path: &Path) -> Result<ConfigFile, SimulateError> {
         path: p.clone(),
         message: e.to_string(),
     })?;
-    // hook (issue 19): a bad podTopologySpread section is a bad config file.
+    // A bad podTopologySpread section is a bad config file.
     file.pod_topology_spread
         .defaults()
         .map_err(|e| SimulateError::ParseConfig {
@@ -269,16 +316,24 @@ pub struct PodResult {
     /// Set when the pod itself is malformed (then no node is evaluated).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// hook(gates): the pod has scheduling gates, so it is not decided (no node is evaluated).
+    /// The pod has scheduling gates, so it is not decided (no node is evaluated).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gated: bool,
-    /// hook(unsupported): fields the pod sets that the model does not enforce.
+    /// Fields the pod sets that the model does not enforce.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unsupported: Vec<crate::unsupported::Unsupported>,
     /// For a pod that fits nowhere: the preemption the live scheduler would start (not applied
     /// here: the victims stay, and the pod stays unschedulable in this report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionPreview>,
+    /// For a placed pod with resource claims: each claim and its AllocationResult (the one that
+    /// would be written, or the one it has).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<crate::dra::state::ClaimAllocation>,
+    /// A claim error that fails the pod's scheduling attempt as a whole (kube-scheduler's status
+    /// Error, retried later): unknown DeviceClass, bad CEL selector, incomplete pool, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claims_error: Option<String>,
 }
 
 /// A preemption `run` would start for a pod.
@@ -338,10 +393,17 @@ pub enum Explain {
 pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
     let mut cluster = Cluster::new();
     let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
-    // hook(volumes)
     cluster_inputs.storage.load_into(&mut cluster.volumes);
     cluster.reset_pdbs(&cluster_inputs.budgets);
-    // hook (issue 19): Namespaces and the default spread constraints.
+    cluster.dra.enable();
+    for c in &cluster_inputs.device_classes {
+        cluster.dra.apply_class(c.clone());
+    }
+    cluster.dra.set_slices(cluster_inputs.resource_slices.clone());
+    for c in &cluster_inputs.resource_claims {
+        cluster.dra.apply_claim(c.clone());
+    }
+    // Namespaces and the default spread constraints.
     for ns in &cluster_inputs.namespaces {
         cluster.apply_namespace(ns);
     }
@@ -397,9 +459,9 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     };
     let mut results = Vec::new();
     for p in &pods {
-        // hook(unsupported): listed in the pod's result (and its table line).
+        // Listed in the pod's result (and its table line).
         let unsupported = crate::unsupported::detect(p);
-        // hook(gates): not decided, not assumed.
+        // Not decided, not assumed.
         if crate::gates::gated(p) {
             results.push(PodResult {
                 decision: crate::gates::gated_decision(p),
@@ -407,14 +469,20 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                 gated: true,
                 unsupported,
                 preemption: None,
+                claims: Vec::new(),
+                claims_error: None,
             });
             continue;
         }
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
                 // Without `All`, a pod that fits nowhere is still explained by `schedule`.
-                let mut decision = cluster.schedule(&config, &spec, explain == Explain::All);
+                let (mut decision, outcome) =
+                    cluster.schedule_with_claims(&config, &spec, explain == Explain::All);
                 cluster.assume(&spec, &decision);
+                if decision.node.is_some() {
+                    cluster.commit_claims(&spec, &outcome.claims);
+                }
                 if explain == Explain::None {
                     decision.nodes.clear();
                 }
@@ -447,6 +515,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                     gated: false,
                     unsupported,
                     preemption,
+                    claims: outcome.claims,
+                    claims_error: outcome.error.map(|e| e.to_string()),
                 });
             }
             Err(e) => {
@@ -469,6 +539,8 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
                     gated: false,
                     unsupported,
                     preemption: None,
+                    claims: Vec::new(),
+                    claims_error: None,
                 });
             }
         }
@@ -501,7 +573,6 @@ pub fn render_table(report: &Report) -> String {
                     .unwrap_or(0);
                 let _ = writeln!(out, "POD {:<32} -> {node} (score {score})", d.pod);
             }
-            // hook(gates)
             None if r.gated => {
                 let _ = writeln!(out, "POD {:<32} -> GATED", d.pod);
             }
@@ -530,8 +601,21 @@ pub fn render_table(report: &Report) -> String {
                 let _ = writeln!(out, "    {:?} {:<20} NUMA {numa}{devs}", c.kind, c.name);
             }
         }
+        for c in &r.claims {
+            let devices: Vec<String> = c
+                .allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|d| format!("{}/{}/{}", d.driver, d.pool, d.device))
+                .collect();
+            let _ = writeln!(out, "    claim {:<20} devices {}", c.name, devices.join(","));
+        }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "    error: {e}");
+        }
+        if let Some(e) = &r.claims_error {
+            let _ = writeln!(out, "    claims error: {e}");
         }
         if let Some(p) = &r.preemption {
             let zones = p.numa_nodes.as_ref().map_or(String::new(), |z| {
@@ -547,7 +631,6 @@ pub fn render_table(report: &Report) -> String {
                 p.node
             );
         }
-        // hook(unsupported)
         for u in &r.unsupported {
             let _ = writeln!(out, "    not enforced: {} ({})", u.field, u.rule);
         }

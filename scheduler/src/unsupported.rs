@@ -5,9 +5,10 @@
 //! `kubectl numa explain` list the fields next to the decision. Pure.
 //!
 //! Everything else kube-scheduler's default profile checks for a pod is enforced (docs/scheduler.md
-//! lists both): resources with overhead, `nodeName`, `nodeSelector`, required node affinity,
-//! taints and tolerations, unschedulable nodes, the pod count, host ports, inter-pod
-//! (anti-)affinity, topology spread, PersistentVolumeClaims, scheduling gates and priority.
+//! lists both): resources with overhead and pod-level `spec.resources`, `nodeName`,
+//! `nodeSelector`, required and preferred node affinity, taints and tolerations, unschedulable
+//! nodes, the pod count, host ports, inter-pod (anti-)affinity, topology spread,
+//! PersistentVolumeClaims with CSI attach limits, scheduling gates and priority.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -20,46 +21,35 @@ pub struct Unsupported {
     pub rule: &'static str,
 }
 
-/// `spec.resourceClaims` (and containers' `resources.claims`).
+/// `spec.resourceClaims` (and containers' `resources.claims`), in the live scheduler only:
+/// `simulate` and `explain` allocate claims (the DynamicResources filter), the live loop does
+/// not write allocations yet.
 pub const RESOURCE_CLAIMS: Unsupported = Unsupported {
     field: "spec.resourceClaims",
-    rule: "DynamicResources: the claimed devices are not allocated; the pod is placed as if it claimed none",
-};
-/// Pod-level `spec.resources`.
-pub const POD_RESOURCES: Unsupported = Unsupported {
-    field: "spec.resources",
-    rule: "pod-level resources: node fit sums the containers' requests instead",
+    rule: "DynamicResources: the live scheduler does not allocate the claimed devices yet; the pod is placed as if it claimed none",
 };
 /// `spec.schedulingGroup` (gang scheduling).
 pub const SCHEDULING_GROUP: Unsupported = Unsupported {
     field: "spec.schedulingGroup",
     rule: "GangScheduling: the pods of the group are placed one by one, not all or none",
 };
-/// Preferred node affinity.
-pub const PREFERRED_NODE_AFFINITY: Unsupported = Unsupported {
-    field: "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-    rule: "NodeAffinity score: the preferences do not weigh in the node score",
-};
-/// Volumes that count against a node's attach limit.
-pub const VOLUME_LIMITS: Unsupported = Unsupported {
-    field: "spec.volumes",
-    rule: "NodeVolumeLimits: per-node volume attach limits (CSINode allocatable) are not counted",
-};
 
 /// Every field this module can report: the bounded values of the metric's `field` label.
-pub const ALL: [Unsupported; 5] = [
-    RESOURCE_CLAIMS,
-    POD_RESOURCES,
-    SCHEDULING_GROUP,
-    PREFERRED_NODE_AFFINITY,
-    VOLUME_LIMITS,
-];
+pub const ALL: [Unsupported; 2] = [RESOURCE_CLAIMS, SCHEDULING_GROUP];
 
 /// The event reason of the live scheduler's warning.
 pub const EVENT_REASON: &str = "UnsupportedConstraint";
 
-/// The fields `pod` sets that the model does not enforce, in [`ALL`] order.
+/// The fields `pod` sets that the model (`simulate`, `explain`) does not enforce, in [`ALL`]
+/// order: [`detect_live`] without the resource claims, which the model allocates.
 pub fn detect(pod: &Pod) -> Vec<Unsupported> {
+    let mut out = detect_live(pod);
+    out.retain(|u| *u != RESOURCE_CLAIMS);
+    out
+}
+
+/// The fields `pod` sets that the live scheduler does not enforce, in [`ALL`] order.
+pub fn detect_live(pod: &Pod) -> Vec<Unsupported> {
     let Some(spec) = pod.spec.as_ref() else {
         return vec![];
     };
@@ -77,34 +67,8 @@ pub fn detect(pod: &Pod) -> Vec<Unsupported> {
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) || container_claims {
         out.push(RESOURCE_CLAIMS);
     }
-    if spec.resources.as_ref().is_some_and(|r| {
-        r.requests.as_ref().is_some_and(|m| !m.is_empty()) || r.limits.as_ref().is_some_and(|m| !m.is_empty())
-    }) {
-        out.push(POD_RESOURCES);
-    }
     if spec.scheduling_group.is_some() {
         out.push(SCHEDULING_GROUP);
-    }
-    let preferred = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
-        .is_some_and(|p| !p.is_empty());
-    if preferred {
-        out.push(PREFERRED_NODE_AFFINITY);
-    }
-    let attachable = spec.volumes.iter().flatten().any(|v| {
-        v.persistent_volume_claim.is_some()
-            || v.ephemeral.is_some()
-            || v.csi.is_some()
-            || v.aws_elastic_block_store.is_some()
-            || v.gce_persistent_disk.is_some()
-            || v.azure_disk.is_some()
-            || v.cinder.is_some()
-    });
-    if attachable {
-        out.push(VOLUME_LIMITS);
     }
     out
 }
@@ -128,7 +92,14 @@ mod tests {
     }
 
     fn fields(p: &Pod) -> Vec<&'static str> {
-        detect(p).into_iter().map(|u| u.field).collect()
+        detect_live(p).into_iter().map(|u| u.field).collect()
+    }
+
+    #[test]
+    fn the_model_enforces_resource_claims_the_live_loop_does_not() {
+        let p = pod(json!({"containers": [], "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}));
+        assert!(detect(&p).is_empty());
+        assert_eq!(detect_live(&p), [RESOURCE_CLAIMS]);
     }
 
     #[test]
@@ -136,17 +107,21 @@ mod tests {
         let p = pod(json!({
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
             "nodeSelector": {"a": "b"},
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []},
+                                          "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {}}]},
                          "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}},
             "topologySpreadConstraints": [],
             "schedulingGates": [{"name": "g"}],
             "overhead": {"cpu": "100m"},
             "readinessGates": [{"conditionType": "x"}],
             "volumes": [{"name": "a", "emptyDir": {}}, {"name": "b", "configMap": {"name": "x"}},
-                        {"name": "c", "hostPath": {"path": "/x"}}]
+                        {"name": "c", "hostPath": {"path": "/x"}},
+                        {"name": "d", "persistentVolumeClaim": {"claimName": "c"}},
+                        {"name": "e", "csi": {"driver": "d"}}],
+            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}
         }));
-        assert!(detect(&p).is_empty(), "{:?}", detect(&p));
-        assert!(detect(&Pod::default()).is_empty());
+        assert!(detect_live(&p).is_empty(), "{:?}", detect_live(&p));
+        assert!(detect_live(&Pod::default()).is_empty());
     }
 
     #[test]
@@ -165,47 +140,30 @@ mod tests {
         );
         assert_eq!(
             fields(&pod(
-                json!({"containers": [], "resources": {"requests": {"cpu": "2"}}})
+                json!({"containers": [], "schedulingGroup": {"podGroupName": "g"}})
             )),
-            ["spec.resources"]
+            ["spec.schedulingGroup"]
         );
-        assert_eq!(
-            fields(&pod(json!({"containers": [], "affinity": {"nodeAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {}}]}}}))),
-            ["spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"]
-        );
-        for v in [
-            json!({"name": "v", "persistentVolumeClaim": {"claimName": "c"}}),
-            json!({"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
-            json!({"name": "v", "csi": {"driver": "d"}}),
-            json!({"name": "v", "awsElasticBlockStore": {"volumeID": "i"}}),
-            json!({"name": "v", "gcePersistentDisk": {"pdName": "p"}}),
-        ] {
-            assert_eq!(
-                fields(&pod(json!({"containers": [], "volumes": [v]}))),
-                ["spec.volumes"]
-            );
-        }
     }
 
     #[test]
     fn several_fields_are_reported_in_one_message_in_a_fixed_order() {
         let p = pod(json!({
             "containers": [],
-            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}],
+            "schedulingGroup": {"podGroupName": "g"},
             "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]
         }));
-        let found = detect(&p);
+        let found = detect_live(&p);
         assert_eq!(
             found.iter().map(|u| u.field).collect::<Vec<_>>(),
-            ["spec.resourceClaims", "spec.volumes"]
+            ["spec.resourceClaims", "spec.schedulingGroup"]
         );
         let m = message(&found);
         assert!(
             m.starts_with("not enforced by numaplane: spec.resourceClaims (DynamicResources"),
             "{m}"
         );
-        assert!(m.contains("; spec.volumes (NodeVolumeLimits"), "{m}");
+        assert!(m.contains("; spec.schedulingGroup (GangScheduling"), "{m}");
         assert!(ALL.iter().all(|u| u.field.starts_with("spec.")));
     }
 }

@@ -7,23 +7,31 @@
 //! `volume.kubernetes.io/selected-node` annotation the scheduler writes before the Binding (the
 //! VolumeBinding PreBind), so a provisioner creates the volume where the pod lands.
 //!
+//! NodeVolumeLimits (kube-scheduler's CSI attach limits) is judged here too: per node, the unique
+//! CSI volumes its pods use (claim → bound PersistentVolume's `csi.driver`/`volumeHandle`, or an
+//! unbound claim's StorageClass provisioner) plus the pod's own new ones, per driver, against the
+//! node's CSINode `spec.drivers[].allocatable.count`
+//! (`pkg/scheduler/framework/plugins/nodevolumelimits/csi.go`).
+//!
 //! Pure and synchronous: the live loop feeds the index and writes the annotations.
 //!
 //! Not modelled (the pod stays pending with kube-scheduler's reason rather than be placed
 //! where the volume cannot follow): binding a `WaitForFirstConsumer` claim to a pre-provisioned
 //! volume (a class without a provisioner, such as local volumes: kube-scheduler writes the
-//! volume's `claimRef` itself), and storage capacity (`CSIStorageCapacity`).
+//! volume's `claimRef` itself), and storage capacity (`CSIStorageCapacity`). Attach limits do
+//! not translate in-tree volumes (`awsElasticBlockStore` and the like) to their CSI drivers, do
+//! not count VolumeAttachments no pod references, and do not read the Node's legacy
+//! `attachable-volumes-csi-*` allocatable; inline `csi` volumes count for nothing, as upstream.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::{
     core::v1::{NodeSelector, PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm},
-    storage::v1::StorageClass,
+    storage::v1::{CSINode, StorageClass},
 };
 
 use crate::{
-    cluster::{Decision, NodeVerdict},
-    fit::FitFailure,
+    fit::{Filter, FitFailure},
     pod::PodSpec,
 };
 
@@ -48,6 +56,12 @@ pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeC
 pub const READ_WRITE_ONCE_POD_CONFLICT: &str =
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
 
+/// kube-scheduler's NodeVolumeLimits reason.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
+/// The handle prefix of an unbound claim's volume (upstream uses a random prefix per process so
+/// that it collides with no real handle; this one cannot collide either: handles hold no NUL).
+const UNBOUND_HANDLE: &str = "\u{0}unbound";
+
 /// The zone and region labels VolumeZone compares (beta and GA).
 const ZONE_LABELS: [&str; 4] = [
     "failure-domain.beta.kubernetes.io/zone",
@@ -55,37 +69,6 @@ const ZONE_LABELS: [&str; 4] = [
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
 ];
-
-/// A claim a pod's volume names.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ClaimRef {
-    /// Claim name in the pod's namespace.
-    pub name: String,
-    /// A generic ephemeral volume: the claim is `<pod>-<volume>` and must be owned by the pod.
-    pub ephemeral: bool,
-}
-
-/// The claims `pod`'s volumes use, in volume order: `persistentVolumeClaim` volumes and generic
-/// ephemeral volumes (whose claim the ephemeral volume controller names `<pod>-<volume>`).
-pub fn claims_of(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<ClaimRef> {
-    let volumes = spec.and_then(|s| s.volumes.as_deref()).unwrap_or(&[]);
-    volumes
-        .iter()
-        .filter_map(|v| {
-            if let Some(c) = &v.persistent_volume_claim {
-                Some(ClaimRef {
-                    name: c.claim_name.clone(),
-                    ephemeral: false,
-                })
-            } else {
-                v.ephemeral.as_ref().map(|_| ClaimRef {
-                    name: format!("{pod_name}-{}", v.name),
-                    ephemeral: true,
-                })
-            }
-        })
-        .collect()
-}
 
 /// What the index keeps of a claim.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +128,8 @@ impl Claim {
 #[derive(Clone, Debug, PartialEq)]
 struct Volume {
     node_affinity: Option<NodeSelector>,
+    /// `spec.csi`: driver and volume handle.
+    csi: Option<(String, String)>,
     /// VolumeZone: per zone/region label, the values it allows (`a__b` lists several).
     zones: Vec<(String, BTreeSet<String>)>,
 }
@@ -166,6 +151,11 @@ impl Volume {
             })
             .collect();
         Volume {
+            csi: v
+                .spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .map(|c| (c.driver.clone(), c.volume_handle.clone())),
             node_affinity: v
                 .spec
                 .as_ref()
@@ -183,11 +173,14 @@ struct Class {
     /// Volumes of the class can be created on demand.
     provisions: bool,
     allowed_topologies: Vec<TopologySelectorTerm>,
+    /// `provisioner`: the CSI driver of an unbound claim's volume-to-be.
+    provisioner: String,
 }
 
 impl Class {
     fn of(c: &StorageClass) -> Self {
         Class {
+            provisioner: c.provisioner.clone(),
             wait_for_first_consumer: c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
             provisions: !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER,
             allowed_topologies: c.allowed_topologies.clone().unwrap_or_default(),
@@ -216,6 +209,9 @@ pub enum NodeRule {
     /// An unbound `WaitForFirstConsumer` claim of a class that provisions nothing: it needs a
     /// pre-provisioned volume bound by the scheduler, which numaplane does not do.
     NeedsStaticBinding,
+    /// NodeVolumeLimits: the nodes where the pod's new CSI volumes would exceed a driver's
+    /// attach limit, each with what is exceeded.
+    AttachLimit(BTreeMap<String, String>),
 }
 
 /// The verdict of a pod's volumes before any node is looked at.
@@ -257,12 +253,14 @@ impl VolumeFilter {
         }
     }
 
-    /// The failures on the node `name` with `labels`, one per kube-scheduler reason.
+    /// The failures on the node `name` with `labels`: the reasons of the first plugin that
+    /// fails (VolumeBinding, then VolumeZone), one per kube-scheduler reason.
     pub fn failures(&self, name: &str, labels: &BTreeMap<String, String>) -> Vec<FitFailure> {
         let rules = match self {
             VolumeFilter::None => return vec![],
             VolumeFilter::Unschedulable(r) => {
                 return vec![FitFailure {
+                    filter: Filter::VolumeBinding,
                     category: r.clone(),
                     message: r.clone(),
                 }];
@@ -291,6 +289,9 @@ impl VolumeFilter {
                     BIND_CONFLICT,
                     "the StorageClass's allowedTopologies exclude the node".to_owned(),
                 ),
+                NodeRule::AttachLimit(over) => {
+                    (MAX_VOLUME_COUNT, over.get(name).cloned().unwrap_or_default())
+                }
                 NodeRule::NeedsStaticBinding => (
                     BIND_CONFLICT,
                     "a WaitForFirstConsumer claim's StorageClass has no provisioner; binding it to \
@@ -298,12 +299,23 @@ impl VolumeFilter {
                         .to_owned(),
                 ),
             };
+            let filter = if category == ZONE_CONFLICT {
+                Filter::VolumeZone
+            } else {
+                Filter::VolumeBinding
+            };
             if !out.iter().any(|f| f.category == category) {
                 out.push(FitFailure {
+                    filter,
                     category: category.to_owned(),
                     message,
                 });
             }
+        }
+        // kube-scheduler reports a node under its first failing plugin: VolumeBinding's
+        // reasons hide VolumeZone's.
+        if let Some(first) = out.iter().map(|f| f.filter).min() {
+            out.retain(|f| f.filter == first);
         }
         out
     }
@@ -312,7 +324,7 @@ impl VolumeFilter {
 fn rule_holds(rule: &NodeRule, name: &str, labels: &BTreeMap<String, String>) -> bool {
     match rule {
         // Upstream matches a node that has only labels (no name): `matchFields` never match.
-        NodeRule::VolumeAffinity(sel) => crate::fit::affinity_matches(sel, "", labels),
+        NodeRule::VolumeAffinity(sel) => crate::nodeaffinity::affinity_matches(sel, "", labels),
         NodeRule::Zone { key, values } => {
             if !ZONE_LABELS.iter().any(|k| labels.contains_key(*k)) {
                 // A node without any zone label (a one-zone cluster) takes any volume.
@@ -324,6 +336,7 @@ fn rule_holds(rule: &NodeRule, name: &str, labels: &BTreeMap<String, String>) ->
         NodeRule::SelectedNode(n) => n == name,
         NodeRule::AllowedTopologies(terms) => topology_terms_match(terms, labels),
         NodeRule::NeedsStaticBinding => false,
+        NodeRule::AttachLimit(over) => !over.contains_key(name),
     }
 }
 
@@ -363,8 +376,12 @@ pub struct VolumeIndex {
     /// Claim key → the pods bound (or placed by us) that use it, whichever scheduler's:
     /// VolumeRestrictions' `ReadWriteOncePod` rule.
     users: HashMap<String, BTreeSet<String>>,
-    /// Pod key → the claim keys it is a user of (to drop it without a scan).
-    used_by: HashMap<String, Vec<String>>,
+    /// Pod key → the claim keys it is a user of (to drop it without a scan), and its node.
+    used_by: HashMap<String, (Vec<String>, String)>,
+    /// Node → the claim keys its pods use, with the number of pods using each (NodeVolumeLimits).
+    node_claims: HashMap<String, BTreeMap<String, u32>>,
+    /// Node → CSI driver → `allocatable.count` of its CSINode (drivers without a count left out).
+    csi_limits: HashMap<String, BTreeMap<String, i64>>,
 }
 
 fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
@@ -453,6 +470,107 @@ impl VolumeIndex {
         for c in all {
             self.apply_class(c);
         }
+    }
+
+    /// Adds or replaces a CSINode (its drivers' attach limits).
+    pub fn apply_csi_node(&mut self, n: &CSINode) {
+        let Some(name) = n.metadata.name.clone() else {
+            return;
+        };
+        let limits: BTreeMap<String, i64> = n
+            .spec
+            .drivers
+            .iter()
+            .filter_map(|d| Some((d.name.clone(), i64::from(d.allocatable.as_ref()?.count?))))
+            .collect();
+        if limits.is_empty() {
+            self.csi_limits.remove(&name);
+        } else {
+            self.csi_limits.insert(name, limits);
+        }
+    }
+
+    /// Removes a CSINode.
+    pub fn delete_csi_node(&mut self, name: &str) {
+        self.csi_limits.remove(name);
+    }
+
+    /// Replaces every CSINode.
+    pub fn reset_csi_nodes(&mut self, all: &[CSINode]) {
+        self.csi_limits.clear();
+        for n in all {
+            self.apply_csi_node(n);
+        }
+    }
+
+    /// upstream's `getCSIDriverInfo`: the driver and unique volume name (`driver/handle`) of the
+    /// claim `key`; `None` when it counts against no limit (unknown claim, no CSI volume, no
+    /// class or an unknown one).
+    fn csi_volume(&self, key: &str) -> Option<(String, String)> {
+        let claim = self.claims.get(key)?;
+        if let Some(pv) = claim.volume_name.as_deref().and_then(|n| self.volumes.get(n)) {
+            let (driver, handle) = pv.csi.as_ref()?;
+            return Some((driver.clone(), format!("{driver}/{handle}")));
+        }
+        // Unbound, or its volume is not known (yet): the class's provisioner counts.
+        let class = self.classes.get(claim.class.as_deref()?)?;
+        let driver = &class.provisioner;
+        (!driver.is_empty()).then(|| (driver.clone(), format!("{driver}/{UNBOUND_HANDLE}-{key}")))
+    }
+
+    /// NodeVolumeLimits for a pod whose claims are `keys`: the nodes where its new volumes
+    /// exceed a driver's limit, with what is exceeded. Empty when nothing is limited.
+    fn attach_limits(&self, keys: &[String]) -> BTreeMap<String, String> {
+        let mut over = BTreeMap::new();
+        if self.csi_limits.is_empty() {
+            return over;
+        }
+        // Unique volume → driver, as upstream's `newVolumes`.
+        let new: BTreeMap<String, String> = keys
+            .iter()
+            .filter_map(|k| self.csi_volume(k))
+            .map(|(driver, unique)| (unique, driver))
+            .collect();
+        if new.is_empty() {
+            return over;
+        }
+        for (node, limits) in &self.csi_limits {
+            if !new.values().any(|d| limits.contains_key(d)) {
+                continue;
+            }
+            let attached: BTreeMap<String, String> = self
+                .node_claims
+                .get(node)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| self.csi_volume(k))
+                .map(|(driver, unique)| (unique, driver))
+                .collect();
+            let mut counts: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+            for driver in attached.values() {
+                counts.entry(driver).or_default().0 += 1;
+            }
+            for (unique, driver) in &new {
+                if !attached.contains_key(unique) {
+                    counts.entry(driver).or_default().1 += 1;
+                }
+            }
+            for (driver, (attached, adding)) in counts {
+                let Some(&limit) = limits.get(driver) else {
+                    continue;
+                };
+                if adding > 0 && attached.saturating_add(adding) > limit {
+                    over.insert(
+                        node.clone(),
+                        format!(
+                            "CSI driver {driver}: {attached} volume(s) attached and {adding} new, limit {limit} (CSINode)"
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
+        over
     }
 
     /// Whether the claim's class binds on the first consumer (a missing class, or none, means
@@ -560,6 +678,12 @@ impl VolumeIndex {
                 rules.push(NodeRule::AllowedTopologies(class.allowed_topologies.clone()));
             }
         }
+        // NodeVolumeLimits runs before VolumeBinding and VolumeZone in kube-scheduler's order.
+        let keys: Vec<String> = found.iter().map(|(k, _)| k.clone()).collect();
+        let over = self.attach_limits(&keys);
+        if !over.is_empty() {
+            rules.insert(0, NodeRule::AttachLimit(over));
+        }
         let mut deduped: Vec<NodeRule> = Vec::with_capacity(rules.len());
         for r in rules {
             if !deduped.contains(&r) {
@@ -607,62 +731,60 @@ impl VolumeIndex {
         self.assumed.retain(|_, (p, _)| p != pod_key);
     }
 
-    /// Records that the pod `pod` (bound, or placed by us) uses its claims.
-    pub fn note_user(&mut self, pod: &PodSpec) {
+    /// Records that the pod `pod` (bound, or placed by us) uses its claims on `node`.
+    pub fn note_user(&mut self, pod: &PodSpec, node: &str) {
         let key = pod.key();
         self.drop_user(&key);
         if pod.claims.is_empty() {
             return;
         }
-        let claims: Vec<String> = pod
+        let mut claims: Vec<String> = pod
             .claims
             .iter()
             .map(|r| format!("{}/{}", pod.namespace, r.name))
             .collect();
+        claims.sort_unstable();
+        claims.dedup();
+        let on_node = self.node_claims.entry(node.to_owned()).or_default();
         for c in &claims {
             self.users.entry(c.clone()).or_default().insert(key.clone());
+            *on_node.entry(c.clone()).or_default() += 1;
         }
-        self.used_by.insert(key, claims);
+        self.used_by.insert(key, (claims, node.to_owned()));
     }
 
     /// The pod `pod_key` no longer runs (or was not placed after all).
     pub fn drop_user(&mut self, pod_key: &str) {
-        for c in self.used_by.remove(pod_key).into_iter().flatten() {
+        let Some((claims, node)) = self.used_by.remove(pod_key) else {
+            return;
+        };
+        for c in claims {
             if let Some(pods) = self.users.get_mut(&c) {
                 pods.remove(pod_key);
                 if pods.is_empty() {
                     self.users.remove(&c);
                 }
             }
+            if let Some(on_node) = self.node_claims.get_mut(&node) {
+                if let Some(n) = on_node.get_mut(&c) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        on_node.remove(&c);
+                    }
+                }
+                if on_node.is_empty() {
+                    self.node_claims.remove(&node);
+                }
+            }
         }
     }
 
-    /// Whether any claim, volume or class is known (for tests and reports).
+    /// Whether any claim, volume, class or CSINode limit is known (for tests and reports).
     pub fn is_empty(&self) -> bool {
-        self.claims.is_empty() && self.volumes.is_empty() && self.classes.is_empty()
-    }
-}
-
-/// The decision for a pod whose volumes fit nowhere: kube-scheduler's PreFilter message
-/// (`0/N nodes are available: <reason>.`, the reason once, not per node), every node rejected
-/// with it.
-pub fn blocked_decision<'a>(pod: &PodSpec, reason: &str, nodes: impl Iterator<Item = &'a str>) -> Decision {
-    let verdicts: Vec<NodeVerdict> = nodes
-        .map(|n| NodeVerdict {
-            node: n.to_owned(),
-            feasible: false,
-            score: None,
-            reasons: vec![reason.to_owned()],
-            categories: vec![reason.to_owned()],
-        })
-        .collect();
-    Decision {
-        pod: pod.key(),
-        node: None,
-        message: format!("0/{} nodes are available: {reason}.", verdicts.len()),
-        placement: None,
-        allocation: None,
-        nodes: verdicts,
+        self.claims.is_empty()
+            && self.volumes.is_empty()
+            && self.classes.is_empty()
+            && self.csi_limits.is_empty()
     }
 }
 
@@ -675,6 +797,8 @@ pub struct StorageObjects {
     pub volumes: Vec<PersistentVolume>,
     /// StorageClasses.
     pub classes: Vec<StorageClass>,
+    /// CSINodes (`storage.k8s.io/v1`): attach limits.
+    pub csi_nodes: Vec<CSINode>,
 }
 
 impl StorageObjects {
@@ -690,6 +814,7 @@ impl StorageObjects {
             "PersistentVolumeClaim" => self.claims.push(PersistentVolumeClaim::deserialize(object)?),
             "PersistentVolume" => self.volumes.push(PersistentVolume::deserialize(object)?),
             "StorageClass" => self.classes.push(StorageClass::deserialize(object)?),
+            "CSINode" => self.csi_nodes.push(CSINode::deserialize(object)?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -700,6 +825,7 @@ impl StorageObjects {
         index.reset_claims(&self.claims);
         index.reset_volumes(&self.volumes);
         index.reset_classes(&self.classes);
+        index.reset_csi_nodes(&self.csi_nodes);
     }
 }
 
@@ -786,7 +912,7 @@ mod tests {
         let me = pod(claim_volume("c"));
         assert_eq!(idx.filter(&me).blocked(), None, "nobody uses it yet");
         // The pod itself (re-placed, or seen bound) is no conflict; another one is.
-        idx.note_user(&me);
+        idx.note_user(&me, "n1");
         assert_eq!(idx.filter(&me).blocked(), None);
         let other: PodSpec = spec_of(
             &serde_json::from_value(json!({
@@ -802,7 +928,7 @@ mod tests {
         let mut rwo = bound_pvc("c", "pv1");
         rwo.spec.get_or_insert_with(Default::default).access_modes = Some(vec!["ReadWriteOnce".into()]);
         idx.apply_claim(&rwo);
-        idx.note_user(&me);
+        idx.note_user(&me, "n1");
         assert_eq!(idx.filter(&other).blocked(), None);
     }
 
@@ -1106,95 +1232,6 @@ mod tests {
         assert_eq!(idx.filter(&p).blocked(), Some(UNBOUND_IMMEDIATE));
         idx.delete_claim("ns", "c");
         assert!(idx.filter(&p).blocked().is_some_and(|r| r.contains("not found")));
-    }
-
-    #[test]
-    fn blocked_decisions_carry_the_reason_once() {
-        let p = pod(claim_volume("c"));
-        let d = blocked_decision(
-            &p,
-            "persistentvolumeclaim \"c\" not found",
-            ["a", "b"].into_iter(),
-        );
-        assert_eq!(
-            d.message,
-            "0/2 nodes are available: persistentvolumeclaim \"c\" not found."
-        );
-        assert_eq!(d.nodes.len(), 2);
-        assert!(d.nodes.iter().all(|v| !v.feasible));
-    }
-
-    /// Through the cluster index: the volume rules decide the node, the verdict cache keeps
-    /// pods of one resource shape but different volumes apart, and explained verdicts name
-    /// kube-scheduler's reason.
-    #[test]
-    fn the_cluster_places_pods_where_their_volumes_are() {
-        use crate::cluster::{Cluster, Config};
-        use k8s_openapi::api::core::v1::Node;
-        let mut c = Cluster::new();
-        for n in ["n1", "n2"] {
-            let node: Node = serde_json::from_value(json!({"metadata": {"name": n,
-                "labels": {"kubernetes.io/hostname": n}},
-                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10"}}}))
-            .expect("node");
-            c.apply_node(&node).expect("indexed");
-        }
-        let on = |node: &str| {
-            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
-        };
-        c.volumes.apply_claim(&bound_pvc("on-n2", "pv2"));
-        c.volumes.apply_volume(&pv("pv2", on("n2")));
-        c.volumes.apply_claim(&bound_pvc("on-n1", "pv1"));
-        c.volumes.apply_volume(&pv("pv1", on("n1")));
-        let cfg = Config::default();
-        let decide = |c: &Cluster, claim: Option<&str>| {
-            let volumes = claim.map_or(json!([]), claim_volume);
-            c.decide(&cfg, &pod(volumes)).node
-        };
-        // The same pod shape, three times: without volumes n1 wins the tie by name.
-        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
-        assert_eq!(decide(&c, None).as_deref(), Some("n1"));
-        assert_eq!(decide(&c, Some("on-n1")).as_deref(), Some("n1"));
-        assert_eq!(decide(&c, Some("on-n2")).as_deref(), Some("n2"));
-        let explained = c.schedule(&cfg, &pod(claim_volume("on-n2")), true);
-        let n1 = explained.nodes.iter().find(|v| v.node == "n1").expect("n1");
-        assert!(!n1.feasible);
-        assert_eq!(n1.categories, [NODE_CONFLICT]);
-        // A missing claim: one message, as kube-scheduler's PreFilter gives it.
-        let d = c.decide(&cfg, &pod(claim_volume("missing")));
-        assert_eq!(d.node, None);
-        assert_eq!(
-            d.message,
-            "0/2 nodes are available: persistentvolumeclaim \"missing\" not found."
-        );
-        // A WaitForFirstConsumer claim: assumed on the chosen node, so a second pod sharing it
-        // follows even where it would not have gone.
-        c.volumes.apply_class(&class(
-            "wffc",
-            "WaitForFirstConsumer",
-            "csi.example.com",
-            json!({}),
-        ));
-        c.volumes
-            .apply_claim(&pvc("shared", json!({"spec": {"storageClassName": "wffc"}})));
-        let first = pod(claim_volume("shared"));
-        let d = c.decide(&cfg, &first);
-        assert_eq!(d.node.as_deref(), Some("n1"));
-        assert_eq!(c.volumes.claims_to_select(&first, "n1"), ["shared"]);
-        c.assume(&first, &d);
-        let mut second = first.clone();
-        second.name = "web-1".into();
-        second.uid = Some("other".into());
-        // n1 is fuller now, so LeastAllocated-style ties do not matter: the claim decides.
-        assert!(
-            c.schedule(&cfg, &second, true)
-                .nodes
-                .iter()
-                .any(|v| v.node == "n2" && !v.feasible)
-        );
-        c.forget(&first.key(), first.uid.as_deref());
-        assert!(c.schedule(&cfg, &second, true).nodes.iter().all(|v| v.feasible));
     }
 
     #[test]

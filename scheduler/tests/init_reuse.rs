@@ -101,7 +101,7 @@ fn numa(p: &Placement, container: &str) -> Option<Vec<u32>> {
         .clone()
 }
 
-/// The example, §3.1 step 3: 4 CPUs free on node 0 and 8 on node 1; the init container
+/// The example of the kubelet rules' §3.1 step 3: 4 CPUs free on node 0 and 8 on node 1; the init container
 /// takes 4 (hints {0} and {1} are preferred, {0} is the lower), so node 0's 4 CPUs are reusable.
 /// The app container needs 6: {0} holds the reusable CPUs but only 4 ≥ 6 fails; {1} leaves the
 /// reusable CPUs out and is skipped; {0,1} (4 reusable + 8 free) is the only hint, and not

@@ -460,6 +460,51 @@ fn preferred_inter_pod_terms_score_both_ways() {
 }
 
 #[test]
+fn preferred_node_affinity_weighs_in_the_score_as_kube_schedulers_node_affinity_score() {
+    let objects = vec![
+        node("n1", json!({"disk": "ssd", "zone": "a"})),
+        node("n2", json!({"disk": "hdd", "zone": "a"})),
+        node("n3", json!({"disk": "ssd", "zone": "b"})),
+        node("n4", json!({})),
+    ];
+    let prefer = json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 20, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
+        {"weight": 12, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}},
+        {"weight": 7, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}}
+    ]}}});
+    let r = run(&objects, &[pod("p", json!({}), prefer)]);
+    // Raw sums: n1 20, n2 7, n3 32, n4 0; DefaultNormalizeScore: 100 × s / 32 → 62, 21, 100, 0;
+    // weighted 2, on top of the node's 100.
+    assert_eq!(
+        scores(&r["results"][0]),
+        vec![
+            ("n1".to_owned(), Some(224)),
+            ("n2".to_owned(), Some(142)),
+            ("n3".to_owned(), Some(300)),
+            ("n4".to_owned(), Some(100)),
+        ]
+    );
+    assert_eq!(placed(&r, 0).as_deref(), Some("n3"));
+    assert!(
+        r["results"][0]["unsupported"]
+            .as_array()
+            .is_none_or(|u| u.is_empty()),
+        "{}",
+        r["results"][0]
+    );
+    // A preferred term that does not parse fails the pod's cycle, as NodeAffinity's PreScore.
+    let bad = json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["many"]}]}}]}}});
+    let r = run(&objects, &[pod("q", json!({}), bad)]);
+    assert_eq!(placed(&r, 0), None);
+    let message = r["results"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("running PreScore plugin \"NodeAffinity\""),
+        "{message}"
+    );
+}
+
+#[test]
 fn default_constraints_spread_a_controllers_pods_unless_configured_away() {
     let objects = vec![node("a", json!({})), node("b", json!({})), node("c", json!({}))];
     let owned = |i: usize| {

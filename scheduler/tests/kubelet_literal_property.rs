@@ -150,9 +150,32 @@ struct Kubelet<'a> {
     mem_free: Vec<u32>,
     mem_assignments: Vec<u32>,
     mem_cells: Vec<Mask>,
+    /// Device hint lists that came out empty although enough devices were free: only devices
+    /// without a NUMA node could serve the request.
+    empty_with_devices: std::cell::Cell<u32>,
+    /// Containers handed a device without a NUMA node because no device with one was free.
+    unaligned_for_lack: u32,
+    /// The devices each container was handed, in admission order (init containers first).
+    handed: Vec<BTreeMap<&'static str, Vec<String>>>,
 }
 
-impl Kubelet<'_> {
+impl<'a> Kubelet<'a> {
+    /// The kubelet of machine `m`, nothing allocated by it yet.
+    fn new(m: &'a mut Machine) -> Self {
+        let memory = m.memory.clone();
+        Kubelet {
+            m,
+            cpus_to_reuse: BTreeSet::new(),
+            devices_to_reuse: BTreeMap::new(),
+            mem_assignments: vec![0; memory.len()],
+            mem_cells: (0..memory.len()).map(|i| 1 << i).collect(),
+            mem_free: memory,
+            empty_with_devices: std::cell::Cell::new(0),
+            unaligned_for_lack: 0,
+            handed: Vec::new(),
+        }
+    }
+
     fn guaranteed_cpus(pod: &PodDef, c: &Ctr) -> u32 {
         if pod.guaranteed && !c.half { c.cpus } else { 0 }
     }
@@ -232,6 +255,9 @@ impl Kubelet<'_> {
         }
         for h in &mut hints {
             h.preferred = h.mask.map(count) == Some(min_affinity);
+        }
+        if hints.is_empty() {
+            self.empty_with_devices.set(self.empty_with_devices.get() + 1);
         }
         Some(hints)
     }
@@ -422,6 +448,7 @@ impl Kubelet<'_> {
     /// Device manager Allocate (§3.3 allocation): reusable first, then aligned, then unaligned
     /// (tie rule: lowest node, then lowest ID); `devicesToReuse` updated.
     fn allocate_devices(&mut self, c: &Ctr, mask: Option<Mask>, init: bool) -> Result<(), &'static str> {
+        let mut handed = BTreeMap::new();
         for (&r, &n) in &c.devices {
             if n == 0 || !self.m.registered(r) {
                 continue;
@@ -443,6 +470,9 @@ impl Kubelet<'_> {
                 if available.len() < needed {
                     return Err("UnexpectedAdmissionError");
                 }
+                if available.iter().filter(|d| m.node_of(r, d).is_some()).count() < needed {
+                    self.unaligned_for_lack += 1;
+                }
                 let mut order: Vec<&String> = available.iter().collect();
                 order.sort_by_key(key);
                 chosen.extend(order.into_iter().take(needed).cloned());
@@ -451,6 +481,9 @@ impl Kubelet<'_> {
             for d in &chosen {
                 free.remove(d);
             }
+            let mut ids = chosen.clone();
+            ids.sort();
+            handed.insert(r, ids);
             let reuse = self.devices_to_reuse.entry(r).or_default();
             if init {
                 reuse.extend(chosen);
@@ -460,6 +493,7 @@ impl Kubelet<'_> {
                 }
             }
         }
+        self.handed.push(handed);
         Ok(())
     }
 
@@ -919,15 +953,7 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
         let model = admission::predict(&res, &topo, &mut WorkingZones::with_device_ids(&topo), &pod);
         let fast = admission::admits(&res, &topo, &mut WorkingZones::from_topology(&topo), &pod);
         let mut m = machine.clone();
-        let literal = Kubelet {
-            m: &mut m,
-            cpus_to_reuse: BTreeSet::new(),
-            devices_to_reuse: BTreeMap::new(),
-            mem_free: machine.memory.clone(),
-            mem_assignments: vec![0; machine.memory.len()],
-            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
-        }
-        .admit(&def);
+        let literal = Kubelet::new(&mut m).admit(&def);
         // Did the admitted pod get a device without a NUMA node?
         let gone_unaligned = RESOURCES.iter().any(|r| {
             machine.unaligned[*r]
@@ -941,15 +967,7 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
             ..def.clone()
         };
         let mut m2 = machine.clone();
-        let literal_without = Kubelet {
-            m: &mut m2,
-            cpus_to_reuse: BTreeSet::new(),
-            devices_to_reuse: BTreeMap::new(),
-            mem_free: machine.memory.clone(),
-            mem_assignments: vec![0; machine.memory.len()],
-            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
-        }
-        .admit(&without_init);
+        let literal_without = Kubelet::new(&mut m2).admit(&without_init);
         let ctx = || format!("round {round}: {machine:?}\n{def:?}\nmodel {model:?}\nliteral {literal:?}");
         assert_eq!(fast, model.is_ok(), "admits vs predict: {}", ctx());
         match (&model, &literal) {
@@ -991,7 +1009,7 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
 /// NRT shows it yet); the second pod's prediction on the node as the index then sees it must
 /// equal the literal kubelet admitting both in a row. The memory manager's groups the first
 /// pod forms (and its single-node allocations on nodes that held no memory) are known to the
-/// second decision only through the assumption (issue 20 item 6).
+/// second decision only through the assumption.
 #[test]
 fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
     use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
@@ -1022,14 +1040,7 @@ fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
         let p1 = pod_of(&mut c.res, &first);
         let d1 = c.schedule(&cfg, &p1, false);
         let mut m = machine.clone();
-        let mut kubelet = Kubelet {
-            m: &mut m,
-            cpus_to_reuse: BTreeSet::new(),
-            devices_to_reuse: BTreeMap::new(),
-            mem_free: machine.memory.clone(),
-            mem_assignments: vec![0; machine.memory.len()],
-            mem_cells: (0..machine.memory.len()).map(|i| 1 << i).collect(),
-        };
+        let mut kubelet = Kubelet::new(&mut m);
         let literal1 = kubelet.admit(&first);
         assert_eq!(d1.node.is_some(), literal1.is_ok(), "round {round}: first pod");
         if literal1.is_err() {
@@ -1071,4 +1082,186 @@ fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
         compared > 400 && grouped > 50,
         "compared {compared}, first pod formed a group {grouped}"
     );
+}
+
+/// A machine whose device resources have NUMA-affine devices, most of them held, next to free
+/// devices without a NUMA node: the class where a container's device hint list comes out empty
+/// although the kubelet still has a device to hand out.
+fn machine_with_devices_without_numa(rng: &mut Rng, zones: u32, policy: Policy, pod_scope: bool) -> Machine {
+    let mut m = random_machine(rng, zones);
+    m.policy = policy;
+    m.pod_scope = pod_scope;
+    // The Static memory manager on half the 2-zone machines (a third provider on 4 zones makes
+    // the literal product too large).
+    m.memory = if zones == 2 && rng.chance(2) {
+        (0..zones).map(|_| 2 + rng.below(7) as u32).collect()
+    } else {
+        Vec::new()
+    };
+    for r in RESOURCES {
+        if r == RESOURCES[1] && zones > 2 {
+            continue;
+        }
+        let devices: Vec<(String, u32)> = (0..zones)
+            .flat_map(|z| (0..1 + rng.below(2)).map(move |d| (format!("{}-{z}-{d}", &r[12..]), z)))
+            .collect();
+        let unaligned: Vec<String> = (0..1 + rng.below(2))
+            .map(|d| format!("{}-x-{d}", &r[12..]))
+            .collect();
+        let mut free = BTreeSet::new();
+        for (id, _) in &devices {
+            if rng.chance(4) {
+                free.insert(id.clone());
+            }
+        }
+        for id in &unaligned {
+            if !rng.chance(4) {
+                free.insert(id.clone());
+            }
+        }
+        m.devices.insert(r, devices);
+        m.unaligned.insert(r, unaligned);
+        m.free_devices.insert(r, free);
+    }
+    m
+}
+
+/// Devices without a NUMA node, under every policy and in both scopes: three pods in a row on
+/// one node, each scheduled through the cluster index (placed and assumed, so the next one
+/// sees what the kubelet handed out before any NRT shows it) and admitted by the literal
+/// kubelet. Admission, reject reason, NUMA affinity and the device IDs handed out must agree;
+/// every policy and scope must meet the empty-hint-list case (only devices without a NUMA node
+/// could serve a container) often enough to count as covered.
+#[test]
+fn devices_without_numa_node_match_a_literal_kubelet_under_every_policy_and_scope() {
+    use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    for policy in [
+        Policy::None,
+        Policy::BestEffort,
+        Policy::Restricted,
+        Policy::SingleNumaNode,
+    ] {
+        for pod_scope in [false, true] {
+            let (mut met, mut admitted_met, mut rejected_met, mut admitted, mut rejected) = (0, 0, 0, 0, 0);
+            for round in 0..150 {
+                let zones = [2, 4][round % 2];
+                let machine = machine_with_devices_without_numa(&mut rng, zones, policy, pod_scope);
+                let mut c = Cluster::new();
+                let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+                    "metadata": {"name": "n"},
+                    "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
+                        "example.com/gpu": "1000", "example.com/nic": "1000"}}
+                }))
+                .unwrap();
+                c.apply_node(&node).unwrap();
+                c.apply_nrt(&nrt_of(&machine)).unwrap();
+                let cfg = Config::default();
+                let mut m = machine.clone();
+                let mut kubelet = Kubelet::new(&mut m);
+                let mut history = String::new();
+                for step in 0..3 {
+                    let mut def = random_pod(&mut rng, zones);
+                    def.app[0].devices.entry(RESOURCES[0]).or_insert(1);
+                    if !machine.memory.is_empty() {
+                        // The model does not follow init containers' memory.
+                        def.init.retain(|c| c.sidecar);
+                    }
+                    let spec = pod_of(&mut c.res, &def);
+                    let mut spec = spec;
+                    spec.name = format!("p{step}");
+                    spec.uid = Some(format!("uid-{step}"));
+                    let TopologyState::Valid(topo) = c.topology("n") else {
+                        panic!("no topology")
+                    };
+                    let model =
+                        admission::predict(&c.res, topo, &mut WorkingZones::with_device_ids(topo), &spec);
+                    let before = (kubelet.empty_with_devices.get(), kubelet.unaligned_for_lack);
+                    kubelet.handed.clear();
+                    kubelet.cpus_to_reuse.clear();
+                    kubelet.devices_to_reuse.clear();
+                    let snapshot = (
+                        kubelet.m.clone(),
+                        kubelet.mem_free.clone(),
+                        kubelet.mem_assignments.clone(),
+                        kubelet.mem_cells.clone(),
+                    );
+                    let literal = kubelet.admit(&def);
+                    if literal.is_err() {
+                        // A rejected pod is not active: the managers drop what its earlier
+                        // containers got (stale state removed at the next admission).
+                        *kubelet.m = snapshot.0;
+                        kubelet.mem_free = snapshot.1;
+                        kubelet.mem_assignments = snapshot.2;
+                        kubelet.mem_cells = snapshot.3;
+                    }
+                    // The class: a container (or the pod) whose device hint list came out empty
+                    // although devices were free, or (policy none, no hints) that was handed a
+                    // device without a NUMA node for lack of others.
+                    let hit =
+                        kubelet.empty_with_devices.get() > before.0 || kubelet.unaligned_for_lack > before.1;
+                    met += usize::from(hit);
+                    let ctx = || {
+                        format!(
+                            "{policy:?} pod scope {pod_scope}, round {round} step {step}: {machine:?}\n\
+                             {def:?}\nmodel {model:?}\nliteral {literal:?}, handed {:?}\nbefore: {history}",
+                            kubelet.handed
+                        )
+                    };
+                    let decision = c.schedule(&cfg, &spec, false);
+                    assert_eq!(decision.node.is_some(), literal.is_ok(), "scheduled: {}", ctx());
+                    match (&model, &literal) {
+                        (Ok(p), Ok((pod_mask, masks))) => {
+                            if pod_scope && policy != Policy::None {
+                                assert_eq!(&p.pod_numa_nodes, pod_mask, "{}", ctx());
+                            } else {
+                                let got: Vec<Option<Vec<u32>>> =
+                                    p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
+                                assert_eq!(&got, masks, "{}", ctx());
+                            }
+                            if machine.publish_ids {
+                                for (i, handed) in kubelet.handed.iter().enumerate() {
+                                    for (r, ids) in handed.iter().filter(|(_, ids)| !ids.is_empty()) {
+                                        let mut got =
+                                            p.containers[i].devices.get(*r).cloned().unwrap_or_default();
+                                        got.sort();
+                                        assert_eq!(&got, ids, "container {i} {r}: {}", ctx());
+                                    }
+                                }
+                            }
+                            admitted += 1;
+                            admitted_met += usize::from(hit);
+                            c.assume(&spec, &decision);
+                        }
+                        (Err(r), Err(reason)) => {
+                            assert_eq!(r.kubelet_reason, *reason, "{}", ctx());
+                            rejected += 1;
+                            rejected_met += usize::from(hit && *reason == "TopologyAffinityError");
+                        }
+                        _ => panic!("verdicts differ: {}", ctx()),
+                    }
+                    use std::fmt::Write as _;
+                    let _ = write!(
+                        history,
+                        "\n  step {step}: {def:?}\n    literal {literal:?} handed {:?}\n    model {:?}",
+                        kubelet.handed, decision.placement
+                    );
+                }
+            }
+            // The class is met under every policy and scope: best-effort and none admit it
+            // (and hand out the device without a NUMA node), restricted and single-numa-node
+            // reject it with TopologyAffinityError.
+            let ctx = format!(
+                "{policy:?} pod scope {pod_scope}: class met {met} (admitted {admitted_met}, \
+                 rejected {rejected_met}), admitted {admitted}, rejected {rejected}"
+            );
+            assert!(met > 20 && admitted > 30 && rejected > 30, "{ctx}");
+            if matches!(policy, Policy::None | Policy::BestEffort) {
+                assert!(admitted_met > 10, "{ctx}");
+            } else {
+                assert!(rejected_met > 10, "{ctx}");
+            }
+            eprintln!("{ctx}");
+        }
+    }
 }

@@ -70,10 +70,11 @@ fn nrt(
             obj
         })
         .collect();
-    let mut attributes = vec![
-        json!({"name": "topologyManagerPolicy", "value": policy}),
-        json!({"name": "topologyManagerScope", "value": "container"}),
-    ];
+    let mut attributes = vec![json!({"name": "topologyManagerPolicy", "value": policy})];
+    // Container scope unless `extra` names one.
+    if !extra.iter().any(|(k, _)| *k == SCOPE) {
+        attributes.push(json!({"name": SCOPE, "value": "container"}));
+    }
     if distances.is_some() {
         attributes.push(json!({"name": "topologyManagerOptionPreferClosestNumaNodes", "value": "true"}));
     }
@@ -168,6 +169,7 @@ fn device_hints_cover_only_the_nodes_hosting_the_devices() {
     assert_eq!(numa(&p), Some(vec![0, 2]));
 }
 
+const SCOPE: &str = "topologyManagerScope";
 const GPU_WITHOUT_NUMA: &str = "numaplane.io/devices-without-numa.example.com/gpu";
 const FPGA_WITHOUT_NUMA: &str = "numaplane.io/devices-without-numa.example.com/fpga";
 
@@ -230,6 +232,57 @@ fn a_resource_without_any_numa_node_fails_in_allocate_once_used_up() {
         let unnamed = nrt(policy, &zones(), None, &[(FPGA_WITHOUT_NUMA, "2")]);
         let p = predict(&unnamed, json!({"cpu": "1", "example.com/fpga": "2"})).unwrap();
         assert_eq!(p.containers[0].device_counts["example.com/fpga"], 2, "{policy}");
+    }
+}
+
+/// The three GPUs of a 2-NUMA node as the real kubelet v1.36.2 was checked with them: gpu-0 on
+/// NUMA 0, gpu-1 on NUMA 1 (both held here) and gpu-x without a NUMA node, free. A container
+/// that needs one GPU can only get gpu-x: its device hint list is empty. Under `best-effort`
+/// (and `none`, which asks for no hints) the kubelet admits it (best-effort admits every merged
+/// hint) and hands out gpu-x, in both scopes; `restricted` and `single-numa-node` reject it
+/// with TopologyAffinityError. The next such pod finds no GPU at all and fails in Allocate
+/// (UnexpectedAdmissionError) under best-effort: the scheduler must know gpu-x is gone.
+#[test]
+fn a_gpu_only_available_without_numa_node_is_handed_out_under_best_effort_in_both_scopes() {
+    let zones = || {
+        vec![
+            zone(4, 4).with("example.com/gpu", 1, &[]),
+            zone(4, 4).with("example.com/gpu", 1, &[]),
+        ]
+    };
+    let cfg = Config::default();
+    for scope in ["container", "pod"] {
+        for policy in ["none", "best-effort", "restricted", "single-numa-node"] {
+            let ctx = format!("{policy}/{scope}");
+            let obj = nrt(
+                policy,
+                &zones(),
+                None,
+                &[(GPU_WITHOUT_NUMA, "1:gpu-x"), (SCOPE, scope)],
+            );
+            let one = || json!({"cpu": "1", "example.com/gpu": "1"});
+            let verdict = predict(&obj, one());
+            if matches!(policy, "restricted" | "single-numa-node") {
+                let r = verdict.unwrap_err();
+                assert_eq!(r.kubelet_reason, "TopologyAffinityError", "{ctx}: {r:?}");
+                continue;
+            }
+            let p = verdict.unwrap_or_else(|r| panic!("{ctx}: {r:?}"));
+            assert_eq!(p.containers[0].devices["example.com/gpu"], ["gpu-x"], "{ctx}");
+            // Through the cluster index: placed, assumed, and the next GPU pod fits nowhere.
+            let mut c = cluster(&obj);
+            let first = named_pod(&mut c, "first", one());
+            let d = c.schedule(&cfg, &first, false);
+            assert_eq!(d.node.as_deref(), Some("n1"), "{ctx}: {}", d.message);
+            c.assume(&first, &d);
+            let next = named_pod(&mut c, "next", one());
+            let d = c.schedule(&cfg, &next, true);
+            assert_eq!(d.node, None, "{ctx}: {d:?}");
+            // Once the NRT shows gpu-x taken, the same.
+            let used = nrt(policy, &zones(), None, &[(GPU_WITHOUT_NUMA, "0"), (SCOPE, scope)]);
+            let r = predict(&used, one()).unwrap_err();
+            assert_eq!(r.kubelet_reason, "UnexpectedAdmissionError", "{ctx}: {r:?}");
+        }
     }
 }
 

@@ -239,7 +239,7 @@ fn guaranteed(name: &str, cpu: &str, memory: &str) -> Pod {
     .unwrap()
 }
 
-/// Item 6 of issue 20, as the real kubelet v1.36.2 does it: pod `a`'s 12Gi span NUMA 0 and 1
+/// Memory groups formed by an assumed placement, as the real kubelet v1.36.2 forms them: pod `a`'s 12Gi span NUMA 0 and 1
 /// (best-effort: the widest minimum, {0,1}; greedy fill 8Gi + 4Gi), which makes {0,1} a group.
 /// The next 1-CPU, 1Gi pod may then not use {0} or {1} alone (step 2): its memory hints are
 /// {2} (preferred) and the group {0,1}, so the kubelet puts it on NUMA 2. `simulate` places
@@ -407,7 +407,7 @@ fn best_effort_extends_a_single_node_hint_to_the_narrowest_group_which_binds_the
     c.apply_node(&node_n1()).unwrap();
     c.apply_nrt(&obj).unwrap();
     let cfg = Config::default();
-    let memory_nodes = |d: &numaplane_scheduler::cluster::Decision| {
+    let memory_nodes = |d: &numaplane_scheduler::decision::Decision| {
         let p = d.placement.as_ref().unwrap();
         (
             p.containers[0].numa_nodes.clone(),

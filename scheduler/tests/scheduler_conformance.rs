@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use numaplane::{fingerprint::Method, nrt, nrt::NodeResourceTopology, quantity::Quantity};
 use numaplane_scheduler::{
-    cluster::{Cluster, Config, Decision, TopologyState},
+    cluster::{Cluster, Config, TopologyState},
+    decision::Decision,
     node::{NumaTopology, NumaZone, TmConfig},
     pod::PodSpec,
     resources::{Dense, ResKind, ResList, Resources},

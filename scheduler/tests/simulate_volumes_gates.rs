@@ -163,18 +163,15 @@ fn a_gated_pod_is_said_gated_and_not_placed() {
 
 #[test]
 fn unenforced_fields_are_listed_with_the_result() {
-    let pods = pod(
-        "dra",
-        "  resourceClaims: [{name: gpu, resourceClaimName: gpu-claim}]\n",
-    );
+    let pods = pod("gang", "  schedulingGroup: {podGroupName: g}\n");
     let report = run(&pods, "none");
-    let r = result(&report, "dra");
-    assert_eq!(r["unsupported"][0]["field"], "spec.resourceClaims");
+    let r = result(&report, "gang");
+    assert_eq!(r["unsupported"][0]["field"], "spec.schedulingGroup");
     assert!(
         r["unsupported"][0]["rule"]
             .as_str()
             .unwrap()
-            .contains("DynamicResources")
+            .contains("GangScheduling")
     );
     assert!(
         result(&run(&pod("plain", ""), "none"), "plain")

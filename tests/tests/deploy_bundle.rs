@@ -393,11 +393,8 @@ fn check_workloads(objects: &[Value]) {
                 .as_ref()
                 .unwrap_or_else(|| panic!("{what}: resources"));
             let requests = res.requests.clone().unwrap_or_default();
-            // The extender requests no CPU on purpose: its KubeSchedulerConfiguration consults
-            // it about every pod that requests CPUs, and it must not be asked about itself.
-            let cpu_expected = !what.contains("numaplane-scheduler-extender");
             assert!(
-                requests.contains_key("cpu") == cpu_expected && requests.contains_key("memory"),
+                requests.contains_key("cpu") && requests.contains_key("memory"),
                 "{what}: requests"
             );
             assert!(
@@ -776,28 +773,34 @@ fn extender_is_interested(managed: &[&str], pod: &Value) -> bool {
 }
 
 #[test]
-fn shipped_extender_config_is_consulted_for_cpu_pinned_pods_and_not_for_its_own_pod() {
+fn shipped_extender_config_is_consulted_for_every_pod_and_may_be_skipped() {
     let objects = render(&["extender"]);
     let cm: ConfigMap = typed(find(&objects, "ConfigMap", "numaplane-kube-scheduler-config"));
     let ksc: Value = serde_saphyr::from_str(&cm.data.unwrap()["kube-scheduler-config.yaml"]).unwrap();
-    let managed: Vec<&str> = ksc["extenders"][0]["managedResources"]
-        .as_array()
-        .map(|a| a.iter().map(|r| r["name"].as_str().unwrap()).collect())
-        .unwrap_or_default();
+    let e = &ksc["extenders"][0];
+    // kube-scheduler refuses native resources (cpu, hugepages) in managedResources, so a
+    // CPU-only Guaranteed pod reaches the extender only when none are listed.
+    assert!(e.get("managedResources").is_none(), "{e}");
     let pod = |resources: Value| json!({"spec": {"containers": [{"name": "c", "resources": resources}]}});
     // The telco case that went unchecked to a TopologyAffinityError: Guaranteed, 3 CPUs, no device.
     let cpu_only =
         pod(json!({"requests": {"cpu": "3", "memory": "1Gi"}, "limits": {"cpu": "3", "memory": "1Gi"}}));
-    assert!(extender_is_interested(&managed, &cpu_only), "{managed:?}");
     let hugepages = pod(json!({"limits": {"hugepages-1Gi": "2Gi", "memory": "1Gi"}}));
-    assert!(extender_is_interested(&managed, &hugepages), "{managed:?}");
     let gpu = pod(json!({"limits": {"example.com/gpu": "1"}}));
-    assert!(extender_is_interested(&managed, &gpu), "{managed:?}");
-    // The extender's own pod is never sent to the extender (it could not be scheduled while
-    // the extender is down otherwise).
+    for p in [&cpu_only, &hugepages, &gpu] {
+        assert!(extender_is_interested(&[], p), "{p}");
+    }
+    // Its own pod is sent to it too: kube-scheduler must be able to go on without it (a
+    // DaemonSet pod is scheduled by kube-scheduler), so the extender is ignorable.
     let ds = find(&objects, "DaemonSet", "numaplane-scheduler-extender");
     let own = json!({"spec": ds["spec"]["template"]["spec"].clone()});
-    assert!(!extender_is_interested(&managed, &own), "{managed:?}");
+    assert!(extender_is_interested(&[], &own));
+    assert_eq!(e["ignorable"], true);
+    // The variant for clusters that align only devices (docs/extender.md): the extender's own
+    // pod is not sent then, nor is the CPU-only pod.
+    assert!(!extender_is_interested(&["example.com/gpu"], &own));
+    assert!(!extender_is_interested(&["example.com/gpu"], &cpu_only));
+    assert!(extender_is_interested(&["example.com/gpu"], &gpu));
 }
 
 #[test]
@@ -1295,14 +1298,105 @@ fn topo(numa: i64) -> Option<TopologyInfo> {
     })
 }
 
+/// `kubectl apply -k deploy/` with every component, as a user installs it, on the kit's control
+/// plane (a cluster of `NUMAPLANE_E2E_KUBECONFIG` has it installed already). The Prometheus
+/// Operator is not there: a stand-in for its ServiceMonitor CRD (any spec) lets the
+/// servicemonitor component apply.
+async fn install_bundle(target: &ApiTarget) {
+    let Some(cp) = target.control_plane() else {
+        return;
+    };
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+            "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors", "singular": "servicemonitor"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("servicemonitor-crd.json");
+    std::fs::write(&file, crd.to_string()).unwrap();
+    cp.kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()])
+        .unwrap();
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/servicemonitors.monitoring.coreos.com",
+    ])
+    .unwrap();
+    let components: Vec<PathBuf> = COMPONENTS.iter().map(|c| deploy().join(c)).collect();
+    let out = render::apply(&deploy(), &components, cp.kubeconfig())
+        .unwrap_or_else(|e| panic!("kubectl apply -k deploy/ with {COMPONENTS:?}: {e}"));
+    // Every object of the rendered bundle is there (one `kubectl get` of them all).
+    let rendered = dir.path().join("bundle.json");
+    std::fs::write(
+        &rendered,
+        json!({"apiVersion": "v1", "kind": "List", "items": full()}).to_string(),
+    )
+    .unwrap();
+    let there = cp
+        .kubectl(&["get", "-f", rendered.to_str().unwrap(), "-o", "name"])
+        .unwrap_or_else(|e| panic!("the bundle is not all there after apply: {e}\n{out}"));
+    assert_eq!(there.lines().count(), full().len(), "{there}");
+}
+
+/// The bundle on a real API server: each ServiceAccount is allowed, as the server itself
+/// answers `kubectl auth can-i --list` for it, exactly what the bundle's rules grant, which
+/// [`each_service_account_grants_exactly_what_its_binary_requests`] holds against what the
+/// binaries request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_account_can_exactly_what_its_rules_grant_on_a_real_server() {
+    let Some(cluster) = numaplane_e2e::control_plane::require(
+        "deploy/'s RBAC checked as each ServiceAccount on a real kube-apiserver",
+        &Default::default(),
+    ) else {
+        return;
+    };
+    let target = ApiTarget::on(cluster).await.unwrap();
+    install_bundle(&target).await;
+    let accounts: Vec<&str> = full()
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(accounts.len() >= 3, "{accounts:?}");
+    for sa in accounts {
+        let rules = rbac::rules_for(full(), NAMESPACE, sa).unwrap();
+        let table = numaplane_e2e::control_plane::kubectl(
+            target.kubeconfig(),
+            &[
+                "auth",
+                "can-i",
+                "--list",
+                &format!("--as=system:serviceaccount:{NAMESPACE}:{sa}"),
+                "--namespace",
+                NAMESPACE,
+            ],
+        )
+        .unwrap();
+        let server = rbac::parse_can_i_list(&table).unwrap();
+        let bundle = rbac::grants_in(&rules, NAMESPACE);
+        assert!(!bundle.is_empty(), "{sa}: the bundle grants nothing");
+        assert_eq!(
+            server, bundle,
+            "{sa}: what the server allows (left) differs from the bundle's rules (right)\n{table}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let target = ApiTarget::start().await.unwrap();
+    install_bundle(&target).await;
     let client = target.client();
     let dir = tempfile::tempdir().unwrap();
     let ns = unique_name("np-rbac");
     let node = unique_name("np-rbac-node");
     target.create_namespace(&ns).await.unwrap();
+    // The kubelet's part of the eviction below, where there is no kubelet.
+    let _terminator = target.finish_deletions(&ns);
     if let Some(fake) = target.fake() {
         // Where the bundle puts the Leases.
         fake.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}));
@@ -1599,6 +1693,9 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             "memory".into(),
             k8s_openapi::apimachinery::pkg::api::resource::Quantity("126Gi".into()),
         );
+        // Burstable: no limits, and so no extended resource (the API server requires limits
+        // equal to requests for those).
+        r.requests.as_mut().unwrap().remove(GPU);
         r.limits = None;
     }
     pods.create(&PostParams::default(), &hog).await.unwrap();
@@ -1610,6 +1707,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             "memory".into(),
             k8s_openapi::apimachinery::pkg::api::resource::Quantity("4Gi".into()),
         );
+        r.requests.as_mut().unwrap().remove(GPU);
         r.limits = None;
         if target.fake().is_some() {
             spec.priority = Some(1000);

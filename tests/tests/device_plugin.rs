@@ -65,8 +65,16 @@ impl Env {
         Env::with(Opts::default()).await
     }
 
+    /// [`Self::new`] on the HTTP-level fake, for the faults only it can inject.
+    async fn new_fake() -> Env {
+        Env::on(ApiTarget::start_fake(true).await.unwrap(), Opts::default()).await
+    }
+
     async fn with(opts: Opts) -> Env {
-        let api = ApiTarget::start().await.unwrap();
+        Env::on(ApiTarget::start().await.unwrap(), opts).await
+    }
+
+    async fn on(api: ApiTarget, opts: Opts) -> Env {
         let ns = unique_name("np-dp");
         let node = unique_name("np-dp-node");
         api.create_namespace(&ns).await.unwrap();
@@ -613,7 +621,7 @@ async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is
 /// the kubelet asked 14 ms after the pod was created, the watch relisting after a 410).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_admitted_while_the_pod_watch_relists_is_fetched_and_steered() {
-    let env = Env::new().await;
+    let env = Env::new_fake().await;
     let Some(fake) = env.api.fake() else {
         // Only the fake can cut the watch off.
         env.cleanup().await;

@@ -238,6 +238,25 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
         .filter_map(|m| m.manager.clone())
         .collect();
     assert!(managers.iter().any(|m| m == "numaplane-exporter"), "{managers:?}");
+    // Server-side apply: the agent owns what it publishes, as an Apply (a real server tracks
+    // every field; the fake at a coarser grain).
+    let owned = nrt
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|m| m.manager.as_deref() == Some("numaplane-exporter"))
+        .unwrap();
+    assert_eq!(owned.operation.as_deref(), Some("Apply"), "{owned:?}");
+    let fields = serde_json::to_string(&owned.fields_v1).unwrap();
+    for field in [
+        "f:zones",
+        "f:attributes",
+        "f:topologyPolicies",
+        "f:ownerReferences",
+    ] {
+        assert!(fields.contains(field), "{field} not owned: {fields}");
+    }
     // One pod holds 2 CPUs of node 0 (16 CPUs per node in the fixture).
     assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
     assert_eq!(available(&nrt, "node-1", "cpu").as_deref(), Some("16"));

@@ -1013,7 +1013,7 @@ async fn fact_events_k8s_io_require_event_time_and_reporting_instance() {
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
     assert_eq!(
         err.message,
-        "Event.events.k8s.io \"e1\" is invalid: reportingInstance: Required value"
+        "Event \"e1\" is invalid: reportingInstance: Required value"
     );
     events
         .create(&PostParams::default(), &event(Some("replica-1")))

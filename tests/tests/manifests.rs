@@ -29,6 +29,8 @@ use serde_json::{Value, json};
 /// deploy/README.md.
 const GRANTS: &[(&str, &str, &str)] = &[
     ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
     ("", "nodes/configz", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),

@@ -50,7 +50,15 @@ struct Env {
 impl Env {
     /// A namespace and `n` nodes, each with two zones of 4 CPUs and 2 GPUs (single-numa-node).
     async fn new(n: usize) -> Env {
-        let target = ApiTarget::start().await.unwrap();
+        Self::on(ApiTarget::start().await.unwrap(), n).await
+    }
+
+    /// [`Self::new`] on the HTTP-level fake, for the faults only it can inject.
+    async fn new_fake(n: usize) -> Env {
+        Self::on(ApiTarget::start_fake(true).await.unwrap(), n).await
+    }
+
+    async fn on(target: ApiTarget, n: usize) -> Env {
         let ns = unique_name("np-sched");
         let prefix = unique_name("np-node");
         target.create_namespace(&ns).await.unwrap();
@@ -531,7 +539,7 @@ async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
-    let env = Env::new(4).await;
+    let env = Env::new_fake(4).await;
     let Some(fake) = env.target.fake() else {
         return; // Fault injection needs the fake.
     };
@@ -674,7 +682,7 @@ fn bindings_of(fake: &FakeApiServer, ns: &str, name: &str) -> Vec<(u16, String)>
 /// double-booked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
-    let env = Env::new(1).await;
+    let env = Env::new_fake(1).await;
     let Some(fake) = env.target.fake() else {
         return; // The races are made by the fake.
     };
@@ -904,7 +912,7 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
 /// failed Binding (and not at all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_event_and_status_writes_are_counted_as_what_they_are() {
-    let env = Env::new(1).await;
+    let env = Env::new_fake(1).await;
     let Some(fake) = env.target.fake() else {
         return; // Fault injection needs the fake.
     };
@@ -1380,8 +1388,8 @@ async fn delete_class(env: &Env, class: &str) {
 /// kube-scheduler's VolumeBinding PreBind: the unbound WaitForFirstConsumer claim gets
 /// `volume.kubernetes.io/selected-node` before the Binding is sent (the order of the requests
 /// the API server received), and a failed write is a failed Binding: no Binding is sent for
-/// that decision, the pod is retried and bound once the write succeeds. The pod also gets its
-/// `UnsupportedConstraint` warning (volume attach limits are not counted) once, and its count.
+/// that decision, the pod is retried and bound once the write succeeds. The pod gets no
+/// `UnsupportedConstraint` warning: claims are modelled, attach limits included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_for_first_consumer_claim_is_given_its_node_before_the_binding() {
     let env = Env::new(2).await;
@@ -1432,38 +1440,86 @@ async fn a_wait_for_first_consumer_claim_is_given_its_node_before_the_binding() 
             .await
             .unwrap();
     }
-    sched
-        .wait_metric(
-            "numaplane_scheduler_unsupported_constraints_total",
-            &[("field", "spec.volumes")],
-            WAIT,
-            |v| v == 1.0,
-        )
-        .await
-        .unwrap();
+    // A claim is fully modelled, attach limits included: no UnsupportedConstraint warning.
+    assert!(
+        events_about(&env, "with-claim", "UnsupportedConstraint")
+            .await
+            .is_empty()
+    );
+    delete_class(&env, &class).await;
+    env.cleanup().await;
+}
+
+/// Sets `node`'s CSINode: `csi.example.com` may attach `count` volumes there.
+async fn csi_node(env: &Env, node: &str, count: i32) {
+    let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(env.target.client());
+    let obj = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": node, "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {"drivers": [{"name": "csi.example.com", "nodeID": node, "allocatable": {"count": count}}]}});
+    match api.get_opt(node).await.unwrap() {
+        None => {
+            api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap())
+                .await
+                .unwrap();
+        }
+        Some(_) => {
+            api.patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": obj["spec"].clone()})),
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// NodeVolumeLimits from watched CSINodes: a node whose CSI driver may attach no more volumes
+/// is not chosen; a pod whose new volume fits no node's limit stays pending with
+/// kube-scheduler's reason; raising a node's limit (a CSINode update) lets it bind there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_attach_limits_from_csinodes_decide_where_claims_go() {
+    let env = Env::new(2).await;
+    let class = format!("{}-wffc", env.ns);
+    storage(&env, &class, "WaitForFirstConsumer", Some("first")).await;
+    storage(&env, &class, "WaitForFirstConsumer", Some("second")).await;
+    csi_node(&env, &env.nodes[0], 0).await;
+    csi_node(&env, &env.nodes[1], 1).await;
+    create_pod_with_claim(&env, "first", "first").await;
+    let sched = env.start(&[]).await;
+    let bound = env.wait_bound(1, &sched).await;
+    assert_eq!(
+        node_of(&bound[0]),
+        env.nodes[1],
+        "the only node with room for a volume"
+    );
+    create_pod_with_claim(&env, "second", "second").await;
     let deadline = Instant::now() + WAIT;
-    while events_about(&env, "with-claim", "UnsupportedConstraint")
-        .await
-        .is_empty()
-    {
+    loop {
+        let failed = events_about(&env, "second", "FailedScheduling").await;
+        if let Some(e) = failed.first() {
+            let note = e.note.as_deref().unwrap_or_default();
+            assert!(note.contains("2 node(s) exceed max volume count"), "{note}");
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "no UnsupportedConstraint event\n{}",
+            "no FailedScheduling for the second pod\n{}",
             sched.stderr()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let warned = events_about(&env, "with-claim", "UnsupportedConstraint").await;
-    assert_eq!(warned.len(), 1, "once, though the pod was decided twice");
-    assert!(
-        warned[0]
-            .note
-            .as_deref()
-            .unwrap_or_default()
-            .contains("spec.volumes (NodeVolumeLimits"),
-        "{:?}",
-        warned[0].note
-    );
+    csi_node(&env, &env.nodes[0], 1).await;
+    let bound = env.wait_bound(2, &sched).await;
+    let second = bound
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("second"))
+        .unwrap();
+    assert_eq!(node_of(second), env.nodes[0]);
+    let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(env.target.client());
+    for n in &env.nodes {
+        let _ = api.delete(n, &DeleteParams::default()).await;
+    }
     delete_class(&env, &class).await;
     env.cleanup().await;
 }

@@ -1,6 +1,6 @@
-//! NUMA-aware preemption end to end: `numaplane-scheduler run` against the HTTP-level fake API
-//! server (or a real cluster when `NUMAPLANE_E2E_KUBECONFIG` is set; priorities then come from
-//! PriorityClasses the test creates). The test publishes the node's NRT as its exporter would.
+//! NUMA-aware preemption end to end: `numaplane-scheduler run` against a real kube-apiserver
+//! (priorities then come from PriorityClasses the test creates, and the test finishes the
+//! victims' deletions as their kubelet would), or the HTTP-level fake API server without one. The test publishes the node's NRT as its exporter would.
 //!
 //! One node, two zones of 4 CPUs: zone 0 holds `a` (3 CPUs, priority 0) and `c` (1 CPU,
 //! priority 500); zone 1 holds `b` and `d` (2 CPUs each, priority 0). A pod of priority 1000
@@ -178,6 +178,8 @@ async fn a_high_priority_pod_evicts_exactly_its_zone_and_keeps_it() {
         "--kube-api-burst".to_owned(),
         "1000".to_owned(),
     ];
+    // The kubelet's part of an eviction, on a real server: the victims go once deleted.
+    let terminator = env.target.finish_deletions(&env.ns);
     let mut sched = Agent::spawn_scheduler("run", &args).unwrap();
     sched.wait_serving(WAIT).await.unwrap();
     env.create_pod("high", 4, 1000, None).await;
@@ -245,6 +247,58 @@ async fn a_high_priority_pod_evicts_exactly_its_zone_and_keeps_it() {
         "low took the preemptor's zone"
     );
 
+    if env.target.is_real() {
+        // The writes as the server saw them: each victim's deletion asked after it was marked
+        // (the pod the deletion is first seen on already has the condition), with its UID,
+        // and no pod of zone 0 touched.
+        let terminated = terminator.terminated();
+        let names: Vec<&str> = terminated
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        assert_eq!(
+            names.iter().copied().collect::<std::collections::BTreeSet<_>>(),
+            ["b", "d"].into()
+        );
+        for p in &terminated {
+            let v = p.metadata.name.as_deref().unwrap();
+            assert_eq!(p.metadata.uid.as_deref(), Some(uids[v].as_str()));
+            let conditions = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            assert!(
+                conditions.iter().any(|c| c.type_ == "DisruptionTarget"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("PreemptionByScheduler")),
+                "{v}: deleted before it was marked DisruptionTarget: {conditions:?}"
+            );
+        }
+        // Preempted events name the preemptor.
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let preempted: Vec<_> = events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Preempted"))
+                .collect();
+            if preempted.len() >= 2 {
+                for e in &preempted {
+                    let by = format!("Preempted by pod {}", high.metadata.uid.as_deref().unwrap());
+                    assert!(e.note.as_deref().unwrap_or_default().starts_with(&by), "{e:?}");
+                }
+                break;
+            }
+            assert!(Instant::now() < deadline, "Preempted events: {preempted:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    drop(terminator);
     if let Some(fake) = env.target.fake() {
         let reqs = fake.requests();
         for v in ["b", "d"] {

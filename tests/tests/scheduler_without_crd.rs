@@ -1,7 +1,9 @@
 //! `numaplane-scheduler run` started before the NodeResourceTopology CRD exists (install order,
 //! a CRD removed): it says so once in its log, in `/readyz` and in a metric, keeps scheduling
 //! what the `noTopology` behaviour allows, and reads NRTs as soon as the CRD appears.
-//! Always on the fake API server: a real cluster's CRD cannot be removed under other tests.
+//! On the kit's control plane, started without the CRD (this binary's own: the real server's
+//! plain-text 404 and the CRD's establishment), else on the fake API server (a shared
+//! cluster's CRD cannot be removed under other tests).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
 };
 use numaplane::nrt::{CRD_MISSING, NodeResourceTopology};
+use numaplane_e2e::control_plane;
 use numaplane_e2e::harness::{Agent, ApiTarget};
 use serde_json::json;
 
@@ -46,7 +49,23 @@ async fn wait_bound(api: &Api<Pod>, name: &str, sched: &Agent) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
-    let target = ApiTarget::start_fake(false).await.unwrap();
+    let options = control_plane::Options {
+        without_nrt_crd: true,
+        ..Default::default()
+    };
+    let target = match control_plane::cluster_with(&options) {
+        Ok(Some(cluster @ control_plane::Cluster::Kit(_))) => ApiTarget::on(cluster).await.unwrap(),
+        Ok(_) => {
+            println!(
+                "{}",
+                control_plane::skip_line(
+                    "the missing CRD on a real kube-apiserver (ran on the HTTP-level fake)"
+                )
+            );
+            ApiTarget::start_fake(false).await.unwrap()
+        }
+        Err(e) => panic!("no real API server: {e}"),
+    };
     target.create_namespace("np").await.unwrap();
     target
         .create_labelled_node(
@@ -91,7 +110,11 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
     );
 
     // The CRD appears: the metric, /readyz and the NRTs follow without a restart.
-    target.fake().unwrap().install_nrt_crd();
+    match (target.fake(), target.control_plane()) {
+        (Some(fake), _) => fake.install_nrt_crd(),
+        (None, Some(cp)) => cp.install_nrt_crd().unwrap(),
+        (None, None) => unreachable!("the kit's control plane or the fake"),
+    }
     sched.wait_metric(METRIC, &[], WAIT, |v| v == 1.0).await.unwrap();
     let (status, body) = sched.http_get("/readyz").unwrap();
     assert_eq!((status, body.as_str()), (200, "ok\n"));

@@ -1,4 +1,4 @@
-//! The seeded fault soak of issue 20 (see `numaplane_e2e::soak` for what runs, what is
+//! The seeded fault soak (see `numaplane_e2e::soak` for what runs, what is
 //! injected and what is checked, and docs/testing.md).
 //!
 //! - `short_soak` runs with every `cargo test --workspace` (so in `scripts/test`): 10 nodes,

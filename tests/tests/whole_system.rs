@@ -2,14 +2,18 @@
 //! real scheduler and, per node, the real exporter hosting our device plugin, with no
 //! oversubscription at any moment and no prediction mismatch.
 //!
-//! Against the HTTP-level fake API (default): simulated nodes, each a fake kubelet (real gRPC
+//! Against a real kube-apiserver (the kit's control plane, see `numaplane_e2e::control_plane`),
+//! or the HTTP-level fake API without one: simulated nodes, each a fake kubelet (real gRPC
 //! servers on Unix sockets, see `numaplane_e2e::whole_system`) and an exporter process.
-//! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000) of a mixed shape (1–4 exclusive CPUs,
+//! `NUMAPLANE_E2E_SYSTEM_PODS` pods (default 1,000 on the fake, 150 on a real kube-apiserver)
+//! of a mixed shape (1–4 exclusive CPUs,
 //! memory, GPUs, NIC slots) are created while fewer than a window are alive, and reflected pods
 //! are deleted at random so later pods reuse their CPUs, devices and slots. The main run keeps
 //! about half the capacity alive with the scheduler's default parallel bindings; the near-full
 //! run makes pods wait for capacity, so pods are bound out of creation order; the step-by-step
-//! test pins that case down (the plugin steers by binding order, as the kubelet admits).
+//! test pins that case down (the plugin steers by binding order, as the kubelet admits). In both
+//! runs one node's device plugins register again mid-stream (their sockets removed while its
+//! kubelet runs), and every invariant must still hold.
 //!
 //! Against a real cluster (`NUMAPLANE_E2E_KUBECONFIG`): the real nodes' kubelets and the
 //! exporters installed there (deploy/) take the fake kubelets' place; the test runs its own
@@ -31,6 +35,7 @@ use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::fingerprint;
 use numaplane::nrt::{self, NodeResourceTopology};
 use numaplane::quantity::Quantity;
+use numaplane_e2e::control_plane::Cluster;
 use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use numaplane_e2e::whole_system::{self as sys, SimNode};
 use serde_json::json;
@@ -87,14 +92,28 @@ async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> 
     }
 }
 
+/// Whether the target is `NUMAPLANE_E2E_KUBECONFIG`'s cluster, with real kubelets (the kit's
+/// control plane has none: the simulated nodes run against it).
+fn external(api: &ApiTarget) -> bool {
+    matches!(api.cluster(), Some(Cluster::External(_)))
+}
+
+/// Pods of the main simulated run on a real kube-apiserver: every write goes through etcd
+/// there, and the suite's time is bounded (`scripts/test` within 15 minutes on 2 cores);
+/// `NUMAPLANE_E2E_SYSTEM_PODS` asks for more.
+const REAL_PODS: usize = 150;
+/// Pods of the near-full run on a real kube-apiserver: more than [`FULL_WINDOW`], so that pods
+/// still wait for capacity.
+const REAL_FULL_PODS: usize = 200;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
     let api = ApiTarget::start().await.unwrap();
-    if api.is_real() {
+    if external(&api) {
         real_cluster(&api).await;
         return;
     }
-    simulated(&api, WINDOW, 1000).await;
+    simulated(&api, WINDOW, if api.is_real() { REAL_PODS } else { 1000 }).await;
 }
 
 /// The same flow with the nodes kept near full, so that pods wait for capacity and a pod can be
@@ -102,12 +121,17 @@ async fn pods_flow_to_the_nrt_without_oversubscription_or_mismatch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_waiting_for_capacity_get_their_recorded_devices() {
     let api = ApiTarget::start().await.unwrap();
-    if api.is_real() {
+    if external(&api) {
         real_cluster(&api).await;
         return;
     }
     // Fewer pods than the main run: every one of them waits for capacity, which is the point.
-    simulated(&api, FULL_WINDOW, 400).await;
+    simulated(
+        &api,
+        FULL_WINDOW,
+        if api.is_real() { REAL_FULL_PODS } else { 400 },
+    )
+    .await;
 }
 
 /// The root of the swap above, one step at a time: pods `a` (older) and `b` (newer), one GPU
@@ -226,6 +250,15 @@ async fn simulated(api: &ApiTarget, window: usize, default_pods: usize) {
         "whole system: nodes up, scheduler serving after {:.1} s",
         setup.elapsed().as_secs_f64()
     );
+    // A fault mid-stream: once the first node admits pods, its device plugins register again.
+    let faulty = nodes.values().next().unwrap().clone();
+    let fault = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while faulty.admitted() == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        faulty.reregister_plugins().await.map(|()| faulty.name.clone())
+    });
     let report = sys::drive(
         client.clone(),
         &ns,
@@ -273,6 +306,21 @@ async fn simulated(api: &ApiTarget, window: usize, default_pods: usize) {
         scheduler.stderr()
     );
     assert!(report.deleted >= pods / 2, "too little churn: {report:?}");
+    let reregistered = fault.await.unwrap().unwrap();
+    let node = &nodes[&reregistered];
+    assert!(node.registrations(sys::GPU) >= 2 && node.registrations(sys::NIC) >= 2);
+    // The exporter read allocatable again for the lists the plugins sent after registering.
+    let text = node.exporter.metrics().unwrap();
+    assert!(
+        metric_value(
+            &text,
+            "numaplane_exporter_allocatable_rereads_total",
+            &[("cause", "device_plugin")]
+        )
+        .unwrap_or(0.0)
+            >= 2.0,
+        "{text}"
+    );
 
     // Everything goes: every kubelet frees all, and every NRT shows the empty node (checked
     // against the kubelet state by the NRT watcher as before).

@@ -1,6 +1,6 @@
 //! Everything the NRT carries as an attribute: the fingerprint, the kubelet's configuration,
-//! SMT width, memory groups, where init-held data came from, cluster-shared slots and devices
-//! without a NUMA node.
+//! SMT width, memory groups, where init-held data came from, cluster-shared slots, devices
+//! without a NUMA node and the node-level resources.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +17,7 @@ pub(super) fn attributes(
     _pods: &[&PodResources],
     acc: &Accumulator<'_, '_>,
     fingerprint: Option<&String>,
+    node_level: Option<&std::collections::BTreeSet<String>>,
 ) -> (Vec<AttributeInfo>, BTreeMap<String, String>) {
     let mut attributes = Vec::new();
     let mut annotations = BTreeMap::new();
@@ -124,6 +125,16 @@ pub(super) fn attributes(
         attributes.push(AttributeInfo {
             name: format!("{}{resource}", attr::DEVICES_WITHOUT_NUMA_PREFIX),
             value: nrt::join_devices_without_numa(u64::try_from(free.len()).unwrap_or(u64::MAX), free),
+        });
+    }
+
+    // Written only where the Node is known: it promises that every extended resource the Node
+    // allocates is in a zone, under devices-without-numa, or named here, so the scheduler
+    // reads one it lacks as "not published yet", never as "no NUMA affinity".
+    if let Some(names) = node_level {
+        attributes.push(AttributeInfo {
+            name: attr::NODE_LEVEL_RESOURCES.to_owned(),
+            value: nrt::join_resource_names(names),
         });
     }
 

@@ -81,6 +81,10 @@ pub struct AccountingConfig {
     /// The Static memory manager's NUMA groups in use (its checkpoint), published as
     /// [`attr::MEMORY_GROUPS`] when known, so the scheduler need not guess them.
     pub memory_groups: Option<Vec<Vec<u32>>>,
+    /// The Node's extended resources, when its watch has seen it: the object then names the
+    /// node-level ones ([`attr::NODE_LEVEL_RESOURCES`]), promising that it describes every
+    /// extended resource the Node allocates. `None`: the attribute is left out.
+    pub node_level: Option<crate::allocatable_follow::NodeLevelInput>,
 }
 
 impl Default for AccountingConfig {
@@ -103,6 +107,7 @@ impl Default for AccountingConfig {
             held_beyond_list: BTreeMap::new(),
             held_sources: None,
             memory_groups: None,
+            node_level: None,
         }
     }
 }

@@ -280,7 +280,22 @@ pub fn account(
     let fingerprint = cfg
         .fingerprint_method
         .map(|method| pods_fingerprint(&pods, method));
-    let (attributes, annotations) = attributes::attributes(machine, cfg, &pods, &acc, fingerprint.as_ref());
+    let node_level = cfg.node_level.as_ref().map(|input| {
+        let kubelet_devices: std::collections::BTreeSet<&str> = allocatable
+            .devices
+            .iter()
+            .map(|d| d.resource_name.as_str())
+            .collect();
+        crate::allocatable_follow::node_level(input, &kubelet_devices, &cfg.excluded_resources())
+    });
+    let (attributes, annotations) = attributes::attributes(
+        machine,
+        cfg,
+        &pods,
+        &acc,
+        fingerprint.as_ref(),
+        node_level.as_ref(),
+    );
     let scope = or_default(&cfg.topology_manager_scope, DEFAULT_TOPOLOGY_MANAGER_SCOPE);
     let policy = or_default(&cfg.topology_manager_policy, DEFAULT_TOPOLOGY_MANAGER_POLICY);
 

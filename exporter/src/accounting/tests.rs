@@ -1395,3 +1395,44 @@ fn get_nrt_zone_count(nrt: &NodeResourceTopology, zone: &str, resource: &str) ->
     let r = z.resources.as_ref()?.iter().find(|r| r.name == resource)?;
     Some(r.allocatable.0.clone())
 }
+
+#[test]
+fn node_level_resources_are_published_only_when_the_node_is_known() {
+    let gpu = "example.com/gpu";
+    let alloc = AllocatableResourcesResponse {
+        devices: vec![dev(gpu, "g0", &[0])],
+        ..all_cpus()
+    };
+    // No Node view: no promise.
+    assert_eq!(
+        run(&alloc, &list(vec![])).to_nrt("n1").node_level_resources(),
+        None
+    );
+    let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
+    let mut c = cfg();
+    c.node_level = Some(crate::allocatable_follow::NodeLevelInput {
+        // The GPU has devices (in a zone); the dongle has none; the NIC is awaited; the FPGA
+        // is excluded from the object, so it is named too.
+        node_extended: names(&[gpu, "example.com/dongle", "example.com/nic", "example.com/fpga"]),
+        withhold: names(&["example.com/nic"]),
+    });
+    c.resource_exclude = BTreeMap::from([(
+        crate::accounting::EXCLUDE_ALL_NODES.to_owned(),
+        vec!["example.com/fpga".to_owned()],
+    )]);
+    let nrt = account(&machine(), &alloc, &list(vec![]), &c)
+        .unwrap()
+        .to_nrt("n1");
+    assert_eq!(
+        nrt.node_level_resources(),
+        Some(vec![
+            "example.com/dongle".to_owned(),
+            "example.com/fpga".to_owned()
+        ])
+    );
+    // After every other attribute: the extensions' order stays RTE's, then ours.
+    assert_eq!(
+        nrt.attributes.as_ref().unwrap().last().unwrap().name,
+        nrt::attr::NODE_LEVEL_RESOURCES
+    );
+}

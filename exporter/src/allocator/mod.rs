@@ -186,6 +186,8 @@ pub struct AllocatorConfig {
     pub rescan: Duration,
     /// Where the inventory is read from: this hwloc XML file, or the live system.
     pub topology_xml: Option<PathBuf>,
+    /// The hosting agent's note of device lists sent to the kubelet (`None` when run alone).
+    pub delivered: Option<crate::allocatable_follow::Delivered>,
 }
 
 /// Starts the allocator into `tasks`: the record watch (when there is an API client), one
@@ -206,6 +208,7 @@ pub fn start(
         resync,
         rescan,
         topology_xml,
+        delivered,
     } = cfg;
     let recorder = client.as_ref().map(|c| {
         Recorder::new(
@@ -273,6 +276,7 @@ pub fn start(
             listed_after: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             devices: rx,
             metrics: metrics.clone(),
+            delivered: delivered.clone(),
         };
         let dir = dir.clone();
         registrations.set(&metrics, &state.pool.resource, false);
@@ -858,6 +862,7 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
         resync: args.resync_interval,
         rescan: args.device_rescan_interval,
         topology_xml: args.topology_xml.clone(),
+        delivered: None,
     };
     let registrations = start(&mut tasks, cfg, Some(client), kubelet, metrics);
     let h = health.clone();

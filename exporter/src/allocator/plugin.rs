@@ -130,6 +130,9 @@ pub struct PluginState {
     pub devices: watch::Receiver<Vec<dp::Device>>,
     /// Metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where each device list sent to the kubelet is noted, when an agent hosts the allocator:
+    /// it reads allocatable again so that its object shows the devices at once.
+    pub delivered: Option<crate::allocatable_follow::Delivered>,
 }
 
 impl std::fmt::Debug for PluginState {
@@ -424,12 +427,21 @@ impl DevicePlugin for PluginState {
         _: Request<dp::Empty>,
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let rx = self.devices.clone();
-        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+        let note = self.delivered.clone().map(|d| (d, self.pool.resource.clone()));
+        let stream = futures::stream::unfold((rx, true, note), |(mut rx, first, note)| async move {
             if !first && rx.changed().await.is_err() {
                 return None;
             }
             let devices = rx.borrow_and_update().clone();
-            Some((Ok(dp::ListAndWatchResponse { devices }), (rx, false)))
+            if let Some((delivered, resource)) = &note {
+                let healthy = devices
+                    .iter()
+                    .filter(|d| d.health == "Healthy")
+                    .map(|d| d.id.clone())
+                    .collect();
+                delivered.note(resource, healthy);
+            }
+            Some((Ok(dp::ListAndWatchResponse { devices }), (rx, false, note)))
         });
         Ok(Response::new(Box::pin(stream)))
     }

@@ -1,12 +1,13 @@
 //! Metrics of the node-side allocator, registered under `numaplane_exporter_allocator_`.
 //! Labels are bounded: the resource name and a fixed outcome set; pod names never appear.
 
+use numaplane::metrics::Registrar;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 
 /// `resource` and `outcome`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,74 +71,21 @@ pub struct AllocatorMetrics {
 }
 
 impl AllocatorMetrics {
-    /// Registers every family in `registry` (a sub-registry of the exporter's).
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = AllocatorMetrics {
-            preferred: Family::default(),
-            preferred_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
-            allocate: Family::default(),
-            mismatches: Family::default(),
-            slots: Family::default(),
-            registrations: Family::default(),
-            registered: Family::default(),
-            records_ignored: Family::default(),
-            resyncs: Family::default(),
-            refreshes: Family::default(),
-            pod_fetches: Family::default(),
-        };
-        registry.register(
-            "preferred_allocations",
-            "GetPreferredAllocation calls by outcome (honoured: the recorded plan was returned; no_candidate; not_honourable)",
-            m.preferred.clone(),
-        );
-        registry.register_with_unit(
-            "preferred_allocation_duration",
-            "Time to answer GetPreferredAllocation",
-            Unit::Seconds,
-            m.preferred_latency.clone(),
-        );
-        registry.register("allocations", "Allocate calls by outcome", m.allocate.clone());
-        registry.register(
-            "mismatches",
-            "Containers whose devices (per pod-resources) differ from the scheduler's record",
-            m.mismatches.clone(),
-        );
-        registry.register(
-            "slots",
-            "Devices or slots per pool: used here, free, (shared: cluster) held on other nodes, and (PCI-matched) unhealthy: gone from the PCI inventory",
-            m.slots.clone(),
-        );
-        registry.register(
-            "registrations",
-            "Registrations with the kubelet by outcome",
-            m.registrations.clone(),
-        );
-        registry.register(
-            "registered",
-            "1 while the pool's device plugin is registered with the kubelet (served, registered, and neither socket gone since), else 0",
-            m.registered.clone(),
-        );
-        registry.register(
-            "records_ignored",
-            "Allocation records ignored for steering, by reason (malformed, other_node, unknown_device)",
-            m.records_ignored.clone(),
-        );
-        registry.register(
-            "resyncs",
-            "Reconciliations of pod-resources against the records, by outcome",
-            m.resyncs.clone(),
-        );
-        registry.register(
-            "kubelet_refreshes",
-            "Pod-resources Lists made while answering GetPreferredAllocation, by outcome (ok, over_budget, error)",
-            m.refreshes.clone(),
-        );
-        registry.register(
-            "pod_fetches",
-            "Pods the kubelet lists but the pod watch did not know yet (relisting, lagging), fetched from the API server while answering GetPreferredAllocation, by outcome (ok, error, timeout)",
-            m.pod_fetches.clone(),
-        );
-        m
+    /// Registers every family with `r` (a sub-registry of the exporter's).
+    pub fn register(r: &mut Registrar<'_>) -> Self {
+        AllocatorMetrics {
+            preferred: r.family("preferred_allocations", "GetPreferredAllocation calls by outcome (honoured: the recorded plan was returned; no_candidate; not_honourable)"),
+            preferred_latency: r.with_unit("preferred_allocation_duration", "Time to answer GetPreferredAllocation", Unit::Seconds, Histogram::new(exponential_buckets(0.000_01, 2.0, 20))),
+            allocate: r.family("allocations", "Allocate calls by outcome"),
+            mismatches: r.family("mismatches", "Containers whose devices (per pod-resources) differ from the scheduler's record"),
+            slots: r.family("slots", "Devices or slots per pool: used here, free, (shared: cluster) held on other nodes, and (PCI-matched) unhealthy: gone from the PCI inventory"),
+            registrations: r.family("registrations", "Registrations with the kubelet by outcome"),
+            registered: r.family("registered", "1 while the pool's device plugin is registered with the kubelet (served, registered, and neither socket gone since), else 0"),
+            records_ignored: r.family("records_ignored", "Allocation records ignored for steering, by reason (malformed, other_node, unknown_device)"),
+            resyncs: r.family("resyncs", "Reconciliations of pod-resources against the records, by outcome"),
+            refreshes: r.family("kubelet_refreshes", "Pod-resources Lists made while answering GetPreferredAllocation, by outcome (ok, over_budget, error)"),
+            pod_fetches: r.family("pod_fetches", "Pods the kubelet lists but the pod watch did not know yet (relisting, lagging), fetched from the API server while answering GetPreferredAllocation, by outcome (ok, error, timeout)"),
+        }
     }
 
     /// Counts one outcome for `resource` in `family`.

@@ -4,6 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use numaplane::metrics::Registrar;
 use numaplane::quantity::Quantity;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -77,6 +78,22 @@ pub struct ScanLabels {
     pub trigger: String,
     /// `success` or the failure kind.
     pub result: String,
+}
+
+/// Labels of allocatable re-reads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RereadLabels {
+    /// `device_plugin`, `node_allocatable` or `retry`.
+    pub cause: String,
+}
+
+/// Labels of waits for devices in allocatable.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitLabels {
+    /// The extended resource.
+    pub resource: String,
+    /// `appeared` or `gave_up`.
+    pub outcome: String,
 }
 
 /// Labels of NRT writes.
@@ -160,6 +177,10 @@ pub struct Metrics {
     pub scan_duration: Histogram,
     /// Scans by trigger and result.
     pub scans: Family<ScanLabels, Counter>,
+    /// `GetAllocatableResources` read again because devices may have changed, by cause.
+    pub allocatable_rereads: Family<RereadLabels, Counter>,
+    /// Waits for expected devices to appear in allocatable, by resource and outcome.
+    pub allocatable_waits: Family<WaitLabels, Counter>,
     /// Pod-resources calls by method and code.
     pub podresources_requests: Family<CallLabels, Counter>,
     /// Kubelet outages (socket gone or unanswering), each followed by reconnection attempts.
@@ -218,159 +239,41 @@ impl Metrics {
     /// Registers every family under the `numaplane_exporter` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("numaplane_exporter");
-        let allocator = allocator::AllocatorMetrics::register(registry.sub_registry_with_prefix("allocator"));
+        let mut r = Registrar::new(&mut registry);
+        let allocator = allocator::AllocatorMetrics::register(&mut r.sub("allocator"));
         let m = Self {
             allocator,
-            zone_capacity: Family::default(),
-            zone_allocatable: Family::default(),
-            zone_available: Family::default(),
-            zone_cost: Family::default(),
-            scan_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
-            scans: Family::default(),
-            podresources_requests: Family::default(),
-            kubelet_reconnects: Counter::default(),
-            kubelet_watch_active: Gauge::default(),
-            nrt_writes: Family::default(),
-            nrt_write_skips: Counter::default(),
-            last_successful_scan: GaugeF::default(),
-            last_successful_publish: GaugeF::default(),
-            stale: Gauge::default(),
-            anomalies: Family::default(),
-            anomalies_current: Family::default(),
+            zone_capacity: r.family("zone_resource_capacity", "Capacity of a resource in a NUMA zone (cores, bytes or devices)"),
+            zone_allocatable: r.family("zone_resource_allocatable", "Allocatable amount of a resource in a NUMA zone"),
+            zone_available: r.family("zone_resource_available", "Amount of a resource in a NUMA zone not held exclusively by pods"),
+            zone_cost: r.family("zone_cost", "NUMA distance from a zone to another zone (SLIT)"),
+            scan_duration: r.with_unit("scan_duration", "Duration of one scan: kubelet calls, accounting and object build", Unit::Seconds, Histogram::new(exponential_buckets(0.000_1, 2.0, 16))),
+            scans: r.family("scans", "Scans by trigger and result"),
+            allocatable_rereads: r.family("allocatable_rereads", "GetAllocatableResources read again because a device list may have reached the kubelet, by cause"),
+            allocatable_waits: r.family("allocatable_waits", "Waits for expected devices to appear in GetAllocatableResources, by resource and outcome"),
+            podresources_requests: r.family("podresources_requests", "Calls to the kubelet pod-resources API by method and gRPC code"),
+            kubelet_reconnects: r.family("kubelet_reconnects", "Reconnections to the kubelet pod-resources socket"),
+            kubelet_watch_active: r.family("kubelet_watch_active", "1 while the kubelet Watch stream is open"),
+            nrt_writes: r.family("nrt_writes", "NodeResourceTopology writes by result"),
+            nrt_write_skips: r.family("nrt_write_skips", "NodeResourceTopology writes skipped because nothing changed"),
+            last_successful_scan: r.with_unit("last_successful_scan_timestamp", "Unix time of the last successful scan", Unit::Seconds, GaugeF::default()),
+            last_successful_publish: r.with_unit("last_successful_publish_timestamp", "Unix time the API server last held the current object", Unit::Seconds, GaugeF::default()),
+            stale: r.family("stale", "1 while the published object may be stale because the last scan or write failed"),
+            anomalies: r.family("accounting_anomalies", "New occurrences of suspicious kubelet data worked around by the accounting (one that persists across scans counts once), by kind"),
+            anomalies_current: r.family("accounting_anomalies_current", "Suspicious kubelet data worked around in the last scan, by kind"),
+            pods_with_exclusive: r.family("pods_with_exclusive_resources", "Accounted pods holding exclusive CPUs, NUMA-pinned memory or NUMA-affine devices"),
+            pods_accounted: r.family("pods_accounted", "Pods left after the namespace, exclusion and terminal-pod filters"),
+            dra_devices: r.family("dra_devices", "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)"),
+            init_held_source: r.family("init_held_source", "1 for where the resources init containers still hold were read from (kubelet checkpoint, pod spec, or none), per kind"),
+            checkpoint_errors: r.family("kubelet_checkpoint_errors", "Scans that found a kubelet checkpoint unusable (unreadable, not JSON, unknown layout, checksum mismatch)"),
+            errors: r.family("errors", "Errors outside scans by kind"),
+            kubelet_config_source: r.family("kubelet_config_source", "1 for where the kubelet configuration in use was read: configz, file, flags (no source configured) or none (no source answered; its attributes are left out)"),
+            kubelet_config_errors: r.family("kubelet_config_errors", "Failed reads of a kubelet configuration source, by source and reason"),
+            nrt_crd_installed: r.family("nrt_crd_installed", "1 while the API server serves the NodeResourceTopology API, 0 while the CRD (noderesourcetopologies.topology.node.k8s.io) is not installed"),
+            info: r.family("info", "Agent configuration"),
             last_anomalies: std::sync::Mutex::default(),
-            pods_with_exclusive: Gauge::default(),
-            pods_accounted: Gauge::default(),
-            dra_devices: Family::default(),
-            init_held_source: Family::default(),
-            checkpoint_errors: Family::default(),
-            errors: Family::default(),
-            kubelet_config_source: Family::default(),
-            kubelet_config_errors: Family::default(),
-            nrt_crd_installed: Gauge::default(),
-            info: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "zone_resource_capacity",
-            "Capacity of a resource in a NUMA zone (cores, bytes or devices)",
-            m.zone_capacity.clone(),
-        );
-        registry.register(
-            "zone_resource_allocatable",
-            "Allocatable amount of a resource in a NUMA zone",
-            m.zone_allocatable.clone(),
-        );
-        registry.register(
-            "zone_resource_available",
-            "Amount of a resource in a NUMA zone not held exclusively by pods",
-            m.zone_available.clone(),
-        );
-        registry.register(
-            "zone_cost",
-            "NUMA distance from a zone to another zone (SLIT)",
-            m.zone_cost.clone(),
-        );
-        registry.register_with_unit(
-            "scan_duration",
-            "Duration of one scan: kubelet calls, accounting and object build",
-            Unit::Seconds,
-            m.scan_duration.clone(),
-        );
-        registry.register("scans", "Scans by trigger and result", m.scans.clone());
-        registry.register(
-            "podresources_requests",
-            "Calls to the kubelet pod-resources API by method and gRPC code",
-            m.podresources_requests.clone(),
-        );
-        registry.register(
-            "kubelet_reconnects",
-            "Reconnections to the kubelet pod-resources socket",
-            m.kubelet_reconnects.clone(),
-        );
-        registry.register(
-            "kubelet_watch_active",
-            "1 while the kubelet Watch stream is open",
-            m.kubelet_watch_active.clone(),
-        );
-        registry.register(
-            "nrt_writes",
-            "NodeResourceTopology writes by result",
-            m.nrt_writes.clone(),
-        );
-        registry.register(
-            "nrt_write_skips",
-            "NodeResourceTopology writes skipped because nothing changed",
-            m.nrt_write_skips.clone(),
-        );
-        registry.register_with_unit(
-            "last_successful_scan_timestamp",
-            "Unix time of the last successful scan",
-            Unit::Seconds,
-            m.last_successful_scan.clone(),
-        );
-        registry.register_with_unit(
-            "last_successful_publish_timestamp",
-            "Unix time the API server last held the current object",
-            Unit::Seconds,
-            m.last_successful_publish.clone(),
-        );
-        registry.register(
-            "stale",
-            "1 while the published object may be stale because the last scan or write failed",
-            m.stale.clone(),
-        );
-        registry.register(
-            "accounting_anomalies",
-            "New occurrences of suspicious kubelet data worked around by the accounting (one that persists across scans counts once), by kind",
-            m.anomalies.clone(),
-        );
-        registry.register(
-            "accounting_anomalies_current",
-            "Suspicious kubelet data worked around in the last scan, by kind",
-            m.anomalies_current.clone(),
-        );
-        registry.register(
-            "pods_with_exclusive_resources",
-            "Accounted pods holding exclusive CPUs, NUMA-pinned memory or NUMA-affine devices",
-            m.pods_with_exclusive.clone(),
-        );
-        registry.register(
-            "pods_accounted",
-            "Pods left after the namespace, exclusion and terminal-pod filters",
-            m.pods_accounted.clone(),
-        );
-        registry.register(
-            "dra_devices",
-            "DRA devices held by accounted pods, per driver (no NUMA node is known for them, so no zone counts them)",
-            m.dra_devices.clone(),
-        );
-        registry.register(
-            "init_held_source",
-            "1 for where the resources init containers still hold were read from (kubelet checkpoint, pod spec, or none), per kind",
-            m.init_held_source.clone(),
-        );
-        registry.register(
-            "kubelet_checkpoint_errors",
-            "Scans that found a kubelet checkpoint unusable (unreadable, not JSON, unknown layout, checksum mismatch)",
-            m.checkpoint_errors.clone(),
-        );
-        registry.register("errors", "Errors outside scans by kind", m.errors.clone());
-        registry.register(
-            "kubelet_config_source",
-            "1 for where the kubelet configuration in use was read: configz, file, flags (no source configured) or none (no source answered; its attributes are left out)",
-            m.kubelet_config_source.clone(),
-        );
-        registry.register(
-            "kubelet_config_errors",
-            "Failed reads of a kubelet configuration source, by source and reason",
-            m.kubelet_config_errors.clone(),
-        );
-        registry.register(
-            "nrt_crd_installed",
-            "1 while the API server serves the NodeResourceTopology API, 0 while the CRD (noderesourcetopologies.topology.node.k8s.io) is not installed",
-            m.nrt_crd_installed.clone(),
-        );
-        registry.register("info", "Agent configuration", m.info.clone());
         for kind in AnomalyKind::ALL {
             // Zero series up front, so rate() works from the first anomaly on.
             let labels = KindLabels {
@@ -384,9 +287,7 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        numaplane::metrics::encode(&self.registry)
     }
 
     /// Records where init containers' leftovers came from this scan (`None`: not matched).
@@ -455,6 +356,25 @@ impl Metrics {
             .get_or_create(&ScanLabels {
                 trigger: trigger.to_owned(),
                 result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one re-read of allocatable.
+    pub fn allocatable_reread(&self, cause: &str) {
+        self.allocatable_rereads
+            .get_or_create(&RereadLabels {
+                cause: cause.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one ended wait for devices in allocatable.
+    pub fn allocatable_wait(&self, resource: &str, outcome: &str) {
+        self.allocatable_waits
+            .get_or_create(&WaitLabels {
+                resource: resource.to_owned(),
+                outcome: outcome.to_owned(),
             })
             .inc();
     }

@@ -154,5 +154,6 @@ pub fn accounting_config(args: &RunArgs, tm: &ResourceManagerSettings) -> Accoun
         held_beyond_list: BTreeMap::new(),
         held_sources: None,
         memory_groups: None,
+        node_level: None,
     }
 }

@@ -9,6 +9,7 @@ use numaplane::nrt::NodeResourceTopology;
 use tokio::time::Instant;
 
 use crate::accounting::{AccountingConfig, AnomalyKind};
+use crate::allocatable_follow::{Cause, Delivered, Expect, NodeLevelInput, Waits};
 use crate::backoff::{Backoff, jittered};
 use crate::kubelet_source::{Known, Refresh};
 use crate::metrics::Metrics;
@@ -20,7 +21,7 @@ use crate::run::error::RunError;
 use crate::run::report::{log_anomalies, note_init_held};
 use crate::scan::{ScanError, Scanner};
 use crate::server::Health;
-use crate::triggers::{self, Trigger, Triggers};
+use crate::triggers::{self, Batch, Trigger, Triggers};
 
 /// One `Get` per this interval at most: half of the default request budget, the rest is for
 /// scans.
@@ -42,6 +43,14 @@ pub(super) struct Agent {
     pub(super) publisher: Option<Publisher>,
     pub(super) events: Option<NodeEvents>,
     pub(super) pod_view: SharedPodView,
+    /// What the watch of this Node knows of its extended resources.
+    pub(super) node_view: crate::node_watch::SharedNodeView,
+    /// Device lists the hosted allocator sent to the kubelet (`None` without `--pools`).
+    pub(super) delivered: Option<Delivered>,
+    /// Devices expected in allocatable and not shown yet.
+    pub(super) waits: Waits,
+    /// Every resource the kubelet has listed devices of since start: never named node-level.
+    pub(super) device_resources_seen: BTreeSet<String>,
     pub(super) listed: Arc<Mutex<BTreeSet<PodKey>>>,
     /// Every background task, named; one that ends takes the agent down (supervision).
     pub(super) tasks: tokio::task::JoinSet<&'static str>,
@@ -78,11 +87,127 @@ impl Agent {
         let _ = self.refresh.send(r);
     }
 
+    /// Starts waits for the devices the batch says may have reached the kubelet; whether
+    /// allocatable must be read again for them.
+    fn follow_devices(&mut self, batch: &Batch) -> bool {
+        let now = Instant::now();
+        let mut reread = false;
+        if batch.triggers.contains(&Trigger::DevicesDelivered) {
+            for (resource, ids) in self.delivered.as_ref().map(Delivered::take).unwrap_or_default() {
+                self.waits
+                    .expect(&resource, Expect::Ids(ids), Cause::DevicePlugin, now);
+            }
+            self.metrics.allocatable_reread(Cause::DevicePlugin.as_str());
+            reread = true;
+        }
+        if batch.triggers.contains(&Trigger::NodeAllocatable) {
+            let changed = crate::node_watch::lock(&self.node_view).take_changed();
+            for (resource, count) in changed {
+                // What our allocator sent is exact; the Node's count follows it later.
+                if !self.waits.expects_ids(&resource) {
+                    self.waits
+                        .expect(&resource, Expect::Count(count), Cause::NodeAllocatable, now);
+                }
+            }
+            self.metrics.allocatable_reread(Cause::NodeAllocatable.as_str());
+            reread = true;
+        }
+        if batch.triggers.contains(&Trigger::AllocatableRetry) {
+            self.metrics.allocatable_reread("retry");
+            reread = true;
+        }
+        reread
+    }
+
+    /// What the object says of the Node's extended resources, when the Node watch saw it.
+    fn node_level_input(&self) -> Option<NodeLevelInput> {
+        let view = crate::node_watch::lock(&self.node_view);
+        view.synced.then(|| NodeLevelInput {
+            node_extended: view.extended.keys().cloned().collect(),
+            withhold: self
+                .waits
+                .pending()
+                .chain(&self.device_resources_seen)
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// After a scan: ends the waits its allocatable satisfies or that ran out, and schedules
+    /// the next read for the others.
+    fn check_waits(&mut self, retry: &mut Option<tokio::task::JoinHandle<()>>) {
+        let Some(allocatable) = self.scanner.allocatable() else {
+            return;
+        };
+        self.device_resources_seen
+            .extend(allocatable.devices.iter().map(|d| d.resource_name.clone()));
+        let checked = self.waits.check(allocatable, Instant::now());
+        let node = &self.args.node_name;
+        for e in &checked.appeared {
+            self.metrics.allocatable_wait(&e.resource, "appeared");
+            // Shown by the first read: the usual case, not worth an info line each time.
+            let level_info = e.wait.reads > 1;
+            macro_rules! appeared {
+                ($level:ident) => {
+                    tracing::$level!(
+                        node = %node,
+                        resource = %e.resource,
+                        cause = e.wait.cause.as_str(),
+                        devices = e.seen.len(),
+                        reads = e.wait.reads,
+                        after = ?e.wait.since.elapsed(),
+                        "allocatable shows the kubelet's devices"
+                    )
+                };
+            }
+            if level_info {
+                appeared!(info);
+            } else {
+                appeared!(debug);
+            }
+        }
+        for e in &checked.gave_up {
+            self.metrics.allocatable_wait(&e.resource, "gave_up");
+            if e.seen.is_empty() && matches!(e.wait.expect, Expect::Count(_)) {
+                tracing::info!(
+                    node = %node,
+                    resource = %e.resource,
+                    reads = e.wait.reads,
+                    "the kubelet serves no device of this Node resource; it is published as node-level"
+                );
+            } else {
+                tracing::warn!(
+                    node = %node,
+                    resource = %e.resource,
+                    cause = e.wait.cause.as_str(),
+                    expected = %e.wait.expect,
+                    seen = %e.seen.iter().cloned().collect::<Vec<_>>().join(","),
+                    reads = e.wait.reads,
+                    "the kubelet's allocatable did not show the expected devices in time; publishing what it shows"
+                );
+            }
+        }
+        if !checked.gave_up.is_empty() {
+            // This scan still withheld them from the node-level resources: publish again.
+            self.triggers.send(Trigger::AllocatableRetry);
+        }
+        if let Some(delay) = checked.retry_in
+            && retry.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let triggers = self.triggers.clone();
+            *retry = Some(tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                triggers.send(Trigger::AllocatableRetry);
+            }));
+        }
+    }
+
     pub(super) async fn run(mut self) -> Result<(), RunError> {
         self.triggers.send(Trigger::Startup);
         let mut kubelet_backoff = Backoff::new(self.args.kubelet_backoff_min, self.args.kubelet_backoff_max);
         let mut api_backoff = Backoff::new(self.args.api_backoff_min, self.args.api_backoff_max);
         let mut retry: Option<tokio::task::JoinHandle<()>> = None;
+        let mut allocatable_retry: Option<tokio::task::JoinHandle<()>> = None;
         let mut crd_ready = false;
         let mut kubelet_down = false;
         let mut seen_anomalies = BTreeSet::new();
@@ -113,7 +238,7 @@ impl Agent {
                     self.health.set_not_ready(format!("task {name} stopped"));
                     tracing::error!(task = name, "a supervised task stopped; exiting so the pod restarts");
                     self.tasks.abort_all();
-                    if let Some(r) = retry.take() {
+                    for r in [retry.take(), allocatable_retry.take()].into_iter().flatten() {
                         r.abort();
                     }
                     return Err(RunError::TaskEnded(name));
@@ -135,7 +260,8 @@ impl Agent {
                 .triggers
                 .iter()
                 .any(|t| matches!(t, Trigger::Startup | Trigger::Resync));
-            if periodic || kubelet_down {
+            let reread = self.follow_devices(&batch);
+            if periodic || kubelet_down || reread {
                 self.scanner.refresh_allocatable();
             }
             if batch.triggers.contains(&Trigger::Resync) {
@@ -156,6 +282,7 @@ impl Agent {
                 let facts = self.kube.is_some().then(|| view.facts.clone());
                 (view.synced, facts)
             };
+            self.cfg.node_level = self.node_level_input();
 
             let started = Instant::now();
             last_scan_at = Some(started);
@@ -217,6 +344,7 @@ impl Agent {
             }
             kubelet_backoff.reset();
             self.metrics.scan(label, "success");
+            self.check_waits(&mut allocatable_retry);
             self.metrics
                 .record_accounting(&self.args.node_name, &scan.accounting);
             log_anomalies(&self.args.node_name, &scan, &mut seen_anomalies);
@@ -325,7 +453,7 @@ impl Agent {
             }
         }
         self.tasks.abort_all();
-        if let Some(r) = retry {
+        for r in [retry, allocatable_retry].into_iter().flatten() {
             r.abort();
         }
         Ok(())

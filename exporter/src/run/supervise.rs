@@ -79,6 +79,7 @@ impl Agent {
             "kubelet watch"
         });
         let pod_view = SharedPodView::default();
+        let node_view = crate::node_watch::SharedNodeView::default();
         let listed = Arc::new(Mutex::new(BTreeSet::new()));
         let (mut publisher, mut events) = (None, None);
         if let Some(client) = &kube {
@@ -94,6 +95,17 @@ impl Agent {
             tasks.spawn(async move {
                 watch.await;
                 "pod watch"
+            });
+            let node_watch = crate::node_watch::run(
+                client.clone(),
+                args.node_name.clone(),
+                node_view.clone(),
+                triggers.clone(),
+                metrics.clone(),
+            );
+            tasks.spawn(async move {
+                node_watch.await;
+                "node watch"
             });
             let poller = pod_watch::poll_admissions(
                 scanner.client().clone(),
@@ -137,6 +149,8 @@ impl Agent {
                 events = Some(NodeEvents::new(client.clone(), &args.node_name, Some(instance)));
             }
         }
+        let delivered =
+            (!pools.is_empty()).then(|| crate::allocatable_follow::Delivered::new(triggers.clone()));
         if !pools.is_empty() {
             // The same client: one request budget for the agent and the allocator.
             let kubelet = scanner.client().clone();
@@ -153,6 +167,7 @@ impl Agent {
                 resync: args.resync_interval.min(Duration::from_secs(2)),
                 rescan: crate::allocator::DEFAULT_RESCAN_INTERVAL,
                 topology_xml: args.topology_xml.clone(),
+                delivered: delivered.clone(),
             };
             crate::allocator::start(&mut tasks, allocator, kube.clone(), kubelet, metrics.clone());
         }
@@ -190,6 +205,10 @@ impl Agent {
             publisher,
             events,
             pod_view,
+            node_view,
+            delivered,
+            waits: crate::allocatable_follow::Waits::default(),
+            device_resources_seen: BTreeSet::new(),
             listed,
             tasks,
             known,

@@ -49,7 +49,7 @@ pub(super) fn allocate(
         pool_cpus_taken,
         ..
     } = st;
-    let (qos, req) = (u.qos, &u.request);
+    let req = &u.request;
     let in_mask: Vec<usize> = (0..w.ids.len())
         .filter(|&i| mask.is_none_or(|m| m.contains(w.ids[i])))
         .collect();
@@ -83,7 +83,7 @@ pub(super) fn allocate(
             ));
         }
     }
-    let wants = memory_requests(res, topo, qos, req);
+    let wants = memory_requests(res, topo, u);
     if !wants.is_empty() {
         let bits = memory_mask(w, groups, &wants, mask).ok_or_else(|| memory_rejection(res, &wants))?;
         // An init container's memory is not modelled as held: it must only fit.
@@ -219,9 +219,11 @@ pub(super) fn allocate(
             }
             placement.devices.insert(res.name(id).to_owned(), chosen);
         } else {
-            // Every reusable device first (those without a NUMA node too), then the zones,
-            // then the free devices without a NUMA node.
-            let reused_unaligned = reuse.take_unaligned(id, need, init);
+            // Every reusable device first, those on a NUMA node before those without (the tie
+            // rule the published-ID path follows too: the device manager's own order is Go map
+            // order), then the zones, then the free devices without a NUMA node.
+            let aligned_reusable = reuse.total_aligned(id).min(need);
+            let reused_unaligned = reuse.take_unaligned(id, need - aligned_reusable, init);
             let left = need - reused_unaligned;
             let in_zones = w
                 .available

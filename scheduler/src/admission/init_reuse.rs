@@ -175,8 +175,9 @@ pub(super) fn hold_unaligned(reuse: &mut Reuse, id: ResId, ids: &[String], count
     );
 }
 
-/// Takes `need` of `id` (amounts per zone): reusable then available in the mask's zones, then
-/// the same outside; fails without effect if short. What an init container takes from the
+/// Takes `need` of `id` (amounts per zone): CPUs reusable then available in the mask's zones,
+/// then the same outside; devices reusable (in the mask's zones first) before any available,
+/// then available in the mask's zones, then outside; fails without effect if short. What an init container takes from the
 /// available amounts becomes reusable; reusable items an init container takes stay reusable,
 /// those another container takes do not. Returns the amount reused.
 ///
@@ -202,11 +203,22 @@ pub(super) fn take_reusing(
         return Err(());
     }
     let (mut left, mut reused) = (need, 0);
-    for group in [in_mask, rest] {
+    let take_reusable = |reuse: &mut Reuse, group: &[usize], left: &mut i64, reused: &mut i64| {
         for &i in group {
-            let t = reuse.take_amount(id, i, left, init);
-            left -= t;
-            reused += t;
+            let t = reuse.take_amount(id, i, *left, init);
+            *left -= t;
+            *reused += t;
+        }
+    };
+    // The device manager hands out every reusable device before any free one, wherever it
+    // is; the CPU manager takes the mask's CPUs (reusable or free) before the others.
+    if packing.is_none() {
+        take_reusable(reuse, in_mask, &mut left, &mut reused);
+        take_reusable(reuse, rest, &mut left, &mut reused);
+    }
+    for group in [in_mask, rest] {
+        if packing.is_some() {
+            take_reusable(reuse, group, &mut left, &mut reused);
         }
         // Amounts per zone position, on the stack: this runs for every node the filter evaluates.
         let takes = match packing {

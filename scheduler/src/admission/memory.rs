@@ -8,7 +8,7 @@ use crate::admission::hints::subset_sums;
 use crate::{
     node::{MAX_ZONES, NumaTopology},
     pod::Qos,
-    resources::{ResId, ResList, Resources},
+    resources::{ResId, Resources},
     topology_manager::{NumaMask, TopologyHint},
 };
 
@@ -148,14 +148,11 @@ impl Groups {
 }
 
 /// Memory-manager requests (memory and hugepages) the Static policy aligns: Guaranteed pods
-/// only, and only when the node publishes memory rows.
-pub(super) fn memory_requests(
-    res: &Resources,
-    topo: &NumaTopology,
-    qos: Qos,
-    req: &ResList,
-) -> Vec<(ResId, i64)> {
-    if !(topo.memory_managed && qos == Qos::Guaranteed) {
+/// only (and not those with pod-level resources, [`Unit::managed`]), and only when the node
+/// publishes memory rows.
+pub(super) fn memory_requests(res: &Resources, topo: &NumaTopology, u: &Unit<'_>) -> Vec<(ResId, i64)> {
+    let req = &u.request;
+    if !(topo.memory_managed && u.managed && u.qos == Qos::Guaranteed) {
         return Vec::new();
     }
     req.positive()

@@ -31,7 +31,7 @@ pub(super) fn collect_hints(
     u: &Unit<'_>,
 ) -> Result<Hints, Rejection> {
     let reuse = &st.reuse;
-    let (qos, req) = (u.qos, &u.request);
+    let req = &u.request;
     let mut pooled = PooledScratch::take();
     let scratch = &mut pooled.0;
     let mut lists = Vec::new();
@@ -43,7 +43,7 @@ pub(super) fn collect_hints(
     if let Some(n) = exclusive_cpus(u, topo) {
         lists.push((CPU, cpu_hints(topo, w, reuse, n, scratch)));
     }
-    let wants = memory_requests(res, topo, qos, req);
+    let wants = memory_requests(res, topo, u);
     if !wants.is_empty() {
         let h = memory_hints(topo, w, &st.groups, &wants, scratch);
         // No mask at all: the memory manager gives the Topology Manager no preference (§3.2
@@ -77,7 +77,7 @@ pub(super) fn fast_merge(
     groups: &Groups,
     u: &Unit<'_>,
 ) -> Result<Option<MergeOutcome>, Rejection> {
-    let (qos, req) = (u.qos, &u.request);
+    let req = &u.request;
     let n = w.ids.len();
     let reject = MergeOutcome {
         hint: TopologyHint::any(false),
@@ -118,7 +118,7 @@ pub(super) fn fast_merge(
         }
         rows.push(SizedRow::sum(n, cpus, |i| w.available[i].get_or_zero(CPU) / 1000));
     }
-    let wants = memory_requests(res, topo, qos, req);
+    let wants = memory_requests(res, topo, u);
     if !wants.is_empty() {
         let memory: Vec<SizedRow> = wants
             .iter()
@@ -272,7 +272,7 @@ pub(super) fn decide(
     u: &Unit<'_>,
     explain: bool,
 ) -> Result<(MergeOutcome, Option<Hints>), Rejection> {
-    let memory = !memory_requests(res, topo, u.qos, &u.request).is_empty();
+    let memory = !memory_requests(res, topo, u).is_empty();
     let plain = st.reuse.is_empty();
     if topo.policy == Policy::BestEffort
         && !explain
@@ -322,9 +322,8 @@ pub(super) fn best_effort_admission(
     groups: &Groups,
     u: &Unit<'_>,
 ) -> Result<Option<(MergeOutcome, Option<Hints>)>, Rejection> {
-    let (qos, req) = (u.qos, &u.request);
     validate_config(topo.policy, &topo.options, &topo.info).map_err(merge_rejection)?;
-    let wants = memory_requests(res, topo, qos, req);
+    let wants = memory_requests(res, topo, u);
     let total = |v: &dyn Fn(usize) -> i64| (0..w.ids.len()).fold(0i64, |acc, i| acc.saturating_add(v(i)));
     // Without groups, some mask qualifies and fits iff all zones together do. Qualifying
     // without fitting anywhere is a rejection whatever the mask; fitting without qualifying

@@ -40,6 +40,9 @@ mod packing;
 mod rejection;
 mod smt;
 
+/// Aggregate category of a node whose NRT lags it ([`crate::node::lag_reason`]).
+pub const LAG_CATEGORY: &str = "node(s) had a NodeResourceTopology lagging the node";
+
 /// Mutable per-zone state while one pod is admitted.
 #[derive(Clone, Debug, Default)]
 pub struct WorkingZones {
@@ -224,8 +227,22 @@ fn run(
     pod: &PreparedPod<'_>,
     record: bool,
 ) -> Result<Placement, Rejection> {
+    // The kubelet may already hold devices of a resource this NRT does not show yet: nothing
+    // here can say where they are, so the node waits until its NRT catches up.
+    if let Some(id) = topo.lags_for(&pod.effective) {
+        return Err(Rejection {
+            category: LAG_CATEGORY.to_owned(),
+            message: if record {
+                crate::node::lag_reason(res.name(id))
+            } else {
+                String::new()
+            },
+            kubelet_reason: "",
+        });
+    }
     let wants_memory = topo.memory_managed
         && pod.qos == Qos::Guaranteed
+        && !pod.spec.pod_level
         && pod
             .containers
             .iter()
@@ -278,6 +295,7 @@ fn run_world(
     };
     let wants_memory = |u: &Unit<'_>| {
         topo.memory_managed
+            && u.managed
             && u.qos == Qos::Guaranteed
             && u.request.positive().any(|(id, _)| res.kind(id).is_memory_like())
     };

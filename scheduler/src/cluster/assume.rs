@@ -138,7 +138,6 @@ impl Cluster {
         if self.release(key) {
             self.assumption_stats.forgotten += 1;
         }
-        // hook(volumes)
         self.volumes.forget(key);
         if self.pods.get(key).is_some_and(|p| p.assumed_only) {
             let old = self.unbind(key);
@@ -195,7 +194,7 @@ impl Cluster {
     pub fn assume_at(&mut self, pod: &PodSpec, decision: &Decision, now_ms: u64) {
         let Some(node) = decision.node.clone() else { return };
         let key = pod.key();
-        // hook(volumes): its WaitForFirstConsumer claims now select the node.
+        // Its WaitForFirstConsumer claims now select the node.
         self.volumes.assume(pod, &node);
         // Predicted on the zones the decision saw, before an earlier placement under this
         // name (a recreated pod's predecessor) is dropped: the assumption is then the
@@ -220,8 +219,8 @@ impl Cluster {
         }
         let new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
         self.charge(&node, &bound.request, 1);
-        self.constraints.set_pod(&key, &node, &pod.facts); // hook (issue 19)
-        self.volumes.note_user(pod); // hook(volumes): ReadWriteOncePod
+        self.constraints.set_pod(&key, &node, &pod.facts);
+        self.volumes.note_user(pod, &node); // ReadWriteOncePod, attach limits
         self.node_pods.entry(node).or_default().insert(key.clone());
         self.pods.insert(key.clone(), bound);
         if let Some(a) = taken {

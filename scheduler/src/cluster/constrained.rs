@@ -3,9 +3,9 @@
 //! then [`crate::constraints`]' filters on the nodes that pass, its scores added over those that
 //! still do, and the best node as usual. Other pods never come here.
 //!
-//! A child module of `cluster` so that it reads the index's private scan helpers; its only
-//! hooks in `cluster.rs` are the index events and one call at the top of `schedule_prepared`
-//! and `decide`.
+//! A child module of `cluster` so that it reads the index's private scan helpers; the rest of
+//! the index reaches it only through the index events and one call at the top of
+//! `schedule_prepared` and `decide`.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +15,7 @@ use super::{Cluster, Config, Decision, NodeVerdict, aggregate_message};
 use crate::{
     cache::ShapeKey,
     constraints::{ConstraintIndex, SpreadDefaults},
-    fit::NodeBasics,
+    node::NodeBasics,
     prepared::PreparedPod,
 };
 
@@ -72,11 +72,16 @@ impl Cluster {
             .map(|n| self.evaluate(cfg, prepared, n, true))
             .collect();
         for (v, n) in verdicts.iter_mut().zip(&nodes) {
-            if let Some(f) = cons.check(n) {
+            let Some(f) = cons.check(n) else { continue };
+            // kube-scheduler reports a node under its first failing plugin: the constraint's
+            // reason replaces a later plugin's (NodePorts runs before NodeResourcesFit, the
+            // volume plugins and the NUMA filter), and a node that passed fails with it.
+            if v.feasible || v.filter.is_none_or(|earlier| f.filter < earlier) {
                 v.feasible = false;
                 v.score = None;
-                v.categories.push(f.category);
-                v.reasons.push(f.message);
+                v.filter = Some(f.filter);
+                v.categories = vec![f.category];
+                v.reasons = vec![f.message];
             }
         }
         let feasible: Vec<usize> = (0..verdicts.len()).filter(|&i| verdicts[i].feasible).collect();

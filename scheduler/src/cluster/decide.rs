@@ -5,7 +5,8 @@ use super::*;
 use crate::{
     admission::{self, Placement, WorkingZones},
     cache::{ShapeKey, Shapes, UNKNOWN_FAILURE},
-    fit::{self, NodeBasics},
+    fit,
+    node::NodeBasics,
     pod::PodSpec,
     prepared::PreparedPod,
 };
@@ -15,16 +16,21 @@ use std::collections::BTreeMap;
 impl Cluster {
     /// Every node's verdict (score when feasible, no reasons), in name order, as the cached
     /// fast path of [`Self::schedule`] sees them; `explain = true` gives the uncached ones.
-    pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
-        let pod = &self.prepare(pod);
-        let scores: Vec<Option<i64>> = self.with_cache(|shapes| match shapes {
+    /// Every node's NUMA score (None when infeasible) in name order, from the verdict cache
+    /// when there is one.
+    pub(super) fn cached_scores(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Vec<Option<i64>> {
+        self.with_cache(|shapes| match shapes {
             Some(shapes) => {
                 self.best_cached(cfg, pod, shapes);
                 let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
                 self.order.iter().map(|&s| entries[s].score).collect()
             }
             None => self.judge_slots(cfg, pod, &self.order),
-        });
+        })
+    }
+
+    pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
+        let scores = self.cached_scores(cfg, &self.prepare(pod));
         self.nodes()
             .zip(scores)
             .map(|(n, score)| NodeVerdict {
@@ -33,6 +39,7 @@ impl Cluster {
                 score,
                 reasons: vec![],
                 categories: vec![],
+                filter: None,
             })
             .collect()
     }
@@ -51,14 +58,16 @@ impl Cluster {
             score: None,
             reasons: vec![],
             categories: vec![],
+            filter: None,
         };
         let mut failures = fit::check(&self.res, basics, pod.spec, &pod.fit_request);
-        // hook(volumes): after node fit, as kube-scheduler's filter order has it.
+        // After node fit, as kube-scheduler's filter order has it.
         if failures.is_empty() {
             failures = pod.volumes.failures(&basics.name, &basics.labels);
         }
         if !failures.is_empty() {
             if explain {
+                verdict.filter = failures.first().map(|f| f.filter);
                 for f in failures {
                     verdict.categories.push(f.category);
                     verdict.reasons.push(f.message);
@@ -80,6 +89,7 @@ impl Cluster {
             score: None,
             reasons: vec![],
             categories: vec![],
+            filter: None,
         };
         self.topology_verdict_into(cfg, &PreparedPod::new(pod), node, true, &mut verdict);
         verdict
@@ -101,6 +111,10 @@ impl Cluster {
         explain: bool,
         verdict: &mut NodeVerdict,
     ) {
+        if explain {
+            // Cleared below when the node passes.
+            verdict.filter = Some(fit::Filter::NumaTopology);
+        }
         match self.topology(node) {
             TopologyState::Missing => {
                 if cfg.no_topology == NoTopology::Reject {
@@ -115,6 +129,7 @@ impl Cluster {
                     return;
                 }
                 verdict.feasible = true;
+                verdict.filter = None;
                 verdict.score = Some(cfg.scorer.score_prepared(&self.res, None, pod));
             }
             TopologyState::Invalid { reason, .. } => {
@@ -132,6 +147,7 @@ impl Cluster {
                 match admission::predict_prepared(&self.res, topo, &mut w, pod) {
                     Ok(_) => {
                         verdict.feasible = true;
+                        verdict.filter = None;
                         verdict.score = Some(cfg.scorer.score_prepared(&self.res, Some(topo), pod));
                     }
                     Err(r) => {
@@ -157,8 +173,8 @@ impl Cluster {
         self.schedule_prepared(cfg, &self.prepare(pod), explain)
     }
 
-    /// hook(volumes): [`PreparedPod::new`] with what the pod's volumes allow.
-    fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
+    /// [`PreparedPod::new`] with what the pod's volumes allow.
+    pub(super) fn prepare<'a>(&self, pod: &'a PodSpec) -> PreparedPod<'a> {
         let mut prepared = PreparedPod::new(pod);
         prepared.volumes = self.volumes.filter(pod);
         prepared
@@ -172,11 +188,14 @@ impl Cluster {
         explain: bool,
     ) -> Decision {
         let pod = prepared.spec;
-        // hook(volumes): kube-scheduler's PreFilter rejects the pod once, not per node.
-        if let Some(reason) = prepared.volumes.blocked() {
-            return crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, explain).0;
         }
-        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        // Kube-scheduler's PreFilter rejects the pod once, not per node.
+        if let Some(reason) = prepared.volumes.blocked() {
+            return crate::decision::blocked_decision(pod, reason, self.node_names());
+        }
+        // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, explain) {
             return d;
         }
@@ -290,13 +309,15 @@ impl Cluster {
     /// explained again; `nodes` is empty then.
     pub fn decide(&self, cfg: &Config, pod: &PodSpec) -> Decision {
         let prepared = &self.prepare(pod);
-        // hook(volumes)
         if let Some(reason) = prepared.volumes.blocked() {
-            let mut d = crate::volume_binding::blocked_decision(pod, reason, self.node_names());
+            let mut d = crate::decision::blocked_decision(pod, reason, self.node_names());
             d.nodes.clear();
             return d;
         }
-        // hook (issue 19): pods kube-scheduler's constraint plugins concern.
+        if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            return self.schedule_claims(cfg, prepared, false).0;
+        }
+        // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {
             return d;
         }
@@ -380,6 +401,7 @@ impl Cluster {
                 score: Some(score),
                 reasons: vec![],
                 categories: vec![],
+                filter: None,
             }],
             node: Some(node),
             placement,

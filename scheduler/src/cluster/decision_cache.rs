@@ -5,7 +5,8 @@ use super::*;
 use crate::{
     admission::{self, WorkingZones},
     cache::{Entry, ShapeKey, Shapes, UNKNOWN_FAILURE},
-    fit::{self, NodeBasics},
+    fit,
+    node::NodeBasics,
     prepared::PreparedPod,
 };
 use std::sync::{OnceLock, TryLockError};
@@ -35,7 +36,6 @@ impl Cluster {
         if !fit::fits(&self.res, basics, pod.spec, &pod.fit_request) {
             return None;
         }
-        // hook(volumes)
         if !pod.volumes.admits(&basics.name, &basics.labels) {
             return None;
         }

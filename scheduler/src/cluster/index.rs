@@ -5,7 +5,7 @@ use super::*;
 use crate::cluster::assume::take;
 use crate::cluster::shared_slots::strip;
 use crate::{
-    fit::NodeBasics,
+    node::NodeBasics,
     node::{NrtError, NumaTopology},
     pod::{PodError, PodSpec},
     resources::{Dense, ResList},
@@ -58,9 +58,19 @@ impl Cluster {
             Some(&slot) => slot,
             None => self.new_slot(&name),
         };
-        self.constraints.set_node(&name, &basics.labels); // hook (issue 19)
+        self.constraints.set_node(&name, &basics.labels);
+        let lagging = self
+            .published
+            .get(&name)
+            .map(|t| t.lagging_behind(&self.res, &basics.allocatable));
         self.slots[slot] = Some(basics);
         self.touch(slot);
+        // What the NRT lags the Node on follows the Node's allocatable too.
+        if let Some(lagging) = lagging
+            && !matches!(self.topology(&name), TopologyState::Valid(t) if t.lagging == lagging)
+        {
+            self.recompute(&name);
+        }
         Ok(())
     }
 
@@ -117,7 +127,7 @@ impl Cluster {
         let Some(slot) = self.index.remove(name) else {
             return;
         };
-        self.constraints.delete_node(name); // hook (issue 19)
+        self.constraints.delete_node(name);
         self.slots[slot] = None;
         self.order.retain(|&s| s != slot);
         self.free_slots.push(slot);
@@ -188,6 +198,9 @@ impl Cluster {
                 strip(&mut topo, *rid, &taken);
             }
         }
+        if let Some(b) = self.node_basics(node) {
+            topo.lagging = base.lagging_behind(&self.res, &b.allocatable);
+        }
         self.topologies
             .insert(node.to_owned(), TopologyState::Valid(Box::new(topo)));
         self.touch_name(node);
@@ -230,8 +243,8 @@ impl Cluster {
             }
             new = Some((node.clone(), bound.claims.clone())).filter(|(_, c)| !c.is_empty());
             self.charge(&node, &bound.request, 1);
-            self.constraints.set_pod(&key, &node, &spec.facts); // hook (issue 19)
-            self.volumes.note_user(&spec); // hook(volumes): ReadWriteOncePod
+            self.constraints.set_pod(&key, &node, &spec.facts);
+            self.volumes.note_user(&spec, &node); // ReadWriteOncePod, attach limits
             self.node_pods
                 .entry(node.clone())
                 .or_default()
@@ -275,8 +288,8 @@ impl Cluster {
     /// [`Self::index_claims`]).
     pub(super) fn unbind(&mut self, key: &str) -> Option<(String, Claims)> {
         let old = self.pods.remove(key)?;
-        self.constraints.remove_pod(key); // hook (issue 19)
-        self.volumes.drop_user(key); // hook(volumes)
+        self.constraints.remove_pod(key);
+        self.volumes.drop_user(key);
         self.preemption.forget_pod(key);
         if let Some(set) = self.node_pods.get_mut(&old.node) {
             set.remove(key);

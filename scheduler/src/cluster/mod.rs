@@ -10,14 +10,13 @@
 
 pub use crate::model_config::{Config, NoTopology};
 use crate::{
-    admission::Placement,
     cache::VerdictCache,
-    fit::NodeBasics,
+    decision::{Decision, NodeVerdict},
+    node::NodeBasics,
     node::NumaTopology,
     pod::{PodSpec, Qos},
-    resources::{ResId, ResKind, ResList, Resources},
+    resources::{ResId, ResList, Resources},
 };
-use numaplane::allocation::Allocation;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -26,9 +25,13 @@ mod decide;
 mod decision_cache;
 mod index;
 mod preemption;
-// hook (issue 19): kube-scheduler's constraint plugins on the decision path.
+// kube-scheduler's constraint plugins on the decision path.
 mod constrained;
 mod shared_slots;
+// kube-scheduler's DynamicResources filter for pods with resource claims.
+mod claims;
+
+pub use claims::ClaimsOutcome;
 
 pub use preemption::{Hold, Preemption};
 
@@ -91,16 +94,11 @@ impl BoundPod {
                 .filter(|c| c.sidecar)
                 .chain(&spec.containers)
         };
+        // A pod with pod-level resources gets no exclusive CPUs or memory (see `Unit::managed`).
         let guaranteed_exclusive = spec.qos == Qos::Guaranteed
-            && containers().any(|c| {
-                c.requests.positive().any(|(id, _)| {
-                    (res.kind(id) == ResKind::Cpu && c.integer_cpu) || res.kind(id).is_memory_like()
-                })
-            });
-        let mut extended: Vec<ResId> = containers()
-            .flat_map(|c| c.requests.positive().map(|(id, _)| id))
-            .filter(|&id| res.kind(id) == ResKind::Extended)
-            .collect();
+            && !spec.pod_level
+            && containers().any(|c| c.pinned_if_guaranteed(res));
+        let mut extended: Vec<ResId> = containers().flat_map(|c| c.extended(res)).collect();
         extended.sort_unstable();
         extended.dedup();
         BoundPod {
@@ -228,50 +226,12 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
-    /// hook(volumes): PersistentVolumeClaims, PersistentVolumes and StorageClasses.
+    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses.
     pub volumes: crate::volume_binding::VolumeIndex,
     /// Victim candidates, disruption budgets and preemptors' holds.
     preemption: preemption::State,
-    /// hook (issue 19): pods' constraint facts, node labels and Namespaces.
+    /// Pods' constraint facts, node labels and Namespaces.
     constraints: crate::constraints::ConstraintIndex,
-}
-
-/// One node's verdict for one pod.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeVerdict {
-    /// Node name.
-    pub node: String,
-    /// The pod can run there (fit and predicted kubelet admission).
-    pub feasible: bool,
-    /// Score when feasible.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub score: Option<i64>,
-    /// Human reasons when infeasible.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
-    /// Aggregate categories (kube-scheduler style) when infeasible.
-    #[serde(skip)]
-    pub categories: Vec<String>,
-}
-
-/// The outcome of scheduling one pod.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Decision {
-    /// `namespace/name`.
-    pub pod: String,
-    /// Chosen node, if any.
-    pub node: Option<String>,
-    /// kube-scheduler style message: `Successfully assigned …` or `0/N nodes are available: …`.
-    pub message: String,
-    /// Predicted placement on the chosen node.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub placement: Option<Placement>,
-    /// The annotation value recorded on the pod.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub allocation: Option<Allocation>,
-    /// Per-node verdicts, sorted by node name: every node's when explained (and whenever no
-    /// node fits), else only the chosen node's.
-    pub nodes: Vec<NodeVerdict>,
+    /// DeviceClasses, ResourceSlices and ResourceClaims, and the devices claims hold.
+    pub dra: crate::dra::state::DraState,
 }

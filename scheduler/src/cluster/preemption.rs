@@ -13,7 +13,8 @@ use serde::Serialize;
 use super::{Assumption, Cluster, Config, Decision, NoTopology, NodeVerdict, TopologyState};
 use crate::{
     admission::{self, WorkingZones},
-    fit::{self, NodeBasics},
+    fit,
+    node::NodeBasics,
     node::NumaTopology,
     pod::PodSpec,
     preempt::{self, Budget, NodeVictims, Release, VictimInfo},
@@ -351,6 +352,7 @@ impl Cluster {
                 score: None,
                 reasons: vec![],
                 categories: vec![],
+                filter: None,
             }],
         }
     }

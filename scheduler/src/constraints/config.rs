@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    facts::{SpreadConstraint, SpreadSelector},
-    index::SpreadDefaults,
+use super::index::SpreadDefaults;
+use crate::{
+    pod_facts::{SpreadConstraint, SpreadSelector},
     selector::{Selector, validate_key},
 };
 

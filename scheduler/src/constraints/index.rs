@@ -9,8 +9,10 @@ use std::{
     sync::Arc,
 };
 
-use super::facts::{AffinityTerm, PodFacts, SpreadConstraint, SpreadSelector};
-use crate::constraints::selector::{Op, Selector};
+use crate::{
+    pod_facts::{AffinityTerm, PodFacts, SpreadConstraint, SpreadSelector},
+    selector::{Op, Selector},
+};
 
 /// The role of an existing pod's term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use super::{
     FxMap,
-    facts::{AffinityTerm, PodFacts},
     index::{ConstraintIndex, Entry, Group, TermKind},
 };
-use crate::fit::NodeBasics;
+use crate::{
+    node::NodeBasics,
+    pod_facts::{AffinityTerm, PodFacts},
+};
 
 /// kube-scheduler's reason texts.
 pub const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";

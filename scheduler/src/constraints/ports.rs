@@ -2,7 +2,8 @@
 //! node (any scheduler's, assumed ones too) binds: same protocol and port, and the same host IP
 //! or `0.0.0.0` on either side.
 
-use super::{facts::HostPort, index::ConstraintIndex};
+use super::index::ConstraintIndex;
+use crate::pod_facts::HostPort;
 
 /// kube-scheduler's reason text.
 pub const NO_FREE_PORTS: &str = "node(s) didn't have free ports for the requested pod ports";

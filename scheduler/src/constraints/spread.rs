@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 
 use super::{
     FxMap,
-    facts::{PodFacts, SpreadConstraint, SpreadSelector},
     index::{ConstraintIndex, Entry},
 };
-use crate::fit::{self, NodeBasics};
+use crate::{
+    fit,
+    node::NodeBasics,
+    pod_facts::{PodFacts, SpreadConstraint, SpreadSelector},
+};
 
 /// kube-scheduler's reason text.
 pub const CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";

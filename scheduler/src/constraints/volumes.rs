@@ -3,7 +3,8 @@
 //! RBD image (an overlapping monitor, same pool and image, unless all read-only) cannot be used
 //! by two pods on one node.
 
-use super::{facts::RestrictedVolume, index::ConstraintIndex};
+use super::index::ConstraintIndex;
+use crate::pod_facts::RestrictedVolume;
 
 /// kube-scheduler's reason text.
 pub const DISK_CONFLICT: &str = "node(s) had no available disk";

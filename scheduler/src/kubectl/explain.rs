@@ -152,7 +152,7 @@ pub fn pending(
     nodes: Vec<Node>,
     listed: &ListedNrts,
     pods: Vec<Pod>,
-    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>, // hook (issue 19)
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     cfg: &ConfigFile,
 ) -> ExplainReport {
     let objects = Inputs {
@@ -174,6 +174,9 @@ pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFi
         namespaces,
         storage,
         budgets,
+        device_classes,
+        resource_slices,
+        resource_claims,
         ..
     } = objects;
     let mut problems = listed.undecodable.clone();
@@ -194,10 +197,13 @@ pub fn pending_in(pod: Pod, listed: &ListedNrts, objects: Inputs, cfg: &ConfigFi
         nodes,
         nrts: listed.nrts.clone(),
         pods: pods.into_iter().filter(|p| pod_key(p) != key).collect(),
-        namespaces, // hook (issue 19)
+        namespaces,
         skipped: Vec::new(),
         storage,
         budgets,
+        device_classes,
+        resource_slices,
+        resource_claims,
     };
     let report = simulate::simulate(inputs, vec![pod], cfg, Explain::All);
     if let Some(e) = report.results.first().and_then(|r| r.error.as_ref()) {
@@ -563,6 +569,52 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(&simulate::render_table(&p.report)), "{text}");
+    }
+
+    #[test]
+    fn a_numaplane_nrt_that_lags_its_node_is_the_reason_shown() {
+        // The exporter's NRT promises to describe every extended resource of the Node, and has
+        // no GPUs yet: the Node already allocates them.
+        let mut lagging = nrt("late", &[], "4");
+        lagging.zones[0]
+            .resources
+            .as_mut()
+            .unwrap_or_else(|| panic!("resources"))
+            .retain(|r| r.name == "cpu");
+        lagging.zones[0].attributes = None;
+        lagging
+            .attributes
+            .get_or_insert_with(Vec::new)
+            .push(numaplane::nrt::AttributeInfo {
+                name: numaplane::nrt::attr::NODE_LEVEL_RESOURCES.to_owned(),
+                value: String::new(),
+            });
+        let listed = ListedNrts {
+            nrts: vec![lagging],
+            undecodable: vec![],
+        };
+        let r = pending(
+            pod(None, None),
+            vec![node("late")],
+            &listed,
+            vec![],
+            vec![],
+            &ConfigFile::default(),
+        );
+        let ExplainReport::Pending(p) = &r else {
+            panic!("not pending: {r:?}")
+        };
+        let d = &p.report.results[0].decision;
+        assert_eq!(d.node, None);
+        assert_eq!(
+            d.nodes[0].reasons,
+            vec![
+                "NRT lags the node: example.com/gpu allocatable on the node, not in its NodeResourceTopology"
+                    .to_owned()
+            ]
+        );
+        let text = render_table(&r);
+        assert!(text.contains("NRT lags the node: example.com/gpu"), "{text}");
     }
 
     #[test]

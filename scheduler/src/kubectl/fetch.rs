@@ -151,17 +151,18 @@ pub async fn list_bound_pods(client: &Client) -> Result<Vec<Pod>, KubectlError> 
         .collect())
 }
 
-/// hook(volumes): the PersistentVolumeClaims of `namespace`, every PersistentVolume and
-/// StorageClass: what the scheduler's volume rules read for a pod with claims.
+/// The PersistentVolumeClaims of `namespace`, every PersistentVolume,
+/// StorageClass and CSINode: what the scheduler's volume rules read for a pod with claims.
 pub async fn list_storage(
     client: &Client,
     namespace: &str,
 ) -> Result<crate::volume_binding::StorageObjects, KubectlError> {
     use k8s_openapi::api::{
         core::v1::{PersistentVolume, PersistentVolumeClaim},
-        storage::v1::StorageClass,
+        storage::v1::{CSINode, StorageClass},
     };
     let lp = ListParams::default();
+    let csi_nodes: Api<CSINode> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let classes: Api<StorageClass> = Api::all(client.clone());
@@ -181,6 +182,11 @@ pub async fn list_storage(
             .await
             .map_err(|e| request_error("list storageclasses.storage.k8s.io".to_owned(), e))?
             .items,
+        csi_nodes: csi_nodes
+            .list(&lp)
+            .await
+            .map_err(|e| request_error("list csinodes.storage.k8s.io".to_owned(), e))?
+            .items,
     })
 }
 
@@ -195,7 +201,40 @@ pub async fn list_budgets(
         .map_err(|e| request_error("list poddisruptionbudgets.policy".to_owned(), e))
 }
 
-/// Lists every Namespace (hook, issue 19): their labels decide `namespaceSelector`s.
+/// The DRA objects a pod with resource claims is decided on: every DeviceClass and
+/// ResourceSlice, and the ResourceClaims of the pod's namespace (`resource.k8s.io/v1`).
+pub async fn list_dra(
+    client: &Client,
+    namespace: &str,
+) -> Result<
+    (
+        Vec<k8s_openapi::api::resource::v1::DeviceClass>,
+        Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+        Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+    ),
+    KubectlError,
+> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default();
+    let classes = classes
+        .list(&lp)
+        .await
+        .map_err(|e| request_error("list deviceclasses.resource.k8s.io".to_owned(), e))?;
+    let slices = slices
+        .list(&lp)
+        .await
+        .map_err(|e| request_error("list resourceslices.resource.k8s.io".to_owned(), e))?;
+    let claims = claims
+        .list(&lp)
+        .await
+        .map_err(|e| request_error(format!("list resourceclaims.resource.k8s.io in {namespace}"), e))?;
+    Ok((classes.items, slices.items, claims.items))
+}
+
+/// Lists every Namespace: their labels decide `namespaceSelector`s.
 pub async fn list_namespaces(
     client: &Client,
 ) -> Result<Vec<k8s_openapi::api::core::v1::Namespace>, KubectlError> {

@@ -277,10 +277,10 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
-                    let namespaces = fetch::list_namespaces(&client).await?; // hook (issue 19)
+                    let namespaces = fetch::list_namespaces(&client).await?;
                     let cfg = sched_config.unwrap_or_default();
-                    // hook(volumes): only a pod with claims needs the storage objects.
-                    let claims = crate::volume_binding::claims_of(&name, pod.spec.as_ref());
+                    // Only a pod with claims needs the storage objects.
+                    let claims = crate::pod::claims_of(&name, pod.spec.as_ref());
                     let storage = if claims.is_empty() {
                         Default::default()
                     } else {
@@ -293,12 +293,26 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                         } else {
                             Vec::new()
                         };
+                    // Only a pod with resource claims needs the DRA objects.
+                    let has_claims = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.resource_claims.as_ref())
+                        .is_some_and(|c| !c.is_empty());
+                    let (device_classes, resource_slices, resource_claims) = if has_claims {
+                        fetch::list_dra(&client, &ns).await?
+                    } else {
+                        Default::default()
+                    };
                     let objects = crate::simulate::Inputs {
                         nodes,
                         pods,
                         namespaces,
                         storage,
                         budgets,
+                        device_classes,
+                        resource_slices,
+                        resource_claims,
                         ..crate::simulate::Inputs::default()
                     };
                     explain::pending_in(pod, &listed, objects, &cfg)

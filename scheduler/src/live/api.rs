@@ -56,7 +56,7 @@ pub enum BindError {
         /// Server message.
         message: String,
     },
-    /// hook(volumes): the claim's `volume.kubernetes.io/selected-node` could not be written,
+    /// The claim's `volume.kubernetes.io/selected-node` could not be written,
     /// so the Binding was not sent.
     #[error("binding {pod}: writing the selected node on PersistentVolumeClaim {claim}")]
     SelectNode {
@@ -118,7 +118,7 @@ enum Aux {
     Unschedulable {
         namespace: String,
         name: String,
-        /// hook(gates): `Unschedulable` or `SchedulingGated`.
+        /// `Unschedulable` or `SchedulingGated`.
         reason: &'static str,
         message: String,
     },
@@ -289,7 +289,7 @@ impl Writer {
         );
     }
 
-    /// hook(gates): queues `PodScheduled=False, reason SchedulingGated`.
+    /// Queues `PodScheduled=False, reason SchedulingGated`.
     pub fn scheduling_gated(&self, namespace: &str, name: &str) {
         self.enqueue(
             Aux::Unschedulable {
@@ -302,7 +302,7 @@ impl Writer {
         );
     }
 
-    /// hook(volumes): writes `volume.kubernetes.io/selected-node: node` on the claim (a merge
+    /// Writes `volume.kubernetes.io/selected-node: node` on the claim (a merge
     /// patch, under the Bindings' budget: it is part of the Binding), as kube-scheduler's
     /// VolumeBinding PreBind does before the pod is bound.
     pub async fn select_node(&self, namespace: &str, claim: &str, node: &str) -> Result<(), kube::Error> {

@@ -133,7 +133,7 @@ pub struct ServeConfig {
     pub bind_concurrency: usize,
     /// Extender mode: serve kube-scheduler's extender verbs instead of watching pending pods.
     pub extender: bool,
-    /// hook (issue 19): default spread constraints.
+    /// Default spread constraints.
     pub spread_defaults: crate::constraints::SpreadDefaults,
 }
 
@@ -324,7 +324,6 @@ impl ServeArgs {
         } else {
             None
         };
-        // hook (issue 19)
         let spread_defaults = match file.pod_topology_spread.unwrap_or_default().defaults() {
             Ok(d) => d,
             Err(e) => return invalid("podTopologySpread", e.to_string()),

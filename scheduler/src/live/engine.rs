@@ -21,7 +21,6 @@ use numaplane::nrt::NodeResourceTopology;
 use tokio::sync::{mpsc, watch};
 
 mod extender;
-// hook(volumes, gates, unsupported)
 mod pod_checks;
 pub mod volumes;
 mod watched;
@@ -29,6 +28,7 @@ mod watched;
 pub use self::watched::{Apply, InitBuffer};
 
 pub use self::extender::{BindReply, ExtenderBindDone, ExtenderCall};
+pub(crate) use self::extender::{POD_CAP, POD_TTL, bind_unaligned};
 
 use super::{
     api::{BindError, Writer},
@@ -53,15 +53,17 @@ pub enum Stream {
     Bound,
     /// Unbound pods of the scheduler name with this index.
     Pending(usize),
-    /// hook(volumes): PersistentVolumeClaims.
+    /// PersistentVolumeClaims.
     Claims,
-    /// hook(volumes): PersistentVolumes.
+    /// PersistentVolumes.
     Volumes,
-    /// hook(volumes): StorageClasses.
+    /// StorageClasses.
     Classes,
-    /// hook(preemption): PodDisruptionBudgets.
+    /// CSINodes (attach limits).
+    CsiNodes,
+    /// PodDisruptionBudgets.
     Budgets,
-    /// Namespaces (hook, issue 19: their labels, for `namespaceSelector`).
+    /// Namespaces (their labels, for `namespaceSelector`).
     Namespaces,
 }
 
@@ -76,11 +78,11 @@ pub enum Input {
     BoundPodEvent(watcher::Event<Pod>),
     /// A pending-pod event of one scheduler name.
     Pending(usize, watcher::Event<Pod>),
-    /// hook(volumes): a claim, volume or class event.
+    /// A claim, volume or class event.
     Storage(Box<volumes::StorageEvent>),
-    /// hook(preemption): a PodDisruptionBudget event.
+    /// A PodDisruptionBudget event.
     Budget(watcher::Event<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
-    /// A Namespace event (hook, issue 19).
+    /// A Namespace event.
     Namespace(watcher::Event<k8s_openapi::api::core::v1::Namespace>),
     /// A watch failed (it retries by itself).
     WatchError(Stream, String),
@@ -180,9 +182,9 @@ pub struct Engine {
     reported: AssumptionStats,
     anomalies_reported: (u64, u64, u64, std::collections::BTreeMap<String, u64>),
     last_gauges: Option<Instant>,
-    /// hook(gates): gated pods whose `SchedulingGated` condition we wrote, with their UID.
+    /// Gated pods whose `SchedulingGated` condition we wrote, with their UID.
     gated_written: HashMap<String, Option<String>>,
-    /// hook(unsupported): pods checked for unenforced fields, with their UID.
+    /// Pods checked for unenforced fields, with their UID.
     warned: HashMap<String, Option<String>>,
 }
 
@@ -239,13 +241,13 @@ impl Engine {
     ) -> Self {
         let mut cluster = Cluster::new();
         let model = cfg.model(&mut cluster.res);
-        cluster.set_spread_defaults(cfg.spread_defaults.clone()); // hook (issue 19)
-        // hook (issue 19): the Namespace watch of a scheduler (not of an extender).
+        cluster.set_spread_defaults(cfg.spread_defaults.clone());
+        // The Namespace watch of a scheduler (not of an extender).
         let streams = 3 + if cfg.extender {
             0
         } else {
-            // hook(volumes): the storage watches.
-            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + 1 // hook (issue 19): Namespaces
+            // The storage watches.
+            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + 1 // Namespaces
         };
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
@@ -500,19 +502,18 @@ impl Engine {
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
             Input::Storage(ev) => self.on_storage(*ev),
             Input::Budget(ev) => self.on_event(Stream::Budgets, ev),
-            Input::Namespace(ev) => self.on_event(Stream::Namespaces, ev), // hook (issue 19)
+            Input::Namespace(ev) => self.on_event(Stream::Namespaces, ev),
             Input::WatchError(stream, message) => {
                 let reason = match stream {
                     Stream::Nodes => "nodes",
                     Stream::Nrts => "noderesourcetopologies",
                     Stream::Bound => "bound_pods",
                     Stream::Pending(_) => "pending_pods",
-                    // hook(volumes)
-                    Stream::Claims | Stream::Volumes | Stream::Classes => {
+                    Stream::Claims | Stream::Volumes | Stream::Classes | Stream::CsiNodes => {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
                     Stream::Budgets => "poddisruptionbudgets",
-                    Stream::Namespaces => "namespaces", // hook (issue 19)
+                    Stream::Namespaces => "namespaces",
                 };
                 super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
@@ -617,7 +618,7 @@ impl Engine {
             self.drop_pending(&key);
             return;
         }
-        // hook(gates): a pod with scheduling gates cannot be bound (409): as kube-scheduler, it
+        // A pod with scheduling gates cannot be bound (409): as kube-scheduler, it
         // is not decided until an update removes the gates, which brings it back here.
         if self.gated_pod(&key, &pod) {
             return;
@@ -694,7 +695,6 @@ impl Engine {
         self.cluster.release_hold(key);
         self.pending.remove(key);
         self.queue.remove(key);
-        // hook(gates, unsupported)
         self.forget_pod_checks(key);
     }
 
@@ -852,7 +852,7 @@ impl Engine {
                 self.queue.remove(&q.key);
                 continue;
             }
-            // hook(unsupported): once per pod, when first decided.
+            // Once per pod, when first decided.
             self.warn_unsupported(&q.key);
             let Some(p) = self.pending.get(&q.key) else {
                 continue;
@@ -865,7 +865,7 @@ impl Engine {
             match decision.node.clone() {
                 Some(node) => {
                     let annotation = self.annotation_of(&q.key, &decision);
-                    // hook(volumes): claims whose selected node is written before the Binding.
+                    // Claims whose selected node is written before the Binding.
                     let claims = self.cluster.volumes.claims_to_select(spec, &node);
                     let spec = spec.clone();
                     self.cluster.assume_at(&spec, &decision, self.now_ms());
@@ -878,7 +878,6 @@ impl Engine {
                     let key = q.key.clone();
                     let enqueued = q.enqueued;
                     tokio::spawn(async move {
-                        // hook(volumes)
                         let result = volumes::bind_with_volumes(
                             &writer,
                             &ns,
@@ -925,7 +924,7 @@ impl Engine {
     }
 
     /// The allocation record of a decision, encoded for the Binding.
-    fn annotation_of(&self, key: &str, decision: &crate::cluster::Decision) -> Option<String> {
+    fn annotation_of(&self, key: &str, decision: &crate::decision::Decision) -> Option<String> {
         match decision.allocation.as_ref().map(|a| a.to_annotation()) {
             Some(Ok(a)) => Some(a),
             Some(Err(e)) => {

@@ -7,8 +7,19 @@
 //! `prioritize` and `preempt`, whose replies have no error field: they get a 500, which
 //! kube-scheduler ignores for `prioritize` (no extender score for that pod) and, for an
 //! `ignorable` extender, for `preempt` (its own candidates stand).
+//!
+//! With no `managedResources`, kube-scheduler asks about every pod. A pod the Topology Manager
+//! does not align ([`extender::is_unaligned`]) is answered here at once, without the loop and
+//! its index: every node passes, equal scores, its preemption candidates stand, and its
+//! `bind` is a plain Binding. This also holds while the caches sync: the answer does not
+//! depend on them.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
@@ -17,7 +28,8 @@ use tokio::sync::{mpsc, oneshot};
 use warp::{Filter as _, http::StatusCode, path::FullPath};
 
 use super::{
-    engine::{BindReply, ExtenderCall, Input},
+    api::Writer,
+    engine::{BindReply, ExtenderCall, Input, POD_CAP, POD_TTL, bind_unaligned},
     metrics::Metrics,
     server::Extra,
 };
@@ -33,8 +45,15 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(25);
 struct Ctx {
     tx: mpsc::UnboundedSender<Input>,
     client: Client,
+    writer: Writer,
     metrics: Arc<Metrics>,
+    /// Unaligned pods of recent `filter` calls (`namespace/name` → UID and when), so their
+    /// `bind` skips the loop too.
+    unaligned: Arc<Mutex<SeenUnaligned>>,
 }
+
+/// `namespace/name` → the pod's UID and when its `filter` came.
+type SeenUnaligned = HashMap<String, (Option<String>, Instant)>;
 
 type Reply = Box<dyn warp::Reply>;
 
@@ -46,10 +65,22 @@ fn text(body: String, status: StatusCode) -> Reply {
     Box::new(warp::reply::with_status(body, status))
 }
 
-/// The extender routes, answered by the loop behind `tx`; `client` fetches a pod that `bind`
-/// names but no `filter` brought.
-pub fn routes(tx: mpsc::UnboundedSender<Input>, client: Client, metrics: Arc<Metrics>) -> Extra {
-    let ctx = Ctx { tx, client, metrics };
+/// The extender routes, answered by the loop behind `tx` (or at once for unaligned pods);
+/// `client` fetches a pod that `bind` names but no `filter` brought; `writer` binds unaligned
+/// pods.
+pub fn routes(
+    tx: mpsc::UnboundedSender<Input>,
+    client: Client,
+    writer: Writer,
+    metrics: Arc<Metrics>,
+) -> Extra {
+    let ctx = Ctx {
+        tx,
+        client,
+        writer,
+        metrics,
+        unaligned: Arc::default(),
+    };
     warp::post()
         .and(warp::path::full())
         .and(warp::body::content_length_limit(MAX_BODY))
@@ -90,7 +121,48 @@ impl Ctx {
         }
     }
 
+    /// The request's pod when it is one the Topology Manager does not align.
+    fn unaligned_pod(pod: Option<&serde_json::Value>) -> Option<Pod> {
+        extender::decode_pod_value(pod)
+            .ok()
+            .filter(extender::is_unaligned)
+    }
+
+    /// Remembers an unaligned pod of a `filter` call for its `bind`.
+    fn remember_unaligned(&self, pod: &Pod) {
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        let now = Instant::now();
+        let Ok(mut seen) = self.unaligned.lock() else {
+            return;
+        };
+        if seen.len() >= POD_CAP {
+            seen.retain(|_, (_, at)| now.duration_since(*at) < POD_TTL);
+            if seen.len() >= POD_CAP {
+                // Still full of fresh pods: their binds go through the loop instead.
+                seen.clear();
+            }
+        }
+        seen.insert(key, (pod.metadata.uid.clone(), now));
+    }
+
+    /// Whether `bind` names an unaligned pod a recent `filter` saw (same UID); forgets it.
+    fn take_unaligned(&self, args: &ExtenderBindingArgs) -> bool {
+        let key = format!("{}/{}", args.pod_namespace, args.pod_name);
+        let Ok(mut seen) = self.unaligned.lock() else {
+            return false;
+        };
+        match seen.remove(&key) {
+            Some((uid, at)) => at.elapsed() < POD_TTL && uid.as_deref().is_none_or(|u| u == args.pod_uid),
+            None => false,
+        }
+    }
+
     async fn filter(&self, body: &[u8]) -> Reply {
+        let t0 = Instant::now();
         let args = match extender::parse_args(body) {
             Ok(a) => a,
             Err(e) => {
@@ -99,6 +171,13 @@ impl Ctx {
                 return json(&ExtenderFilterResult::failure(&e), StatusCode::OK);
             }
         };
+        if let Some(pod) = Self::unaligned_pod(args.pod.as_ref()) {
+            let result = extender::filter_unaligned(&args);
+            self.remember_unaligned(&pod);
+            self.metrics
+                .extender_unaligned_call("filter", true, t0.elapsed().as_secs_f64());
+            return json(&result, StatusCode::OK);
+        }
         let result = self
             .ask(|reply| ExtenderCall::Filter {
                 args: Box::new(args),
@@ -113,6 +192,7 @@ impl Ctx {
     }
 
     async fn prioritize(&self, body: &[u8]) -> Reply {
+        let t0 = Instant::now();
         let args = match extender::parse_args(body) {
             Ok(a) => a,
             Err(e) => {
@@ -121,6 +201,12 @@ impl Ctx {
                 return text(format!("{}\n", e.message()), StatusCode::BAD_REQUEST);
             }
         };
+        if Self::unaligned_pod(args.pod.as_ref()).is_some() {
+            let list = extender::prioritize_unaligned(&args);
+            self.metrics
+                .extender_unaligned_call("prioritize", true, t0.elapsed().as_secs_f64());
+            return json(&list, StatusCode::OK);
+        }
         let answer = self
             .ask(|reply| ExtenderCall::Prioritize {
                 args: Box::new(args),
@@ -134,6 +220,7 @@ impl Ctx {
     }
 
     async fn preempt(&self, body: &[u8]) -> Reply {
+        let t0 = Instant::now();
         let args = match extender::parse_preemption(body) {
             Ok(a) => a,
             Err(e) => {
@@ -142,6 +229,12 @@ impl Ctx {
                 return text(format!("{}\n", e.message()), StatusCode::BAD_REQUEST);
             }
         };
+        if Self::unaligned_pod(args.pod.as_ref()).is_some() {
+            let result = extender::preempt_unaligned(&args);
+            self.metrics
+                .extender_unaligned_call("preempt", true, t0.elapsed().as_secs_f64());
+            return json(&result, StatusCode::OK);
+        }
         let answer = self
             .ask(|reply| ExtenderCall::Preempt {
                 args: Box::new(args),
@@ -155,6 +248,7 @@ impl Ctx {
     }
 
     async fn bind(&self, body: &[u8]) -> Reply {
+        let t0 = Instant::now();
         let args = match extender::parse_binding(body) {
             Ok(a) => a,
             Err(e) => {
@@ -163,6 +257,13 @@ impl Ctx {
                 return json(&ExtenderBindingResult::failure(e.message()), StatusCode::OK);
             }
         };
+        if self.take_unaligned(&args) {
+            let reply = match bind_unaligned(&self.writer, &self.metrics, &args, t0).await {
+                Ok(()) => ExtenderBindingResult::ok(),
+                Err(e) => ExtenderBindingResult::failure(e),
+            };
+            return json(&reply, StatusCode::OK);
+        }
         let result = match self.bind_once(&args, None).await {
             Ok(BindReply::NeedPod) => match self.fetch(&args).await {
                 Ok(pod) => match self.bind_once(&args, Some(Box::new(pod))).await {

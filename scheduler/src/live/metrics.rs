@@ -2,6 +2,7 @@
 //! vocabulary (`result`, `profile`, `queue`) under our own prefix, so PromQL written for
 //! kube-scheduler carries over; pod names never become labels.
 
+use numaplane::metrics::Registrar;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -69,7 +70,7 @@ pub struct VerbLabels {
     pub verb: &'static str,
 }
 
-/// hook(unsupported): one bounded label named `field` (a pod field path).
+/// One bounded label named `field` (a pod field path).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FieldLabels {
     /// One of [`crate::unsupported::ALL`]'s fields.
@@ -122,7 +123,10 @@ pub struct Metrics {
     pub extender_requests: Family<ExtenderLabels, Counter>,
     /// Extender call latency by verb.
     pub extender_latency: Family<VerbLabels, Histogram>,
-    /// hook(unsupported): pods warned of a field the model does not enforce, by field.
+    /// Extender calls answered without the model (the pod has nothing the Topology Manager
+    /// aligns), by verb.
+    pub extender_unaligned: Family<VerbLabels, Counter>,
+    /// Pods warned of a field the model does not enforce, by field.
     pub unsupported_constraints: Family<FieldLabels, Counter>,
     /// Preemption attempts by result.
     pub preemption_attempts: Family<ResultLabels, Counter>,
@@ -142,162 +146,47 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("numaplane_scheduler");
+        let mut r = Registrar::new(&mut registry);
         let m = Metrics {
-            attempts: Family::default(),
-            e2e_latency: Histogram::new(exponential_buckets(0.000_5, 2.0, 18)),
-            decision_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
-            pending: Family::default(),
-            assumed: Gauge::default(),
-            assumptions_ended: Family::default(),
-            binding_errors: Family::default(),
-            event_write_errors: Counter::default(),
-            status_patch_errors: Counter::default(),
-            nodes: Family::default(),
-            invalid_objects: Family::default(),
-            api_writes: Family::default(),
-            writes_dropped: Family::default(),
-            leader: Gauge::default(),
-            nrt_crd_installed: Gauge::default(),
-            watch_errors: Family::default(),
-            extender_requests: Family::default(),
-            unsupported_constraints: Family::default(),
-            extender_latency: Family::new_with_constructor(|| {
+            preemption_attempts: r.family("preemption_attempts", "Preemption attempts for pods that fit nowhere, by result (victims_chosen, no_victims, waiting_for_victims)"),
+            preemption_victims: r.family("preemption_victims", "Pods chosen as preemption victims"),
+            eviction_errors: r.family("eviction_errors", "Preemption victims whose deletion failed"),
+            attempts: r.family("schedule_attempts", "Scheduling attempts by result (scheduled, unschedulable, error) and profile"),
+            e2e_latency: r.with_unit("e2e_scheduling_duration", "Time from a pod entering the queue to its successful binding", Unit::Seconds, Histogram::new(exponential_buckets(0.000_5, 2.0, 18))),
+            decision_latency: r.with_unit("decision_duration", "Time to decide one pod: filter, score and device choice over every node", Unit::Seconds, Histogram::new(exponential_buckets(0.000_01, 2.0, 20))),
+            pending: r.family("pending_pods", "Pods in the scheduling queue by state"),
+            assumed: r.family("assumed_pods", "Placements held on nodes whose NRT does not show the pod yet"),
+            assumptions_ended: r.family("assumptions_ended", "Assumptions ended, by reason (confirmed by the NRT fingerprint, expired, pod gone, forgotten after a failed binding)"),
+            binding_errors: r.family("binding_errors", "Failed Binding requests by reason"),
+            event_write_errors: r.family("event_write_errors", "Events (Scheduled, FailedScheduling) that could not be written"),
+            status_patch_errors: r.family("status_patch_errors", "PodScheduled condition patches that could not be written"),
+            nodes: r.family("nodes", "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)"),
+            invalid_objects: r.family("invalid_objects", "Malformed objects seen by the index, by kind"),
+            api_writes: r.family("api_writes", "API writes by kind (binding, event, status)"),
+            writes_dropped: r.family("api_writes_dropped", "Low-priority writes (events, status) dropped to keep the request budget for bindings"),
+            leader: r.family("leader", "1 while this replica holds the leader Lease"),
+            nrt_crd_installed: r.family("nrt_crd_installed", "1 while the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is served, 0 while it is not installed"),
+            watch_errors: r.family("watch_errors", "Watch stream errors by resource"),
+            extender_unaligned: r.family("extender_unaligned_pods", "Extender calls answered at once, without the model, because the pod has nothing the Topology Manager aligns (every node passes, equal scores, a plain Binding), by verb"),
+            extender_requests: r.family("extender_requests", "Extender calls by verb (filter, prioritize, bind) and result (ok, error)"),
+            extender_latency: r.with_unit("extender_request_duration", "Time to answer one extender call, by verb", Unit::Seconds, Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
-            }),
-            preemption_attempts: Family::default(),
-            preemption_victims: Counter::default(),
-            eviction_errors: Counter::default(),
+            })),
+            unsupported_constraints: r.family("unsupported_constraints", "Pods given an UnsupportedConstraint warning, by the pod field the model does not enforce"),
             registry: Registry::default(),
         };
-        registry.register(
-            "preemption_attempts",
-            "Preemption attempts for pods that fit nowhere, by result (victims_chosen, no_victims, waiting_for_victims)",
-            m.preemption_attempts.clone(),
-        );
-        registry.register(
-            "preemption_victims",
-            "Pods chosen as preemption victims",
-            m.preemption_victims.clone(),
-        );
-        registry.register(
-            "eviction_errors",
-            "Preemption victims whose deletion failed",
-            m.eviction_errors.clone(),
-        );
-        registry.register(
-            "schedule_attempts",
-            "Scheduling attempts by result (scheduled, unschedulable, error) and profile",
-            m.attempts.clone(),
-        );
-        registry.register_with_unit(
-            "e2e_scheduling_duration",
-            "Time from a pod entering the queue to its successful binding",
-            Unit::Seconds,
-            m.e2e_latency.clone(),
-        );
-        registry.register_with_unit(
-            "decision_duration",
-            "Time to decide one pod: filter, score and device choice over every node",
-            Unit::Seconds,
-            m.decision_latency.clone(),
-        );
-        registry.register(
-            "pending_pods",
-            "Pods in the scheduling queue by state",
-            m.pending.clone(),
-        );
-        registry.register(
-            "assumed_pods",
-            "Placements held on nodes whose NRT does not show the pod yet",
-            m.assumed.clone(),
-        );
-        registry.register(
-            "assumptions_ended",
-            "Assumptions ended, by reason (confirmed by the NRT fingerprint, expired, pod gone, forgotten after a failed binding)",
-            m.assumptions_ended.clone(),
-        );
-        registry.register(
-            "binding_errors",
-            "Failed Binding requests by reason",
-            m.binding_errors.clone(),
-        );
-        registry.register(
-            "event_write_errors",
-            "Events (Scheduled, FailedScheduling) that could not be written",
-            m.event_write_errors.clone(),
-        );
-        registry.register(
-            "status_patch_errors",
-            "PodScheduled condition patches that could not be written",
-            m.status_patch_errors.clone(),
-        );
-        registry.register(
-            "nodes",
-            "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)",
-            m.nodes.clone(),
-        );
-        registry.register(
-            "invalid_objects",
-            "Malformed objects seen by the index, by kind",
-            m.invalid_objects.clone(),
-        );
-        registry.register(
-            "api_writes",
-            "API writes by kind (binding, event, status)",
-            m.api_writes.clone(),
-        );
-        registry.register(
-            "api_writes_dropped",
-            "Low-priority writes (events, status) dropped to keep the request budget for bindings",
-            m.writes_dropped.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader Lease",
-            m.leader.clone(),
-        );
-        registry.register(
-            "nrt_crd_installed",
-            "1 while the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is served, 0 while it is not installed",
-            m.nrt_crd_installed.clone(),
-        );
-        registry.register(
-            "watch_errors",
-            "Watch stream errors by resource",
-            m.watch_errors.clone(),
-        );
-        registry.register(
-            "extender_requests",
-            "Extender calls by verb (filter, prioritize, bind) and result (ok, error)",
-            m.extender_requests.clone(),
-        );
-        registry.register_with_unit(
-            "extender_request_duration",
-            "Time to answer one extender call, by verb",
-            Unit::Seconds,
-            m.extender_latency.clone(),
-        );
-        // hook(unsupported)
-        registry.register(
-            "unsupported_constraints",
-            "Pods given an UnsupportedConstraint warning, by the pod field the model does not enforce",
-            m.unsupported_constraints.clone(),
-        );
-        let build = Family::<BuildLabels, Gauge>::default();
+        let build: Family<BuildLabels, Gauge> = r.family("build_info", "Build information");
         build
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
             })
             .set(1);
-        registry.register("build_info", "Build information", build);
         Metrics { registry, ..m }
     }
 
     /// The OpenMetrics text.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        numaplane::metrics::encode(&self.registry)
     }
 
     /// Zero series for every result of each profile, so `increase()` sees the first attempt
@@ -332,6 +221,12 @@ impl Metrics {
         self.extender_latency
             .get_or_create(&VerbLabels { verb })
             .observe(seconds);
+    }
+
+    /// Records one extender call answered without the model.
+    pub fn extender_unaligned_call(&self, verb: &'static str, ok: bool, seconds: f64) {
+        self.extender_call(verb, ok, seconds);
+        self.extender_unaligned.get_or_create(&VerbLabels { verb }).inc();
     }
 
     /// Counts one bounded reason in `family`.

@@ -172,7 +172,7 @@ pub fn spawn_watches(
         tx.clone(),
         Input::BoundPodEvent,
     );
-    // hook (issue 19): Namespace labels for `namespaceSelector` (schedulers only: in extender
+    // Namespace labels for `namespaceSelector` (schedulers only: in extender
     // mode kube-scheduler applies inter-pod affinity itself).
     if !names.is_empty() {
         forward(
@@ -264,9 +264,14 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     let health = Arc::new(Health::default());
     let client = client(&cfg).await?;
     let (tx, rx) = mpsc::unbounded_channel();
+    let identity = cfg
+        .leader_election
+        .as_ref()
+        .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
+    let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
     let extra = cfg
         .extender
-        .then(|| extender_http::routes(tx.clone(), client.clone(), metrics.clone()));
+        .then(|| extender_http::routes(tx.clone(), client.clone(), writer.clone(), metrics.clone()));
     let (addr, server_task) = server::serve(cfg.listen, metrics.clone(), health.clone(), extra).await?;
     let metrics_server = match cfg.metrics_listen {
         Some(at) => {
@@ -281,18 +286,13 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
     } else {
         tracing::info!(%addr, "serving /metrics /healthz /readyz");
     }
-    let identity = cfg
-        .leader_election
-        .as_ref()
-        .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
-    let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     let pending_names: &[String] = if cfg.extender { &[] } else { &cfg.scheduler_names };
     spawn_watches(&mut tasks, &client, pending_names, &tx);
-    // hook(volumes): kube-scheduler binds volumes itself in extender mode.
+    // kube-scheduler binds volumes itself in extender mode.
     if !cfg.extender {
         engine::volumes::spawn_watches(&mut tasks, &client, &tx);
-        // hook(preemption): in extender mode kube-scheduler preempts.
+        // In extender mode kube-scheduler preempts.
         engine::preemption::spawn_watches(&mut tasks, &client, &tx);
     }
     tasks.spawn(async move {

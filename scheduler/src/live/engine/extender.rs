@@ -15,15 +15,52 @@ use crate::{
         self, ExtenderArgs, ExtenderBindingArgs, ExtenderError, ExtenderFilterResult, ExtenderPreemptionArgs,
         ExtenderPreemptionResult, HostPriority,
     },
-    live::{api::BindError, metrics::KindLabels},
+    live::{
+        api::{BindError, Writer},
+        metrics::{KindLabels, Metrics},
+    },
 };
+
+/// Binds a pod the Topology Manager does not align ([`extender::is_unaligned`]): the Binding
+/// alone, no allocation record (there is nothing to record) and no assumption in the index
+/// (it takes nothing from any NUMA zone). `t0` is when the call arrived.
+pub(crate) async fn bind_unaligned(
+    writer: &Writer,
+    metrics: &Metrics,
+    args: &ExtenderBindingArgs,
+    t0: Instant,
+) -> Result<(), String> {
+    let result = writer
+        .bind(
+            &args.pod_namespace,
+            &args.pod_name,
+            Some(&args.pod_uid),
+            &args.node,
+            None,
+        )
+        .await;
+    metrics.extender_unaligned_call("bind", result.is_ok(), t0.elapsed().as_secs_f64());
+    match result {
+        Ok(()) => {
+            metrics.attempt("scheduled", PROFILE);
+            Ok(())
+        }
+        Err(e) => {
+            Metrics::count(&metrics.binding_errors, e.reason());
+            metrics.attempt("error", PROFILE);
+            let why = numaplane::error_chain(&e);
+            tracing::warn!(pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node, error = %why, "extender binding failed");
+            Err(why)
+        }
+    }
+}
 
 /// Pods of `filter` calls are kept this long for the `bind` that follows (kube-scheduler's
 /// bind comes within its own timeouts, well under a minute).
-const POD_TTL: Duration = Duration::from_secs(600);
+pub(crate) const POD_TTL: Duration = Duration::from_secs(600);
 /// At most this many pods are kept; beyond, the oldest half goes (a `bind` whose pod is gone
 /// fetches it from the API instead).
-const POD_CAP: usize = 20_000;
+pub(crate) const POD_CAP: usize = 20_000;
 
 /// Scheduler name under which extender outcomes are counted.
 pub const PROFILE: &str = "extender";
@@ -223,9 +260,7 @@ impl Engine {
         reply: oneshot::Sender<BindReply>,
     ) {
         let t0 = Instant::now();
-        let done = |metrics: &crate::live::metrics::Metrics,
-                    reply: oneshot::Sender<BindReply>,
-                    r: Result<(), String>| {
+        let done = |metrics: &Metrics, reply: oneshot::Sender<BindReply>, r: Result<(), String>| {
             metrics.extender_call("bind", r.is_ok(), t0.elapsed().as_secs_f64());
             let _ = reply.send(BindReply::Done(r));
         };
@@ -259,6 +294,16 @@ impl Engine {
             Ok(s) => s,
             Err(e) => return done(&self.metrics, reply, Err(e.message())),
         };
+        if !spec.topology_aligned(&self.cluster.res) {
+            // Nothing NUMA-bound to place (its filter came through another replica, or before
+            // a restart): a plain Binding, nothing assumed.
+            let (writer, metrics) = (self.writer.clone(), self.metrics.clone());
+            tokio::spawn(async move {
+                let result = bind_unaligned(&writer, &metrics, &args, t0).await;
+                let _ = reply.send(BindReply::Done(result));
+            });
+            return;
+        }
         let decision = match self.cluster.decide_on(&self.model, &spec, &args.node) {
             Ok(d) => d,
             Err(verdict) => {
@@ -316,7 +361,7 @@ impl Engine {
                 Ok(())
             }
             Err(e) => {
-                super::super::metrics::Metrics::count(&self.metrics.binding_errors, e.reason());
+                Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", PROFILE);
                 tracing::warn!(pod = %key, node = %node, error = %numaplane::error_chain(&e), "extender binding failed; placement dropped");
                 self.binding_refused(&key, uid.as_deref(), &e);

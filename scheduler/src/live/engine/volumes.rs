@@ -1,5 +1,5 @@
 //! The live loop's side of [`crate::volume_binding`]: watches of PersistentVolumeClaims,
-//! PersistentVolumes and StorageClasses feeding the index (apply, delete, relist as the other
+//! PersistentVolumes, StorageClasses and CSINodes (attach limits) feeding the index (apply, delete, relist as the other
 //! watches), and the Binding that first writes each unbound `WaitForFirstConsumer` claim's
 //! selected node (kube-scheduler's VolumeBinding PreBind): a failed write is a failed Binding
 //! (retried with backoff, the placement and the assumed selected node forgotten).
@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
-    storage::v1::StorageClass,
+    storage::v1::{CSINode, StorageClass},
 };
 use kube::{Api, Client, runtime::watcher};
 use tokio::{sync::mpsc, task::JoinSet};
@@ -17,7 +17,7 @@ use super::{Apply, Engine, InitBuffer, Input, Stream};
 use crate::live::api::{BindError, Writer};
 
 /// The streams of this module (what the engine waits for before scheduling).
-pub const STREAMS: usize = 3;
+pub const STREAMS: usize = 4;
 
 /// A storage watch event (boxed in [`Input`] as a whole, so its variants' sizes do not matter).
 #[derive(Debug)]
@@ -29,6 +29,8 @@ pub enum StorageEvent {
     Volume(watcher::Event<PersistentVolume>),
     /// A StorageClass event.
     Class(watcher::Event<StorageClass>),
+    /// A CSINode event.
+    CsiNode(watcher::Event<CSINode>),
 }
 
 /// Objects of one storage (re)list.
@@ -40,6 +42,8 @@ pub enum Buffer {
     Volumes(Vec<PersistentVolume>),
     /// Classes.
     Classes(Vec<StorageClass>),
+    /// CSINodes.
+    CsiNodes(Vec<CSINode>),
 }
 
 /// The watch-error label of a storage stream.
@@ -48,11 +52,12 @@ pub fn stream_label(stream: Stream) -> Option<&'static str> {
         Stream::Claims => Some("persistentvolumeclaims"),
         Stream::Volumes => Some("persistentvolumes"),
         Stream::Classes => Some("storageclasses"),
+        Stream::CsiNodes => Some("csinodes"),
         _ => None,
     }
 }
 
-/// Starts the three storage watches (not in extender mode: kube-scheduler binds volumes there).
+/// Starts the four storage watches (not in extender mode: kube-scheduler binds volumes there).
 pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mpsc::UnboundedSender<Input>) {
     let cfg = || watcher::Config::default().any_semantic();
     crate::live::forward(
@@ -82,6 +87,15 @@ pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mp
         tx.clone(),
         |ev| Input::Storage(Box::new(StorageEvent::Class(ev))),
     );
+    crate::live::forward(
+        tasks,
+        "CSINode watch",
+        Api::<CSINode>::all(client.clone()),
+        cfg(),
+        Stream::CsiNodes,
+        tx.clone(),
+        |ev| Input::Storage(Box::new(StorageEvent::CsiNode(ev))),
+    );
 }
 
 impl Engine {
@@ -91,10 +105,11 @@ impl Engine {
             StorageEvent::Claim(ev) => self.on_event(Stream::Claims, ev),
             StorageEvent::Volume(ev) => self.on_event(Stream::Volumes, ev),
             StorageEvent::Class(ev) => self.on_event(Stream::Classes, ev),
+            StorageEvent::CsiNode(ev) => self.on_event(Stream::CsiNodes, ev),
         }
     }
 
-    /// A claim, volume or class changed: pods waiting on them may fit now.
+    /// A claim, volume, class or CSINode changed: pods waiting on them may fit now.
     fn storage_changed(&mut self) {
         self.queue.cluster_changed(Instant::now());
     }
@@ -216,5 +231,36 @@ impl Apply for StorageClass {
     }
     fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
         e.cluster.volumes.reset_classes(&all);
+    }
+}
+
+impl Apply for CSINode {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Storage(Buffer::CsiNodes(Vec::new()))
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Storage(Buffer::CsiNodes(v)) => v.push(self),
+            other => *other = InitBuffer::Storage(Buffer::CsiNodes(vec![self])),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Storage(Buffer::CsiNodes(v)) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.volumes.apply_csi_node(&self);
+        e.storage_changed();
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(name) = self.metadata.name.as_deref() {
+            e.cluster.volumes.delete_csi_node(name);
+        }
+        e.storage_changed();
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.volumes.reset_csi_nodes(&all);
     }
 }

@@ -14,15 +14,15 @@ pub enum InitBuffer {
     Nrts(Vec<NodeResourceTopology>),
     /// Pods (bound or pending).
     Pods(Vec<Pod>),
-    /// hook(volumes): claims, volumes or classes.
+    /// Claims, volumes or classes.
     Storage(volumes::Buffer),
-    /// hook(preemption): PodDisruptionBudgets.
+    /// PodDisruptionBudgets.
     Budgets(Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
-    /// Namespaces (hook, issue 19).
+    /// Namespaces.
     Namespaces(Vec<k8s_openapi::api::core::v1::Namespace>),
 }
 
-// hook (issue 19): Namespace labels feed the constraint index; a change may let pods fit.
+// Namespace labels feed the constraint index; a change may let pods fit.
 impl Apply for k8s_openapi::api::core::v1::Namespace {
     fn empty_buffer() -> InitBuffer {
         InitBuffer::Namespaces(Vec::new())

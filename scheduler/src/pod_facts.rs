@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{
     Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint, Volume, WeightedPodAffinityTerm,
 };
 
-use super::{
-    nodeaffinity::RequiredNodeAffinity,
+use crate::{
+    nodeaffinity::{PreferredNodeAffinity, RequiredNodeAffinity},
     selector::{Op, Requirement, Selector, SelectorError},
 };
 
@@ -159,6 +159,8 @@ pub struct PodFacts {
     pub owner: Option<Owner>,
     /// nodeSelector and required node affinity.
     pub node_affinity: RequiredNodeAffinity,
+    /// Preferred node affinity (the NodeAffinity score).
+    pub preferred_node: PreferredNodeAffinity,
     /// Tolerations (the spread constraints' `nodeTaintsPolicy: Honor` reads them).
     pub tolerations: Vec<Toleration>,
 }
@@ -261,6 +263,13 @@ impl PodFacts {
             node_affinity: RequiredNodeAffinity::new(
                 &spec.node_selector.clone().unwrap_or_default(),
                 required_node,
+            ),
+            preferred_node: PreferredNodeAffinity::new(
+                spec.affinity
+                    .as_ref()
+                    .and_then(|a| a.node_affinity.as_ref())
+                    .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_deref())
+                    .unwrap_or(&[]),
             ),
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             labels,

@@ -2,13 +2,20 @@
 //! terms are ORed; a term that does not parse (an unknown operator, a `Gt` whose value is not an
 //! integer, an invalid label key or value, `matchFields` with other than one value) matches no
 //! node, so a pod whose only term is invalid fits nowhere, while a valid term beside it still
-//! matches; an empty term matches nothing.
+//! matches; an empty term matches nothing. The preferred terms the NodeAffinity score weighs go
+//! through the same term parser and matcher ([`PreferredNodeAffinity`]).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, PreferredSchedulingTerm};
 
-use super::selector::{Op, Requirement};
+use crate::selector::{Op, Requirement};
+
+/// Required node affinity: component-helpers' `LazyErrorNodeSelector` over a node's name and
+/// labels (a DRA device's or a PersistentVolume's node selector, too).
+pub fn affinity_matches(sel: &NodeSelector, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
+    RequiredNodeAffinity::new(&BTreeMap::new(), Some(sel)).matches(node_name, labels)
+}
 
 /// One field requirement (`matchFields`): only `metadata.name` exists on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,20 +79,7 @@ impl RequiredNodeAffinity {
             return false;
         }
         let Some(terms) = &self.terms else { return true };
-        terms.iter().any(|t| match t {
-            Term::Invalid(_) => false,
-            Term::Valid { labels: l, fields } => {
-                l.as_ref().is_none_or(|reqs| reqs.iter().all(|r| r.matches(labels)))
-                    // As component-helpers: the node's fields are its name alone (empty for a
-                    // PersistentVolume's affinity, checked against labels only).
-                    && fields.as_ref().is_none_or(|f| {
-                        f.iter().all(|r| {
-                            let v = if r.key == "metadata.name" { node_name } else { "" };
-                            (v == r.value) == r.equal
-                        })
-                    })
-            }
-        })
+        terms.iter().any(|t| t.matches(node_name, labels))
     }
 
     /// The parse errors of the terms, if any (for messages).
@@ -98,6 +92,81 @@ impl RequiredNodeAffinity {
                 Term::Valid { .. } => None,
             })
             .collect()
+    }
+}
+
+impl Term {
+    fn matches(&self, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Term::Invalid(_) => false,
+            Term::Valid { labels: l, fields } => {
+                l.as_ref().is_none_or(|reqs| reqs.iter().all(|r| r.matches(labels)))
+                    // As component-helpers: the node's fields are its name alone (empty for a
+                    // PersistentVolume's affinity, checked against labels only).
+                    && fields.as_ref().is_none_or(|f| {
+                        f.iter().all(|r| {
+                            let v = if r.key == "metadata.name" { node_name } else { "" };
+                            (v == r.value) == r.equal
+                        })
+                    })
+            }
+        }
+    }
+}
+
+/// `preferredDuringSchedulingIgnoredDuringExecution`, parsed once as component-helpers'
+/// `NewPreferredSchedulingTerms`: terms of weight 0 and empty terms are dropped; a term that
+/// does not parse is an error for the whole list (kube-scheduler's NodeAffinity PreScore then
+/// fails the pod's scheduling cycle), unlike required terms, where it only matches nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreferredNodeAffinity {
+    /// Weighted, parsed terms.
+    terms: Vec<(i64, Term)>,
+    /// The parse errors, joined, when a term did not parse.
+    error: Option<String>,
+}
+
+impl PreferredNodeAffinity {
+    /// Parses the pod's preferred terms.
+    pub fn new(preferred: &[PreferredSchedulingTerm]) -> Self {
+        let mut terms = Vec::new();
+        let mut errors = Vec::new();
+        for (i, p) in preferred.iter().enumerate() {
+            let exprs = p.preference.match_expressions.as_deref().unwrap_or(&[]);
+            let fields = p.preference.match_fields.as_deref().unwrap_or(&[]);
+            if p.weight == 0 || (exprs.is_empty() && fields.is_empty()) {
+                continue;
+            }
+            match parse_term(exprs, fields) {
+                Term::Invalid(e) => errors.push(format!("[{i}].preference: {e}")),
+                t => terms.push((i64::from(p.weight), t)),
+            }
+        }
+        if !errors.is_empty() {
+            terms.clear();
+        }
+        PreferredNodeAffinity {
+            terms,
+            error: (!errors.is_empty()).then(|| errors.join("; ")),
+        }
+    }
+
+    /// Whether there is nothing to score (no term survived, no error).
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty() && self.error.is_none()
+    }
+
+    /// The parse error, if a term did not parse.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// `PreferredSchedulingTerms.Score`: the sum of the weights of the terms the node matches.
+    pub fn score(&self, node_name: &str, labels: &BTreeMap<String, String>) -> i64 {
+        self.terms
+            .iter()
+            .filter(|(_, t)| t.matches(node_name, labels))
+            .fold(0i64, |acc, (w, _)| acc.saturating_add(*w))
     }
 }
 
@@ -207,6 +276,47 @@ mod tests {
         let other_field = affinity(serde_json::json!({"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.uid", "operator": "NotIn", "values": ["x"]}]}]}));
         assert!(other_field.matches("n1", &BTreeMap::new()));
+    }
+
+    fn preferred(v: serde_json::Value) -> PreferredNodeAffinity {
+        let terms: Vec<PreferredSchedulingTerm> = serde_json::from_value(v).expect("preferred terms");
+        PreferredNodeAffinity::new(&terms)
+    }
+
+    #[test]
+    fn preferred_terms_sum_the_weights_of_the_matching_ones() {
+        let p = preferred(serde_json::json!([
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
+            {"weight": 3, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}},
+            {"weight": 0, "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}},
+            {"weight": 7, "preference": {}},
+            {"weight": 11, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}}
+        ]));
+        assert!(!p.is_empty() && p.error().is_none());
+        assert_eq!(p.score("n1", &labels(&[("disk", "ssd"), ("zone", "a")])), 8);
+        assert_eq!(p.score("n1", &labels(&[("disk", "hdd")])), 0);
+        assert_eq!(p.score("n2", &labels(&[("zone", "b")])), 14);
+        assert!(preferred(serde_json::json!([])).is_empty());
+        assert!(
+            preferred(serde_json::json!([{"weight": 0, "preference": {
+            "matchExpressions": [{"key": "a", "operator": "Bogus"}]}}]))
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_preferred_term_that_does_not_parse_is_an_error_for_the_whole_list() {
+        let p = preferred(serde_json::json!([
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}},
+            {"weight": 3, "preference": {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["many"]}]}}
+        ]));
+        assert!(!p.is_empty());
+        assert!(
+            p.error().is_some_and(|e| e.starts_with("[1].preference: ")),
+            "{:?}",
+            p.error()
+        );
+        assert_eq!(p.score("n1", &labels(&[("disk", "ssd")])), 0);
     }
 
     #[test]

@@ -1,0 +1,268 @@
+//! The decision path of pods with `spec.resourceClaims`: kube-scheduler's DynamicResources
+//! filter. The pod's claims are resolved once (a missing claim rejects every node), then the
+//! allocator runs per node on the nodes that pass node fit, the NUMA prediction and the
+//! constraint plugins. Pods without claims never come here.
+
+use std::collections::BinaryHeap;
+
+use super::{Cluster, Config, Decision, NodeVerdict, aggregate_message};
+use crate::{
+    dra::{
+        DraError,
+        state::{ClaimAllocation, ResolvedClaims},
+    },
+    fit::Filter,
+    node::NodeBasics,
+    pod::PodSpec,
+    prepared::PreparedPod,
+};
+
+/// What the DynamicResources filter adds to a decision.
+#[derive(Debug, Default)]
+pub struct ClaimsOutcome {
+    /// For a placed pod: each claim and the allocation it gets (or has).
+    pub claims: Vec<ClaimAllocation>,
+    /// A claim error that fails the whole scheduling attempt (kube-scheduler's status Error):
+    /// an unknown DeviceClass, a selector that does not compile or evaluate, an incomplete pool
+    /// for `allocationMode: All`, …
+    pub error: Option<DraError>,
+}
+
+const CATEGORY: &str = "cannot allocate all claims";
+
+/// A shareID: a UID-shaped name for one shared allocation, derived from the pod, the claim and
+/// the result (the same inputs give the same report).
+fn share_id(pod: &str, claim: usize, result: usize) -> String {
+    // FNV-1a over the inputs, twice with different seeds for 128 bits.
+    let mut out = [0u64; 2];
+    for (i, seed) in [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142]
+        .into_iter()
+        .enumerate()
+    {
+        let mut h = seed;
+        for b in pod.bytes().chain(claim.to_le_bytes()).chain(result.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        out[i] = h;
+    }
+    let hex = format!("{:016x}{:016x}", out[0], out[1]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+impl Cluster {
+    /// [`Self::schedule`], and for a pod with claims the allocations it would get on the
+    /// chosen node (or the claim error that failed the attempt).
+    pub fn schedule_with_claims(
+        &self,
+        cfg: &Config,
+        pod: &PodSpec,
+        explain: bool,
+    ) -> (Decision, ClaimsOutcome) {
+        if !self.dra.enabled() || pod.resource_claims.is_empty() {
+            return (self.schedule(cfg, pod, explain), ClaimsOutcome::default());
+        }
+        let prepared = self.prepare(pod);
+        self.schedule_claims(cfg, &prepared, explain)
+    }
+
+    /// Records the allocations of a placed pod's claims (what PreBind would write), so later
+    /// pods see the devices in use.
+    pub fn commit_claims(&mut self, pod: &PodSpec, claims: &[ClaimAllocation]) {
+        for c in claims {
+            self.dra.commit(&pod.namespace, &c.name, c.allocation.clone());
+        }
+    }
+
+    pub(super) fn schedule_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        explain: bool,
+    ) -> (Decision, ClaimsOutcome) {
+        let pod = prepared.spec;
+        if let Some(reason) = prepared.volumes.blocked() {
+            return (
+                crate::decision::blocked_decision(pod, reason, self.node_names()),
+                ClaimsOutcome::default(),
+            );
+        }
+        let resolved = match self.dra.resolve(&pod.namespace, &pod.resource_claims) {
+            Ok(r) => r,
+            Err(e) => {
+                let verdicts: Vec<NodeVerdict> = self
+                    .nodes()
+                    .map(|n| NodeVerdict {
+                        node: n.name.clone(),
+                        feasible: false,
+                        score: None,
+                        reasons: vec![e.to_string()],
+                        categories: vec!["pod has unresolved resource claims".to_owned()],
+                        filter: Some(Filter::DynamicResources),
+                    })
+                    .collect();
+                return (self.no_node(pod, verdicts), ClaimsOutcome::default());
+            }
+        };
+        let key = pod.key();
+        let share = |c: usize, r: usize| share_id(&key, c, r);
+        let nodes: Vec<&NodeBasics> = self.nodes().collect();
+        let cons = self.constraints.prepare(&pod.facts, || self.nodes().collect());
+        if !explain && cons.is_none() {
+            // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
+            // tried, down to the first where the claims fit.
+            let scores = self.cached_scores(cfg, prepared);
+            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>)> = scores
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.map(|s| (s, std::cmp::Reverse(i))))
+                .collect();
+            while let Some((score, std::cmp::Reverse(i))) = heap.pop() {
+                let Some(n) = nodes.get(i) else { continue };
+                match self.dra.allocate_on(&resolved, &n.name, &n.labels, &share) {
+                    Ok(Ok(claims)) => {
+                        return (
+                            self.decision_on(prepared, n.name.clone(), score),
+                            ClaimsOutcome { claims, error: None },
+                        );
+                    }
+                    Ok(Err(_)) => {}
+                    Err(e) if e.is_node_error() => {}
+                    Err(e) => return self.claims_failed(pod, n, e),
+                }
+            }
+            // No node fits: the explained decision says why.
+        }
+        self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), &nodes, &share)
+    }
+
+    fn claims_explained(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        cons: Option<&crate::constraints::PodConstraints<'_>>,
+        nodes: &[&NodeBasics],
+        share: &dyn Fn(usize, usize) -> String,
+    ) -> (Decision, ClaimsOutcome) {
+        let pod = prepared.spec;
+        let mut verdicts: Vec<NodeVerdict> = nodes
+            .iter()
+            .map(|n| self.evaluate(cfg, prepared, n, true))
+            .collect();
+        if let Some(cons) = cons {
+            for (v, n) in verdicts.iter_mut().zip(nodes) {
+                if v.feasible
+                    && let Some(f) = cons.check(n)
+                {
+                    v.feasible = false;
+                    v.score = None;
+                    v.filter = Some(f.filter);
+                    v.categories.push(f.category);
+                    v.reasons.push(f.message);
+                }
+            }
+        }
+        let mut allocations: Vec<Option<Vec<ClaimAllocation>>> = vec![None; nodes.len()];
+        for (i, (v, n)) in verdicts.iter_mut().zip(nodes).enumerate() {
+            if !v.feasible {
+                continue;
+            }
+            match self.dra.allocate_on(resolved, &n.name, &n.labels, share) {
+                Ok(Ok(claims)) => allocations[i] = Some(claims),
+                Ok(Err(reason)) => {
+                    v.feasible = false;
+                    v.score = None;
+                    v.filter = Some(Filter::DynamicResources);
+                    v.categories.push(CATEGORY.to_owned());
+                    v.reasons.push(reason);
+                }
+                Err(e) if e.is_node_error() => {
+                    v.feasible = false;
+                    v.score = None;
+                    v.filter = Some(Filter::DynamicResources);
+                    v.categories.push(CATEGORY.to_owned());
+                    v.reasons.push(e.to_string());
+                }
+                Err(e) => return self.claims_failed(pod, n, e),
+            }
+        }
+        if let Some(cons) = cons {
+            let feasible: Vec<usize> = (0..verdicts.len()).filter(|&i| verdicts[i].feasible).collect();
+            let feasible_nodes: Vec<&NodeBasics> = feasible.iter().map(|&i| nodes[i]).collect();
+            for (&i, extra) in feasible.iter().zip(cons.scores(&feasible_nodes, nodes)) {
+                verdicts[i].score = verdicts[i].score.map(|s| s.saturating_add(extra));
+            }
+        }
+        let best = verdicts
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.feasible)
+            .max_by(|(_, a), (_, b)| a.score.cmp(&b.score).then_with(|| b.node.cmp(&a.node)))
+            .map(|(i, v)| (i, v.node.clone()));
+        let Some((i, node)) = best else {
+            return (self.no_node(pod, verdicts), ClaimsOutcome::default());
+        };
+        let (placement, allocation) = self.placement_on(prepared, &node);
+        let claims = allocations[i].take().unwrap_or_default();
+        (
+            Decision {
+                pod: pod.key(),
+                message: format!("Successfully assigned {} to {node}", pod.key()),
+                node: Some(node),
+                placement,
+                allocation,
+                nodes: verdicts,
+            },
+            ClaimsOutcome { claims, error: None },
+        )
+    }
+
+    fn no_node(&self, pod: &PodSpec, verdicts: Vec<NodeVerdict>) -> Decision {
+        Decision {
+            pod: pod.key(),
+            node: None,
+            message: aggregate_message(&verdicts),
+            placement: None,
+            allocation: None,
+            nodes: verdicts,
+        }
+    }
+
+    /// The attempt fails with an error (no node is chosen; kube-scheduler retries the pod
+    /// later): the node where it surfaced carries the reason.
+    fn claims_failed(&self, pod: &PodSpec, node: &NodeBasics, e: DraError) -> (Decision, ClaimsOutcome) {
+        let message = format!(
+            "running DynamicResources filter plugin on node {}: {e}",
+            node.name
+        );
+        (
+            Decision {
+                pod: pod.key(),
+                node: None,
+                message: message.clone(),
+                placement: None,
+                allocation: None,
+                nodes: vec![NodeVerdict {
+                    node: node.name.clone(),
+                    feasible: false,
+                    score: None,
+                    reasons: vec![message],
+                    categories: vec!["scheduling attempt failed with an error".to_owned()],
+                    filter: Some(Filter::DynamicResources),
+                }],
+            },
+            ClaimsOutcome {
+                claims: Vec::new(),
+                error: Some(e),
+            },
+        )
+    }
+}
