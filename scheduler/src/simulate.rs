@@ -106,7 +106,7 @@ impl Inputs {
         object: D,
     ) -> Result<Option<String>, D::Error> {
         match kind {
-            "Node" => self.nodes.push(Node::deserialize(object)?),
+            "Node" => self.nodes.push(read::node(object)?),
             "Pod" => self.pods.push(Pod::deserialize(object)?),
             "Namespace" => self.namespaces.push(Namespace::deserialize(object)?),
             "NodeResourceTopology" => self.nrts.push(NodeResourceTopology::deserialize(object)?),

@@ -8,7 +8,13 @@
 //! except `items`) and handed to the typed decoder before the rest of the object; `items` met
 //! before `kind` is decoded into objects at once, and kept only if the object is a List.
 
-use std::fmt;
+use std::{collections::BTreeMap, fmt};
+
+use k8s_openapi::{
+    api::core::v1::{Node, NodeSpec, NodeStatus},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+use serde::Deserialize;
 
 use serde::de::{
     self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess, Visitor,
@@ -407,6 +413,49 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for Rest<'_, M> {
     }
 }
 
+/// A Node as the model reads it ([`crate::cluster::Cluster::apply_node`]): its name, labels,
+/// spec (taints, unschedulable) and allocatable. A dump's Nodes are mostly image lists,
+/// conditions, addresses and node info; the parser skips those instead of keeping them. The
+/// apiVersion is checked as the full type checks it.
+pub(super) fn node<'de, D: Deserializer<'de>>(object: D) -> Result<Node, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Read {
+        api_version: Option<String>,
+        metadata: Option<Meta>,
+        spec: Option<NodeSpec>,
+        status: Option<Status>,
+    }
+    #[derive(Deserialize)]
+    struct Meta {
+        name: Option<String>,
+        labels: Option<BTreeMap<String, String>>,
+    }
+    #[derive(Deserialize)]
+    struct Status {
+        allocatable: Option<BTreeMap<String, Quantity>>,
+    }
+    let read = Read::deserialize(object)?;
+    if let Some(v) = &read.api_version
+        && v != "v1"
+    {
+        return Err(de::Error::invalid_value(de::Unexpected::Str(v), &"v1"));
+    }
+    let (name, labels) = read.metadata.map(|m| (m.name, m.labels)).unwrap_or_default();
+    Ok(Node {
+        metadata: ObjectMeta {
+            name,
+            labels,
+            ..ObjectMeta::default()
+        },
+        spec: read.spec,
+        status: read.status.map(|s| NodeStatus {
+            allocatable: s.allocatable,
+            ..NodeStatus::default()
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -578,6 +627,29 @@ mod tests {
         assert!(read.skipped.is_empty(), "{:?}", read.skipped);
         assert_eq!(read.nrts[0].zones.len(), 1);
         assert_eq!(read.nodes[0].metadata.labels.as_ref().unwrap()["pool"], "a");
+    }
+
+    /// A Node keeps what the model reads, exactly as the full type decodes it, and nothing else.
+    #[test]
+    fn nodes_keep_what_the_model_reads() {
+        let object = every_kind().swap_remove(0);
+        let full: k8s_openapi::api::core::v1::Node = serde_json::from_value(object.clone()).unwrap();
+        let kept = super::node(object).unwrap();
+        assert_eq!(kept.metadata.name, full.metadata.name);
+        assert_eq!(kept.metadata.labels, full.metadata.labels);
+        assert!(kept.metadata.annotations.is_none() && full.metadata.annotations.is_some());
+        assert_eq!(kept.spec, full.spec);
+        let (kept, full) = (kept.status.unwrap(), full.status.unwrap());
+        assert_eq!(kept.allocatable, full.allocatable);
+        assert!(kept.images.is_none() && full.images.is_some());
+        assert!(kept.conditions.is_none() && kept.capacity.is_none());
+        // The same checks as the full type: apiVersion, and the type of each field read.
+        assert!(super::node(json!({"apiVersion": "v2", "metadata": {"name": "n"}})).is_err());
+        assert!(super::node(json!({"metadata": {"name": 5}})).is_err());
+        assert!(super::node(json!({"status": {"allocatable": {"cpu": [1]}}})).is_err());
+        assert!(super::node(json!({"spec": {"taints": [{"key": "k", "timeAdded": "yesterday"}]}})).is_err());
+        let bare = super::node(json!({"kind": "Node", "metadata": null, "status": null})).unwrap();
+        assert_eq!(bare, k8s_openapi::api::core::v1::Node::default());
     }
 
     #[test]
