@@ -256,7 +256,11 @@ fn a_kubectl_dump_reads_the_same_both_ways_in_yaml_and_json() {
     }
     let [(cluster_yaml, cluster_json), (pods_yaml, pods_json)] = files.try_into().unwrap();
     let config = ConfigFile::default();
-    assert_same_reports(&[cluster_yaml.clone()], &[pods_yaml.clone()], &config);
+    assert_same_reports(
+        std::slice::from_ref(&cluster_yaml),
+        std::slice::from_ref(&pods_yaml),
+        &config,
+    );
     assert_same_reports(&[cluster_json], &[pods_json], &config);
 
     // Not vacuous: the dump places pods, leaves some pending, and warns about what it skips.
