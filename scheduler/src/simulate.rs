@@ -4,9 +4,13 @@
 
 use std::{collections::HashMap, fmt::Write as _, path::Path};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Node, Pod},
+    policy::v1::PodDisruptionBudget,
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+};
 use numaplane::nrt::NodeResourceTopology;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
     cluster::{Cluster, Config},
@@ -65,6 +69,8 @@ pub enum SimulateError {
 
 pub use crate::config_file::{ConfigFile, ResourceWeight, ScoringStrategyFile};
 
+mod read;
+
 /// Input objects, by kind.
 #[derive(Default)]
 pub struct Inputs {
@@ -81,17 +87,107 @@ pub struct Inputs {
     /// PersistentVolumeClaims, PersistentVolumes, StorageClasses.
     pub storage: crate::volume_binding::StorageObjects,
     /// PodDisruptionBudgets (which preemption victims they protect).
-    pub budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    pub budgets: Vec<PodDisruptionBudget>,
     /// DeviceClasses (`resource.k8s.io/v1`).
-    pub device_classes: Vec<k8s_openapi::api::resource::v1::DeviceClass>,
+    pub device_classes: Vec<DeviceClass>,
     /// ResourceSlices (`resource.k8s.io/v1`).
-    pub resource_slices: Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+    pub resource_slices: Vec<ResourceSlice>,
     /// ResourceClaims (`resource.k8s.io/v1`); an allocated one holds its devices.
-    pub resource_claims: Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+    pub resource_claims: Vec<ResourceClaim>,
 }
 
-/// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; parsing
-/// keeps the whole tree in memory, so a bound keeps a wrong path from exhausting the machine.
+impl Inputs {
+    /// Decodes an object of `kind` into its list: the one place that says which kinds the
+    /// readers take. `Ok(Some(why))` for an object not read (its kind, or its apiVersion); then
+    /// `object` may be left partly unread.
+    pub fn take<'de, D: Deserializer<'de>>(
+        &mut self,
+        kind: &str,
+        object: D,
+    ) -> Result<Option<String>, D::Error> {
+        match kind {
+            "Node" => self.nodes.push(read::node(object)?),
+            "Pod" => self.pods.push(Pod::deserialize(object)?),
+            "Namespace" => self.namespaces.push(Namespace::deserialize(object)?),
+            "NodeResourceTopology" => self.nrts.push(NodeResourceTopology::deserialize(object)?),
+            "PodDisruptionBudget" => self.budgets.push(PodDisruptionBudget::deserialize(object)?),
+            "DeviceClass" | "ResourceSlice" | "ResourceClaim" => {
+                // Only v1 is read, and `apiVersion` may follow the fields; these objects are
+                // few and small, so each is held as a tree until its version is known.
+                let tree = serde_json::Value::deserialize(object)?;
+                if tree.get("apiVersion").and_then(serde_json::Value::as_str) != Some("resource.k8s.io/v1") {
+                    return Ok(Some(format!(
+                        "{kind} ignored: only apiVersion resource.k8s.io/v1 is read"
+                    )));
+                }
+                let typed = <D::Error as serde::de::Error>::custom;
+                match kind {
+                    "DeviceClass" => self
+                        .device_classes
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                    "ResourceSlice" => self
+                        .resource_slices
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                    _ => self
+                        .resource_claims
+                        .push(serde_json::from_value(tree).map_err(typed)?),
+                }
+            }
+            _ => {
+                if !self.storage.read(kind, object)? {
+                    return Ok(Some(format!("kind {kind:?} ignored")));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Moves every object of `other` after this one's, kind by kind.
+    pub fn append(&mut self, other: Inputs) {
+        fn join<T>(into: &mut Vec<T>, more: Vec<T>) {
+            if into.is_empty() {
+                *into = more;
+            } else {
+                into.extend(more);
+            }
+        }
+        let Inputs {
+            nodes,
+            nrts,
+            pods,
+            namespaces,
+            skipped,
+            storage,
+            budgets,
+            device_classes,
+            resource_slices,
+            resource_claims,
+        } = other;
+        join(&mut self.nodes, nodes);
+        join(&mut self.nrts, nrts);
+        join(&mut self.pods, pods);
+        join(&mut self.namespaces, namespaces);
+        join(&mut self.skipped, skipped);
+        let crate::volume_binding::StorageObjects {
+            claims,
+            volumes,
+            classes,
+            csi_nodes,
+        } = storage;
+        join(&mut self.storage.claims, claims);
+        join(&mut self.storage.volumes, volumes);
+        join(&mut self.storage.classes, classes);
+        join(&mut self.storage.csi_nodes, csi_nodes);
+        join(&mut self.budgets, budgets);
+        join(&mut self.device_classes, device_classes);
+        join(&mut self.resource_slices, resource_slices);
+        join(&mut self.resource_claims, resource_claims);
+    }
+}
+
+/// Largest input file. A 5,000-node cluster dump with its pods is a few hundred MiB; the text
+/// is held in memory while it is decoded, so a bound keeps a wrong path from exhausting the
+/// machine.
 pub const MAX_INPUT_BYTES: u64 = 4 << 30;
 
 /// The YAML budget for `len` bytes of text. serde-saphyr's defaults (1,024 documents, 250,000
@@ -109,30 +205,29 @@ fn yaml_budget(len: usize) -> serde_saphyr::Budget {
     b
 }
 
-fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, SimulateError> {
+/// Decodes the objects of one file's `text`: a stream of JSON values if it starts like JSON,
+/// else multi-document YAML.
+fn decode(text: &str, path: &str) -> Result<read::Documents, SimulateError> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        let mut out = Vec::new();
-        for (i, v) in serde_json::Deserializer::from_str(text)
-            .into_iter::<serde_json::Value>()
+        let mut docs = read::Documents::default();
+        for (i, doc) in serde_json::Deserializer::from_str(text)
+            .into_iter::<read::JsonDocument>()
             .enumerate()
         {
-            let v = v.map_err(|e| SimulateError::ParseDocument {
+            let doc = doc.map_err(|e| SimulateError::ParseDocument {
                 path: path.to_owned(),
                 index: i + 1,
                 message: e.to_string(),
             })?;
-            match v {
-                serde_json::Value::Array(items) => out.extend(items),
-                other => out.push(other),
-            }
+            docs.extend([doc]);
         }
-        return Ok(out);
+        return Ok(docs);
     }
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(yaml_budget(text.len()));
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+    serde_saphyr::from_str_multiple_with_options::<read::YamlDocument, read::Documents>(text, options).map_err(
+        |e| {
             // The first line names the place; the rest is a source snippet.
             let full = e.to_string();
             let first = full.lines().next().unwrap_or_default();
@@ -146,8 +241,8 @@ fn split_documents(text: &str, path: &str) -> Result<Vec<serde_json::Value>, Sim
                 path: path.to_owned(),
                 message,
             }
-        })?;
-    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+        },
+    )
 }
 
 fn read_text(path: &Path) -> Result<String, SimulateError> {
@@ -168,78 +263,24 @@ fn read_text(path: &Path) -> Result<String, SimulateError> {
 }
 
 /// Reads objects from files; `List` kinds (`kubectl get -o yaml|json`) are flattened, nested
-/// lists too.
+/// lists too. Each object is decoded from the text into its type as the parser reads it.
 pub fn read_inputs(paths: &[impl AsRef<Path>]) -> Result<Inputs, SimulateError> {
     let mut inputs = Inputs::default();
     for p in paths {
         let path = p.as_ref().display().to_string();
         let text = read_text(p.as_ref())?;
-        let docs = split_documents(&text, &path)?;
+        let docs = decode(&text, &path)?;
         drop(text);
-        // Depth-first over documents and list items, in input order, moving (not copying)
-        // each object out of its list.
-        let mut stack: Vec<std::vec::IntoIter<serde_json::Value>> = vec![docs.into_iter()];
-        let mut index = 0;
-        while let Some(top) = stack.last_mut() {
-            let Some(mut doc) = top.next() else {
-                stack.pop();
-                continue;
-            };
-            if stack.len() == 1 {
-                index += 1;
-            }
-            let kind = doc
-                .get("kind")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            let bad = |e: serde_json::Error| SimulateError::ParseDocument {
-                path: path.clone(),
-                index,
-                message: format!("{kind}: {e}"),
-            };
-            match kind.as_str() {
-                "Node" => inputs.nodes.push(serde_json::from_value(doc).map_err(bad)?),
-                "Pod" => inputs.pods.push(serde_json::from_value(doc).map_err(bad)?),
-                "Namespace" => inputs.namespaces.push(serde_json::from_value(doc).map_err(bad)?),
-                "NodeResourceTopology" => inputs.nrts.push(serde_json::from_value(doc).map_err(bad)?),
-                "PodDisruptionBudget" => inputs.budgets.push(serde_json::from_value(doc).map_err(bad)?),
-                "DeviceClass" | "ResourceSlice" | "ResourceClaim"
-                    if doc.get("apiVersion").and_then(serde_json::Value::as_str)
-                        != Some("resource.k8s.io/v1") =>
-                {
-                    inputs.skipped.push(format!(
-                        "{path}: document {index}: {kind} ignored: only apiVersion resource.k8s.io/v1 is read"
-                    ));
-                }
-                "DeviceClass" => inputs
-                    .device_classes
-                    .push(serde_json::from_value(doc).map_err(bad)?),
-                "ResourceSlice" => inputs
-                    .resource_slices
-                    .push(serde_json::from_value(doc).map_err(bad)?),
-                "ResourceClaim" => inputs
-                    .resource_claims
-                    .push(serde_json::from_value(doc).map_err(bad)?),
-                k if crate::volume_binding::StorageObjects::is_storage_kind(k) => {
-                    inputs.storage.read(k, doc).map_err(bad)?;
-                }
-                k if k.ends_with("List") => match doc.get_mut("items").map(serde_json::Value::take) {
-                    Some(serde_json::Value::Array(items)) => stack.push(items.into_iter()),
-                    Some(serde_json::Value::Null) | None => {}
-                    Some(_) => {
-                        return Err(SimulateError::ParseDocument {
-                            path: path.clone(),
-                            index,
-                            message: format!("{kind}: items is not a list"),
-                        });
-                    }
-                },
-                other => inputs
-                    .skipped
-                    .push(format!("{path}: document {index}: kind {other:?} ignored")),
-            }
-        }
+        let read::Objects {
+            inputs: mut file,
+            ignored,
+        } = docs.objects;
+        file.skipped.extend(
+            ignored
+                .into_iter()
+                .map(|(index, why)| format!("{path}: document {}: {why}", index + 1)),
+        );
+        inputs.append(file);
     }
     Ok(inputs)
 }

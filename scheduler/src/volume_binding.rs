@@ -802,24 +802,22 @@ pub struct StorageObjects {
 }
 
 impl StorageObjects {
-    /// Takes `doc` if it is one of the storage kinds; `Ok(false)` for any other kind.
-    pub fn read(&mut self, kind: &str, doc: serde_json::Value) -> Result<bool, serde_json::Error> {
+    /// Decodes `object` if `kind` is one of the storage kinds; `Ok(false)`, with `object` left
+    /// unread, for any other kind.
+    pub fn read<'de, D: serde::Deserializer<'de>>(
+        &mut self,
+        kind: &str,
+        object: D,
+    ) -> Result<bool, D::Error> {
+        use serde::Deserialize as _;
         match kind {
-            "PersistentVolumeClaim" => self.claims.push(serde_json::from_value(doc)?),
-            "PersistentVolume" => self.volumes.push(serde_json::from_value(doc)?),
-            "StorageClass" => self.classes.push(serde_json::from_value(doc)?),
-            "CSINode" => self.csi_nodes.push(serde_json::from_value(doc)?),
+            "PersistentVolumeClaim" => self.claims.push(PersistentVolumeClaim::deserialize(object)?),
+            "PersistentVolume" => self.volumes.push(PersistentVolume::deserialize(object)?),
+            "StorageClass" => self.classes.push(StorageClass::deserialize(object)?),
+            "CSINode" => self.csi_nodes.push(CSINode::deserialize(object)?),
             _ => return Ok(false),
         }
         Ok(true)
-    }
-
-    /// Whether `kind` is one of the storage kinds.
-    pub fn is_storage_kind(kind: &str) -> bool {
-        matches!(
-            kind,
-            "PersistentVolumeClaim" | "PersistentVolume" | "StorageClass" | "CSINode"
-        )
     }
 
     /// Loads them into `index`.
