@@ -695,6 +695,7 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::daemon_config::ServeA
         pod_max_backoff: None,
         assume_timeout: None,
         bind_concurrency: None,
+        dra_binding_timeout: None,
     }
 }
 

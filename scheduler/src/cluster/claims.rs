@@ -81,6 +81,41 @@ impl Cluster {
         }
     }
 
+    /// Whether `pod`'s claims can be allocated on `node` once the bound pods `removed`
+    /// (keys) are gone: the claims reserved only for them give their devices back
+    /// (kube-scheduler's DynamicResources filter during preemption). True for a pod without
+    /// claims.
+    pub(super) fn claims_fit_without(
+        &self,
+        pod: &PodSpec,
+        node: &NodeBasics,
+        removed: &std::collections::BTreeSet<&str>,
+    ) -> bool {
+        if !self.dra.enabled() || pod.resource_claims.is_empty() {
+            return true;
+        }
+        let Ok(resolved) = self.dra.resolve(&pod.namespace, &pod.resource_claims) else {
+            return false;
+        };
+        let mut by_namespace: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for key in removed {
+            if let Some((ns, name)) = key.split_once('/') {
+                by_namespace.entry(ns).or_default().push(name);
+            }
+        }
+        let freed: Vec<String> = by_namespace
+            .iter()
+            .flat_map(|(ns, names)| self.dra.freed_by(ns, names))
+            .collect();
+        let key = pod.key();
+        let share = |c: usize, r: usize| share_id(&key, c, r);
+        matches!(
+            self.dra
+                .allocate_on_freeing(&resolved, &node.name, &node.labels, &share, &freed),
+            Ok(Ok(_))
+        )
+    }
+
     pub(super) fn schedule_claims(
         &self,
         cfg: &Config,
