@@ -460,7 +460,16 @@ pub async fn bind_with_claims(
     let mut reserved = Vec::new();
     let mut names = Vec::new();
     for w in writes {
-        names.extend(w.claim.metadata.name.clone());
+        // Only devices with binding conditions are waited for.
+        let conditioned = w
+            .allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .any(|r| r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()));
+        if conditioned {
+            names.extend(w.claim.metadata.name.clone());
+        }
         match reserve_claim(writer, pod, w).await {
             Ok(r) => reserved.extend(r),
             Err(source) => {
