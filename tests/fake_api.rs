@@ -302,7 +302,13 @@ fn builtin_resources() -> Vec<ResourceDef> {
         ResourceDef::new("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false),
         ResourceDef::new("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false),
         ResourceDef::new("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true).with_status(),
-        ResourceDef::new("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", true),
+        ResourceDef::new(
+            "resource.k8s.io",
+            "v1",
+            "resourceclaimtemplates",
+            "ResourceClaimTemplate",
+            true,
+        ),
         ResourceDef::new(
             "policy",
             "v1",

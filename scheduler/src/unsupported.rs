@@ -71,8 +71,10 @@ mod tests {
 
     #[test]
     fn resource_claims_are_enforced() {
-        let p = pod(json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}));
+        let p = pod(
+            json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}),
+        );
         assert!(detect(&p).is_empty());
     }
 
@@ -103,7 +105,10 @@ mod tests {
         let p = pod(json!({"containers": [], "schedulingGroup": {"podGroupName": "g"}}));
         assert_eq!(fields(&p), ["spec.schedulingGroup"]);
         let m = message(&detect(&p));
-        assert!(m.starts_with("not enforced by numaplane: spec.schedulingGroup (GangScheduling"), "{m}");
+        assert!(
+            m.starts_with("not enforced by numaplane: spec.schedulingGroup (GangScheduling"),
+            "{m}"
+        );
         assert!(ALL.iter().all(|u| u.field.starts_with("spec.")));
     }
 }

@@ -16,8 +16,10 @@ use numaplane_scheduler::{
 use serde_json::{Value, json};
 
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}))
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}),
+    )
     .unwrap()
 }
 
@@ -34,8 +36,10 @@ fn class() -> DeviceClass {
 }
 
 fn claim(name: &str) -> ResourceClaim {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
-        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu"}}]}}}))
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu"}}]}}}),
+    )
     .unwrap()
 }
 
@@ -97,18 +101,32 @@ fn an_allocation_in_flight_holds_its_device_until_written_or_released() {
     c.dra.release("ns", "ns/p1", &["a".to_owned()]);
     assert!(!c.dra.in_flight("ns", "a"));
     assert_eq!(placed(&c, &p2).as_deref(), Some("n1"));
-    // Decided again and written: the watch's allocation replaces the one in flight.
+    // Decided again, written and bound: held until the watch shows the version written.
     c.dra.assume("ns", "ns/p1", &outcome.claims);
+    c.dra.written("ns", "ns/p1", &[("a".to_owned(), 5)]);
+    assert!(c.dra.in_flight("ns", "a"));
+    let mut older = finalized.clone();
+    older.metadata.resource_version = Some("3".to_owned());
+    c.dra.apply_claim(older);
+    assert!(c.dra.in_flight("ns", "a"), "an older version does not end it");
+    assert_eq!(placed(&c, &p2), None);
     let mut written = finalized;
+    written.metadata.resource_version = Some("5".to_owned());
     written.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
         allocation: Some(outcome.claims[0].allocation.clone()),
         ..Default::default()
     });
-    c.dra.apply_claim(written);
+    c.dra.apply_claim(written.clone());
     assert!(!c.dra.in_flight("ns", "a"));
     // A late failure report of that binding frees nothing the API holds.
     c.dra.release("ns", "ns/p1", &["a".to_owned()]);
     assert_eq!(placed(&c, &p2), None);
+    // The resourceclaim controller deallocates it (its pod is gone): free again.
+    let mut cleared = written;
+    cleared.metadata.resource_version = Some("6".to_owned());
+    cleared.status = None;
+    c.dra.apply_claim(cleared);
+    assert_eq!(placed(&c, &p2).as_deref(), Some("n1"));
 }
 
 #[test]
@@ -120,11 +138,27 @@ fn a_shared_claim_in_flight_is_allocated_once_and_held_until_its_last_binding_fa
     let (_, first) = c.schedule_with_claims(&Config::default(), &p1, false);
     c.dra.assume("ns", "ns/p1", &first.claims);
     let (d, second) = c.schedule_with_claims(&Config::default(), &p1b, false);
-    assert_eq!(d.node.as_deref(), Some("n1"), "the shared claim reads as allocated");
+    assert_eq!(
+        d.node.as_deref(),
+        Some("n1"),
+        "the shared claim reads as allocated"
+    );
     assert_eq!(second.claims[0].allocation, first.claims[0].allocation);
     c.dra.assume("ns", "ns/p1b", &second.claims);
     c.dra.release("ns", "ns/p1", &["a".to_owned()]);
     assert_eq!(placed(&c, &p2), None, "p1b's binding still holds the device");
+    // Even when a claim event shows it written and then cleared meanwhile.
+    let mut shown = claim("a");
+    shown.metadata.resource_version = Some("7".to_owned());
+    shown.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
+        allocation: Some(first.claims[0].allocation.clone()),
+        ..Default::default()
+    });
+    c.dra.apply_claim(shown);
+    let mut cleared = claim("a");
+    cleared.metadata.resource_version = Some("8".to_owned());
+    c.dra.apply_claim(cleared);
+    assert_eq!(placed(&c, &p2), None, "p1b's binding may still write it");
     c.dra.release("ns", "ns/p1b", &["a".to_owned()]);
     assert_eq!(placed(&c, &p2).as_deref(), Some("n1"));
 }
@@ -143,17 +177,24 @@ fn preemption_counts_the_devices_a_victims_claims_give_back() {
     let mut a = claim("a");
     let holder = spec(&mut c, pod_json("holder", "a", json!({})));
     let (_, outcome) = c.schedule_with_claims(&Config::default(), &holder, false);
-    a.status = Some(serde_json::from_value(json!({
-        "allocation": outcome.claims[0].allocation,
-        "reservedFor": [{"resource": "pods", "name": "low", "uid": "uid-low"}]
-    }))
-    .unwrap());
+    a.status = Some(
+        serde_json::from_value(json!({
+            "allocation": outcome.claims[0].allocation,
+            "reservedFor": [{"resource": "pods", "name": "low", "uid": "uid-low"}]
+        }))
+        .unwrap(),
+    );
     c.dra.apply_claim(a.clone());
     let high = spec(&mut c, pod_json("high", "b", json!({"priority": 100})));
     assert_eq!(placed(&c, &high), None);
-    let p = c.preempt(&Config::default(), &high, 100).expect("evicting low frees the GPU");
+    let p = c
+        .preempt(&Config::default(), &high, 100)
+        .expect("evicting low frees the GPU");
     assert_eq!(p.node, "n1");
-    assert_eq!(p.victims.iter().map(|v| v.key.as_str()).collect::<Vec<_>>(), ["ns/low"]);
+    assert_eq!(
+        p.victims.iter().map(|v| v.key.as_str()).collect::<Vec<_>>(),
+        ["ns/low"]
+    );
     // Shared with a pod that stays: evicting the victim frees nothing.
     a.status.as_mut().unwrap().reserved_for.as_mut().unwrap().push(
         serde_json::from_value(json!({"resource": "pods", "name": "other", "uid": "uid-other"})).unwrap(),

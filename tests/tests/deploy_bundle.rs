@@ -1661,14 +1661,20 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     // the condition, which the test then sets as a driver would.
     let device_class = format!("{ns}-gpu");
     let dra_objects = [
-        ("deviceclasses", json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": device_class}, "spec": {}})),
-        ("resourceslices", json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        (
+            "deviceclasses",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": device_class}, "spec": {}}),
+        ),
+        (
+            "resourceslices",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": format!("{node}-gpu")},
             "spec": {"driver": "gpu.example.com", "nodeName": node,
                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                 "devices": [{"name": "dev0", "bindingConditions": ["Attached"],
-                    "bindingFailureConditions": ["AttachFailed"]}]}})),
+                    "bindingFailureConditions": ["AttachFailed"]}]}}),
+        ),
     ];
     for (plural, o) in &dra_objects {
         let gvk = kube::api::GroupVersionKind::gvk("resource.k8s.io", "v1", o["kind"].as_str().unwrap());
@@ -1676,11 +1682,15 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             client.clone(),
             &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
         );
-        api.create(&PostParams::default(), &serde_json::from_value(o.clone()).unwrap())
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(o.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
     }
-    let resource_claims: Api<k8s_openapi::api::resource::v1::ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let resource_claims: Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+        Api::namespaced(client.clone(), &ns);
     resource_claims
         .create(
             &PostParams::default(),
@@ -1693,17 +1703,23 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let mut with_device = pod_json("with-device", "numaplane-scheduler", "100m", 0);
     {
         let spec = with_device.spec.as_mut().unwrap();
-        spec.resource_claims =
-            Some(vec![serde_json::from_value(json!({"name": "dev", "resourceClaimName": "dev"})).unwrap()]);
+        spec.resource_claims = Some(vec![
+            serde_json::from_value(json!({"name": "dev", "resourceClaimName": "dev"})).unwrap(),
+        ]);
         let r = spec.containers[0].resources.as_mut().unwrap();
         r.requests.as_mut().unwrap().remove(GPU);
         r.limits.as_mut().unwrap().remove(GPU);
     }
     pods.create(&PostParams::default(), &with_device).await.unwrap();
-    until("the scheduler reserves claim dev for with-device", &slog, || async {
-        let c = resource_claims.get("dev").await.unwrap();
-        c.status.is_some_and(|s| s.allocation.is_some() && s.reserved_for.is_some_and(|r| r.len() == 1))
-    })
+    until(
+        "the scheduler reserves claim dev for with-device",
+        &slog,
+        || async {
+            let c = resource_claims.get("dev").await.unwrap();
+            c.status
+                .is_some_and(|s| s.allocation.is_some() && s.reserved_for.is_some_and(|r| r.len() == 1))
+        },
+    )
     .await;
     assert_eq!(
         pods.get("with-device").await.unwrap().spec.unwrap().node_name,
@@ -1711,18 +1727,31 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         "bound before its device's binding condition holds"
     );
     let mut c = resource_claims.get("dev").await.unwrap();
-    c.status.as_mut().unwrap().devices = Some(vec![serde_json::from_value(json!({
+    c.status.as_mut().unwrap().devices = Some(vec![
+        serde_json::from_value(json!({
         "driver": "gpu.example.com", "pool": node, "device": "dev0",
         "conditions": [{"type": "Attached", "status": "True", "reason": "Attached", "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
-    .unwrap()]);
+        .unwrap(),
+    ]);
     resource_claims
         .replace_status("dev", &PostParams::default(), &c)
         .await
         .unwrap();
-    until("with-device is bound once its device is attached", &slog, || async {
-        pods.get("with-device").await.unwrap().spec.unwrap().node_name.as_deref() == Some(node.as_str())
-    })
+    until(
+        "with-device is bound once its device is attached",
+        &slog,
+        || async {
+            pods.get("with-device")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .node_name
+                .as_deref()
+                == Some(node.as_str())
+        },
+    )
     .await;
     let deadline = Instant::now() + WAIT;
     let record = loop {

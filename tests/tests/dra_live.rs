@@ -59,7 +59,15 @@ impl Env {
             "live DRA on a real kube-apiserver with the resourceclaim controller",
             &options(),
         )?;
-        Some(Self::on(ApiTarget::on(cluster).await.unwrap(), nodes, extra, binding_conditions).await)
+        Some(
+            Self::on(
+                ApiTarget::on(cluster).await.unwrap(),
+                nodes,
+                extra,
+                binding_conditions,
+            )
+            .await,
+        )
     }
 
     async fn on(target: ApiTarget, n: usize, extra: &[&str], binding_conditions: bool) -> Env {
@@ -286,13 +294,21 @@ async fn a_template_claim_is_created_allocated_reserved_and_bound_in_kube_schedu
     let seen = Seen::start(&env);
     tokio::time::sleep(Duration::from_millis(300)).await;
     env.template("one-gpu", 1).await;
-    env.pod("p", json!({"resourceClaimTemplateName": "one-gpu"}), None).await;
-    env.until("p is bound", async || env.node_of("p").await.is_some()).await;
+    env.pod("p", json!({"resourceClaimTemplateName": "one-gpu"}), None)
+        .await;
+    env.until("p is bound", async || env.node_of("p").await.is_some())
+        .await;
     let pod = env.pods().get("p").await.unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
     // The controller's claim: generated name, owned by the pod, named in the pod's status.
-    let name = pod.status.as_ref().unwrap().resource_claim_statuses.as_ref().unwrap()[0]
+    let name = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .resource_claim_statuses
+        .as_ref()
+        .unwrap()[0]
         .resource_claim_name
         .clone()
         .unwrap();
@@ -410,10 +426,12 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
     };
     let before = env.claims().replace_status("foreign", &pp, &c).await.unwrap();
     // Its pod may only go to n1, where the claim's devices are not: unschedulable.
-    env.pod("stuck", json!({"resourceClaimName": "foreign"}), Some(&n1)).await;
+    env.pod("stuck", json!({"resourceClaimName": "foreign"}), Some(&n1))
+        .await;
     // A pod asking for three GPUs of nodes that have two: its claim stays unallocated.
     env.template("three-gpus", 3).await;
-    env.pod("greedy", json!({"resourceClaimTemplateName": "three-gpus"}), None).await;
+    env.pod("greedy", json!({"resourceClaimTemplateName": "three-gpus"}), None)
+        .await;
     env.until("both are reported unschedulable twice", async || {
         env.notes("stuck", "FailedScheduling").await.len()
             + env.notes("greedy", "FailedScheduling").await.len()
@@ -424,7 +442,9 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let greedy_notes = env.notes("greedy", "FailedScheduling").await;
     assert!(
-        greedy_notes.iter().any(|n| n.contains("cannot allocate all claims")),
+        greedy_notes
+            .iter()
+            .any(|n| n.contains("cannot allocate all claims")),
         "{greedy_notes:?}"
     );
     let after = env.claims().get("foreign").await.unwrap();
@@ -438,7 +458,10 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
         .clone()
         .unwrap();
     let claim = env.claims().get(&name).await.unwrap();
-    assert!(allocation(&claim).is_none() && !has_finalizer(&claim), "{claim:?}");
+    assert!(
+        allocation(&claim).is_none() && !has_finalizer(&claim),
+        "{claim:?}"
+    );
     assert_eq!(env.node_of("stuck").await, None);
     env.cleanup().await;
 }
@@ -479,7 +502,12 @@ async fn binding_conditions_are_waited_for_within_the_timeout() {
                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
                 .unwrap(),
             ]);
-            if env.claims().replace_status("attach", &PostParams::default(), &c).await.is_ok() {
+            if env
+                .claims()
+                .replace_status("attach", &PostParams::default(), &c)
+                .await
+                .is_ok()
+            {
                 break;
             }
         }
@@ -501,7 +529,10 @@ async fn a_conflict_on_the_claims_status_write_is_retried_before_the_binding() {
     let env = Env::on(ApiTarget::start_fake(true).await.unwrap(), 1, &[], false).await;
     let fake = env.target.fake().unwrap();
     env.claim("c").await;
-    let status = format!("/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/c/status", env.ns);
+    let status = format!(
+        "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/c/status",
+        env.ns
+    );
     fake.fail_next("PUT", &status, 409, 1);
     env.pod("p", json!({"resourceClaimName": "c"}), None).await;
     env.until("p is bound", async || env.node_of("p").await.is_some())

@@ -117,8 +117,24 @@ pub struct DraState {
 #[derive(Clone, Debug)]
 struct InFlight {
     allocation: AllocationResult,
-    /// Keys of the pods whose bindings use it.
+    /// Keys of the pods whose bindings use it and have not ended.
     pods: std::collections::BTreeSet<String>,
+    /// Whether the claim as last seen from the API has an allocation.
+    api_allocated: bool,
+    /// The resourceVersion of the claim as last seen from the API.
+    seen_rv: u64,
+    /// The highest resourceVersion a successful binding wrote: the entry ends once the watch
+    /// has shown that version (numeric comparison, as kube-scheduler's assume cache makes).
+    written_rv: Option<u64>,
+}
+
+fn resource_version(claim: &ResourceClaim) -> u64 {
+    claim
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 impl DraState {
@@ -164,10 +180,17 @@ impl DraState {
     pub fn apply_claim(&mut self, mut claim: ResourceClaim) {
         let key = allocator::claim_key(&claim);
         let written = claim.status.as_ref().is_some_and(|s| s.allocation.is_some());
-        if written {
-            self.in_flight.remove(&key);
-        } else if let Some(f) = self.in_flight.get(&key) {
-            claim.status.get_or_insert_with(Default::default).allocation = Some(f.allocation.clone());
+        let rv = resource_version(&claim);
+        if let Some(f) = self.in_flight.get_mut(&key) {
+            f.api_allocated = written;
+            f.seen_rv = rv;
+            if f.pods.is_empty() && f.written_rv.is_some_and(|w| rv >= w) {
+                // Every binding ended and the watch shows what they wrote: the API's state
+                // is the whole truth again.
+                self.in_flight.remove(&key);
+            } else if !written {
+                claim.status.get_or_insert_with(Default::default).allocation = Some(f.allocation.clone());
+            }
         }
         self.put_claim(claim);
     }
@@ -259,7 +282,11 @@ impl DraState {
         }
         let mut allocated = self.allocated.clone();
         for key in freed {
-            if let Some(a) = self.claims.get(key).and_then(|c| c.status.as_ref()?.allocation.as_ref()) {
+            if let Some(a) = self
+                .claims
+                .get(key)
+                .and_then(|c| c.status.as_ref()?.allocation.as_ref())
+            {
                 allocated.remove(a);
             }
         }
@@ -277,7 +304,8 @@ impl DraState {
                 let reserved = c.status.as_ref().and_then(|s| s.reserved_for.as_ref());
                 reserved.is_some_and(|r| {
                     !r.is_empty()
-                        && r.iter().all(|e| e.resource == "pods" && leaving.contains(&e.name.as_str()))
+                        && r.iter()
+                            .all(|e| e.resource == "pods" && leaving.contains(&e.name.as_str()))
                 })
             })
             .map(|(k, _)| k.clone())
@@ -422,11 +450,14 @@ impl DraState {
                 f.pods.insert(pod.to_owned());
                 continue;
             }
-            let Some(claim) = self.claims.get(&key) else { continue };
+            let Some(claim) = self.claims.get(&key) else {
+                continue;
+            };
             if claim.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
                 continue;
             }
             let mut claim = claim.clone();
+            let seen_rv = resource_version(&claim);
             claim.status.get_or_insert_with(Default::default).allocation = Some(c.allocation.clone());
             self.put_claim(claim);
             self.in_flight.insert(
@@ -434,29 +465,50 @@ impl DraState {
                 InFlight {
                     allocation: c.allocation.clone(),
                     pods: [pod.to_owned()].into(),
+                    api_allocated: false,
+                    seen_rv,
+                    written_rv: None,
                 },
             );
         }
     }
 
-    /// The binding of pod `pod` failed: the allocations in flight that no other pod's binding
-    /// uses are dropped, and their devices are free again (unless the claim watch shows them
-    /// written meanwhile).
+    /// The binding of pod `pod` failed: its allocations in flight that no other binding uses
+    /// and that no successful binding wrote are dropped, and their devices are free again
+    /// (unless the claim watch shows them written).
     pub fn release(&mut self, namespace: &str, pod: &str, claims: &[String]) {
         for name in claims {
-            let key = format!("{namespace}/{name}");
-            let Some(f) = self.in_flight.get_mut(&key) else { continue };
-            f.pods.remove(pod);
-            if !f.pods.is_empty() {
-                continue;
+            self.end_binding(&format!("{namespace}/{name}"), pod, None);
+        }
+    }
+
+    /// The binding of pod `pod` succeeded, having written the claims `(name, resourceVersion)`:
+    /// their allocations stay in flight until the claim watch shows those versions.
+    pub fn written(&mut self, namespace: &str, pod: &str, claims: &[(String, u64)]) {
+        for (name, rv) in claims {
+            self.end_binding(&format!("{namespace}/{name}"), pod, Some(*rv));
+        }
+    }
+
+    fn end_binding(&mut self, key: &str, pod: &str, written_rv: Option<u64>) {
+        let Some(f) = self.in_flight.get_mut(key) else {
+            return;
+        };
+        f.pods.remove(pod);
+        if let Some(rv) = written_rv {
+            f.written_rv = Some(f.written_rv.map_or(rv, |w| w.max(rv)));
+        }
+        let done = f.pods.is_empty() && f.written_rv.is_none_or(|w| f.seen_rv >= w);
+        if !done {
+            return;
+        }
+        let api_allocated = f.api_allocated;
+        self.in_flight.remove(key);
+        if !api_allocated && let Some(mut claim) = self.claims.get(key).cloned() {
+            if let Some(s) = claim.status.as_mut() {
+                s.allocation = None;
             }
-            self.in_flight.remove(&key);
-            if let Some(mut claim) = self.claims.get(&key).cloned() {
-                if let Some(s) = claim.status.as_mut() {
-                    s.allocation = None;
-                }
-                self.put_claim(claim);
-            }
+            self.put_claim(claim);
         }
     }
 }

@@ -123,6 +123,8 @@ pub struct BindDone {
     pub enqueued: Instant,
     /// The ResourceClaims whose allocations the binding held in flight.
     pub claims: Vec<String>,
+    /// The claims it reserved, with their resourceVersion after its write.
+    pub written: Vec<(String, u64)>,
     /// Outcome.
     pub result: Result<(), BindError>,
 }
@@ -892,7 +894,8 @@ impl Engine {
                 continue;
             }
             let t0 = Instant::now();
-            let (decision, claims_outcome) = if spec.resource_claims.is_empty() || !self.cluster.dra.enabled() {
+            let (decision, claims_outcome) = if spec.resource_claims.is_empty() || !self.cluster.dra.enabled()
+            {
                 (self.cluster.decide(&self.model, spec), Default::default())
             } else {
                 self.cluster.schedule_with_claims(&self.model, spec, false)
@@ -930,6 +933,7 @@ impl Engine {
                     let binding_timeout = self.cfg.dra_binding_timeout;
                     let held = claim_names.clone();
                     tokio::spawn(async move {
+                        let mut written = Vec::new();
                         let result = if writes.is_empty() {
                             volumes::bind_with_volumes(
                                 &writer,
@@ -955,6 +959,7 @@ impl Engine {
                                 &node,
                                 annotation.as_deref(),
                                 &claims,
+                                &mut written,
                             )
                             .await
                         };
@@ -967,6 +972,7 @@ impl Engine {
                             profile,
                             enqueued,
                             claims: held,
+                            written,
                             result,
                         })));
                     });
@@ -1059,11 +1065,14 @@ impl Engine {
             profile,
             enqueued,
             claims,
+            written,
             result,
         } = done;
         self.in_flight = self.in_flight.saturating_sub(1);
-        if result.is_err() {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if result.is_ok() {
+            self.cluster.dra.written(ns, &key, &written);
+        } else {
             self.cluster.dra.release(ns, &key, &claims);
             if !claims.is_empty() {
                 self.queue.cluster_changed(Instant::now());

@@ -149,6 +149,12 @@ pub enum ClaimError {
         /// `namespace/name`.
         claim: String,
     },
+    /// The claim was allocated when the pod was decided and is not any more.
+    #[error("ResourceClaim {claim} was deallocated meanwhile")]
+    Deallocated {
+        /// `namespace/name`.
+        claim: String,
+    },
     /// Someone else allocated other devices to the claim meanwhile.
     #[error("ResourceClaim {claim} was allocated other devices meanwhile")]
     AllocatedElsewhere {
@@ -186,6 +192,7 @@ impl ClaimError {
             ClaimError::Status { .. } | ClaimError::Conflicts { .. } => "claim_status",
             ClaimError::Gone { .. } => "claim_gone",
             ClaimError::AllocatedElsewhere { .. } => "claim_allocated_elsewhere",
+            ClaimError::Deallocated { .. } => "claim_deallocated",
             ClaimError::BindingFailed { .. } => "binding_conditions_failed",
             ClaimError::BindingTimeout { .. } => "binding_conditions_timeout",
         }
@@ -200,6 +207,9 @@ pub struct ClaimWrite {
     pub claim: ResourceClaim,
     /// The allocation decided (or the claim's own, when it is allocated already).
     pub allocation: AllocationResult,
+    /// Whether this binding allocates the claim (else it was allocated when the pod was
+    /// decided, and a claim deallocated meanwhile fails the binding, as in kube-scheduler).
+    pub allocate: bool,
 }
 
 /// What the binding of one pod wrote on one claim (to give back if the binding fails).
@@ -209,6 +219,19 @@ pub struct Reserved {
     pub name: String,
     /// Whether this binding wrote the allocation (else it only appended the pod).
     pub allocated: bool,
+    /// Whether this binding appended the pod to `reservedFor` (else it was there already).
+    pub appended: bool,
+    /// The claim's resourceVersion after the write (or as read, when nothing was written).
+    pub resource_version: u64,
+}
+
+fn rv_of(claim: &ResourceClaim) -> u64 {
+    claim
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The pod a binding reserves claims for.
@@ -295,8 +318,7 @@ fn post_params() -> PostParams {
 /// Reserves `w`'s claim for `pod` as kube-scheduler's `bindClaim` does: the finalizer first
 /// (an Update), then allocation, `allocationTimestamp` and the pod in `reservedFor` in one
 /// UpdateStatus; on a conflict the claim is read again and the steps left are redone.
-/// `Ok(None)`: the claim was reserved for the pod already.
-pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> Result<Option<Reserved>, ClaimError> {
+pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> Result<Reserved, ClaimError> {
     let name = w.claim.metadata.name.clone().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(writer.client(), pod.namespace);
     let mut claim = w.claim.clone();
@@ -305,7 +327,12 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
     let key = format!("{}/{name}", pod.namespace);
     for _ in 0..CONFLICT_RETRIES {
         if is_reserved_for(&claim, pod.uid) {
-            return Ok(None);
+            return Ok(Reserved {
+                name,
+                allocated: false,
+                appended: false,
+                resource_version: rv_of(&claim),
+            });
         }
         if !claim.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER) {
             claim
@@ -328,6 +355,7 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
         }
         let status = claim.status.get_or_insert_with(Default::default);
         let allocated = match &status.allocation {
+            None if !w.allocate => return Err(ClaimError::Deallocated { claim: key }),
             None => {
                 let mut a = w.allocation.clone();
                 // kube-scheduler stamps every allocation it writes while the binding-conditions
@@ -357,7 +385,14 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
             )
             .await
         {
-            Ok(_) => return Ok(Some(Reserved { name, allocated })),
+            Ok(c) => {
+                return Ok(Reserved {
+                    name,
+                    allocated,
+                    appended: true,
+                    resource_version: rv_of(&c),
+                });
+            }
             Err(e) if conflict(&e) => claim = writer.get_claim(pod.namespace, &name).await?,
             Err(e) if not_found(&e) => return Err(ClaimError::Gone { claim: key }),
             Err(source) => return Err(ClaimError::Status { claim: key, source }),
@@ -392,7 +427,11 @@ fn conditioned(claim: &ResourceClaim) -> Vec<(String, Vec<String>, Vec<String>, 
 /// Whether every binding condition of `claim`'s devices holds: `Err` when a failure
 /// condition is true, `Ok(Some(device))` for the first device still waiting.
 fn binding_state(claim: &ResourceClaim) -> Result<Option<String>, ClaimError> {
-    let statuses = claim.status.as_ref().and_then(|s| s.devices.as_deref()).unwrap_or_default();
+    let statuses = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.devices.as_deref())
+        .unwrap_or_default();
     let mut waiting = None;
     for (device, needed, failures, (driver, pool, dev)) in conditioned(claim) {
         let conditions = statuses
@@ -427,7 +466,9 @@ pub async fn wait_binding_conditions(
     for name in names {
         loop {
             let claim = writer.get_claim(namespace, name).await?;
-            let Some(device) = binding_state(&claim)? else { break };
+            let Some(device) = binding_state(&claim)? else {
+                break;
+            };
             if started.elapsed() >= timeout {
                 return Err(ClaimError::BindingTimeout {
                     claim: format!("{namespace}/{name}"),
@@ -454,6 +495,7 @@ pub async fn bind_with_claims(
     node: &str,
     annotation: Option<&str>,
     volumes: &[String],
+    written: &mut Vec<(String, u64)>,
 ) -> Result<(), BindError> {
     let started = Instant::now();
     let key = format!("{}/{}", pod.namespace, pod.name);
@@ -471,7 +513,12 @@ pub async fn bind_with_claims(
             names.extend(w.claim.metadata.name.clone());
         }
         match reserve_claim(writer, pod, w).await {
-            Ok(r) => reserved.extend(r),
+            Ok(r) => {
+                written.push((r.name.clone(), r.resource_version));
+                if r.appended {
+                    reserved.push(r);
+                }
+            }
             Err(source) => {
                 unreserve(writer, pod, &reserved).await;
                 return Err(BindError::Claim { pod: key, source });
@@ -482,17 +529,16 @@ pub async fn bind_with_claims(
         unreserve(writer, pod, &reserved).await;
         return Err(BindError::Claim { pod: key, source });
     }
-    let result =
-        super::volumes::bind_with_volumes(
-            writer,
-            pod.namespace,
-            pod.name,
-            (!pod.uid.is_empty()).then_some(pod.uid),
-            node,
-            annotation,
-            volumes,
-        )
-            .await;
+    let result = super::volumes::bind_with_volumes(
+        writer,
+        pod.namespace,
+        pod.name,
+        (!pod.uid.is_empty()).then_some(pod.uid),
+        node,
+        annotation,
+        volumes,
+    )
+    .await;
     if let Err(e) = &result
         && !matches!(e, BindError::AlreadyBound { .. })
     {
@@ -516,7 +562,12 @@ pub async fn unreserve(writer: &Writer, pod: PodRef<'_>, reserved: &[Reserved]) 
     }
 }
 
-async fn unreserve_one(writer: &Writer, pod: PodRef<'_>, name: &str, allocated: bool) -> Result<(), ClaimError> {
+async fn unreserve_one(
+    writer: &Writer,
+    pod: PodRef<'_>,
+    name: &str,
+    allocated: bool,
+) -> Result<(), ClaimError> {
     let api: Api<ResourceClaim> = Api::namespaced(writer.client(), pod.namespace);
     let key = format!("{}/{name}", pod.namespace);
     for _ in 0..CONFLICT_RETRIES {
@@ -525,7 +576,9 @@ async fn unreserve_one(writer: &Writer, pod: PodRef<'_>, name: &str, allocated: 
             Err(ClaimError::Gone { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let Some(status) = claim.status.as_mut() else { return Ok(()) };
+        let Some(status) = claim.status.as_mut() else {
+            return Ok(());
+        };
         let before = status.reserved_for.as_ref().map_or(0, Vec::len);
         if let Some(r) = status.reserved_for.as_mut() {
             r.retain(|e| !(e.resource == "pods" && e.uid == pod.uid));
@@ -575,9 +628,7 @@ pub fn allocated_by_us(claim: &ResourceClaim) -> bool {
 pub fn release_when_unschedulable(claim: &ResourceClaim, uid: &str) -> bool {
     let allocated = claim.status.as_ref().is_some_and(|s| s.allocation.is_some());
     let users = reserved_for(claim);
-    allocated
-        && allocated_by_us(claim)
-        && users.iter().all(|r| r.resource == "pods" && r.uid == uid)
+    allocated && allocated_by_us(claim) && users.iter().all(|r| r.resource == "pods" && r.uid == uid)
 }
 
 impl Engine {
@@ -598,13 +649,27 @@ impl Engine {
     ) -> Vec<ClaimWrite> {
         let mut out: Vec<ClaimWrite> = Vec::new();
         for c in claims {
-            if out.iter().any(|w| w.claim.metadata.name.as_deref() == Some(c.name.as_str())) {
+            if out
+                .iter()
+                .any(|w| w.claim.metadata.name.as_deref() == Some(c.name.as_str()))
+            {
                 continue;
             }
             if let Some(claim) = self.cluster.dra.claim(namespace, &c.name) {
+                let mut claim = claim.clone();
+                let allocate = self.cluster.dra.in_flight(namespace, &c.name)
+                    || claim.status.as_ref().is_none_or(|s| s.allocation.is_none());
+                // An allocation in flight (another pod's binding is writing it) is not the
+                // API's yet: this binding writes it too, unless that one lands first.
+                if self.cluster.dra.in_flight(namespace, &c.name)
+                    && let Some(s) = claim.status.as_mut()
+                {
+                    s.allocation = None;
+                }
                 out.push(ClaimWrite {
-                    claim: claim.clone(),
+                    claim,
                     allocation: c.allocation.clone(),
+                    allocate,
                 });
             }
         }
@@ -626,7 +691,12 @@ impl Engine {
             .filter_map(|name| self.cluster.dra.claim(&ns, name))
             .filter(|c| release_when_unschedulable(c, &uid))
             .filter_map(|c| c.metadata.name.clone())
-            .map(|name| Reserved { name, allocated: true })
+            .map(|name| Reserved {
+                name,
+                allocated: true,
+                appended: false,
+                resource_version: 0,
+            })
             .collect();
         if release.is_empty() {
             return;
@@ -651,20 +721,30 @@ impl Engine {
         if !self.cluster.dra.enabled() {
             return None;
         }
-        spec.resource_claims.iter().find_map(|c| match c.claim.as_deref() {
-            None => Some(format!(
-                "waiting for the ResourceClaim of pod claim {} to be created from its template",
-                c.name
-            )),
-            Some(name) if c.from_template && self.cluster.dra.claim(&spec.namespace, name).is_none() => {
-                Some(format!("waiting for ResourceClaim {}/{name} to be seen", spec.namespace))
-            }
-            Some(_) => None,
-        })
+        spec.resource_claims
+            .iter()
+            .find_map(|c| match c.claim.as_deref() {
+                None => Some(format!(
+                    "waiting for the ResourceClaim of pod claim {} to be created from its template",
+                    c.name
+                )),
+                Some(name) if c.from_template && self.cluster.dra.claim(&spec.namespace, name).is_none() => {
+                    Some(format!(
+                        "waiting for ResourceClaim {}/{name} to be seen",
+                        spec.namespace
+                    ))
+                }
+                Some(_) => None,
+            })
     }
 
     /// Reports a binding's claim error where the user looks: a Warning event on the pod.
-    pub(super) fn report_claim_error(&self, profile: &str, pod: &k8s_openapi::api::core::v1::Pod, e: &ClaimError) {
+    pub(super) fn report_claim_error(
+        &self,
+        profile: &str,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        e: &ClaimError,
+    ) {
         self.writer.event(
             profile,
             pod,
@@ -800,7 +880,10 @@ mod tests {
                  "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"]}
             ]}}}
         });
-        assert_eq!(binding_state(&claim(base.clone())).unwrap(), Some("d/p/g0".to_owned()));
+        assert_eq!(
+            binding_state(&claim(base.clone())).unwrap(),
+            Some("d/p/g0".to_owned())
+        );
         let mut ready = base.clone();
         ready["status"]["devices"] = json!([{"driver": "d", "pool": "p", "device": "g0", "conditions": [
             {"type": "Attached", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]);
