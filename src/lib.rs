@@ -3,10 +3,12 @@
 
 pub mod allocation;
 pub mod crd;
+pub mod device_numa;
 pub mod exposition;
 pub mod fingerprint;
 pub mod metrics;
 pub mod nrt;
+pub mod pci_locality;
 pub mod quantity;
 pub mod resource_name;
 

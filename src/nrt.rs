@@ -93,6 +93,11 @@ pub mod attr {
     /// or the exporter does not see its Node yet): nothing is promised, and a resource missing
     /// from the zones is taken to have no NUMA affinity.
     pub const NODE_LEVEL_RESOURCES: &str = "numaplane.io/node-level-resources";
+    /// Node attribute (numaplane extension): the NUMA node of each PCI bus range of the machine,
+    /// read by the exporter from hwloc's host bridges; see [`crate::pci_locality`] for the form
+    /// (`0000:00-7f=0,0000:80-ff=1`). The scheduler places a DRA device that only names its
+    /// `resource.kubernetes.io/pciBusID` or `pcieRoot` through it. Absent: unknown.
+    pub const PCI_LOCALITY: &str = "numaplane.io/pci-locality";
 }
 
 /// Names of the kubelet's Topology Manager policy options (`topologyManagerPolicyOptions`), read
@@ -439,6 +444,14 @@ impl NodeResourceTopology {
     pub fn node_level_resources(&self) -> Option<Vec<String>> {
         self.attribute(attr::NODE_LEVEL_RESOURCES)
             .map(split_resource_names)
+    }
+
+    /// [`attr::PCI_LOCALITY`]: `None` when absent, else the decoded ranges or the decoding error.
+    pub fn pci_locality(
+        &self,
+    ) -> Option<Result<Vec<crate::pci_locality::PciBusRange>, crate::pci_locality::PciLocalityError>> {
+        self.attribute(attr::PCI_LOCALITY)
+            .map(crate::pci_locality::split_pci_locality)
     }
 
     /// The devices without a NUMA node this node publishes, per resource (first attribute per

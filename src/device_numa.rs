@@ -1,0 +1,302 @@
+//! The NUMA node of a DRA device, from the first source that answers: the standard
+//! `resource.kubernetes.io/numaNode` attribute, then the driver-specific attributes a user
+//! names, then the device's `resource.kubernetes.io/pciBusID` or `pcieRoot` resolved through
+//! the node's PCI locality ([`crate::pci_locality`]). The scheduler (which devices to choose)
+//! and the exporter (per-zone DRA counts) both read devices through this one function, so that
+//! they never disagree on where a device is.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
+
+use crate::pci_locality::{PciBusRange, numa_node_of_bus, parse_pci_bus_id, parse_pcie_root};
+
+/// Standard attribute naming a device's NUMA node (an int, or a list of ints when
+/// `DRAListTypeAttributes` is on).
+pub const NUMA_NODE_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
+/// Standard attribute with the device's PCI address in extended BDF form.
+pub const PCI_BUS_ID_ATTRIBUTE: &str = "resource.kubernetes.io/pciBusID";
+/// Standard attribute with the device's PCIe root complex, `pci<domain>:<bus>`.
+pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
+
+/// Driver-specific attributes holding a NUMA node id, per driver name, tried in order. A name
+/// without `/` is in the driver's own domain, as in device selectors.
+pub type DriverNumaAttributes = BTreeMap<String, Vec<String>>;
+
+/// Where a device's NUMA node came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NumaSource {
+    /// [`NUMA_NODE_ATTRIBUTE`].
+    StandardAttribute,
+    /// A driver-specific attribute (its name as configured).
+    DriverAttribute(String),
+    /// [`PCI_BUS_ID_ATTRIBUTE`] through the node's PCI locality.
+    PciBusId,
+    /// [`PCIE_ROOT_ATTRIBUTE`] through the node's PCI locality.
+    PcieRoot,
+}
+
+/// A device's NUMA nodes (sorted, deduplicated, non-empty) and their source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNuma {
+    /// NUMA node ids; more than one only from a list attribute.
+    pub nodes: Vec<u32>,
+    /// Which source answered.
+    pub source: NumaSource,
+}
+
+/// An attribute that names a NUMA node but does not hold one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "attribute {attribute} of device {device} is not a NUMA node id (a non-negative int or a non-empty list of them): {value}"
+)]
+pub struct DeviceNumaError {
+    /// The device name.
+    pub device: String,
+    /// The attribute name.
+    pub attribute: String,
+    /// The value, as the API shows it.
+    pub value: String,
+}
+
+/// The NUMA node of `device` published by `driver`. `Ok(None)`: no source places it, so it is
+/// treated as a device without NUMA affinity. An attribute that is present but not a NUMA id
+/// is an error rather than a silent fall-through, so that a driver bug is seen.
+pub fn device_numa(
+    driver: &str,
+    device: &Device,
+    driver_attributes: &DriverNumaAttributes,
+    pci_locality: &[PciBusRange],
+) -> Result<Option<DeviceNuma>, DeviceNumaError> {
+    let attrs = device.attributes.as_ref();
+    let get = |name: &str| attrs.and_then(|a| lookup(a, driver, name));
+    if let Some(a) = get(NUMA_NODE_ATTRIBUTE) {
+        return numa_ids(&device.name, NUMA_NODE_ATTRIBUTE, a).map(|nodes| {
+            Some(DeviceNuma {
+                nodes,
+                source: NumaSource::StandardAttribute,
+            })
+        });
+    }
+    for name in driver_attributes.get(driver).into_iter().flatten() {
+        if let Some(a) = get(name) {
+            return numa_ids(&device.name, name, a).map(|nodes| {
+                Some(DeviceNuma {
+                    nodes,
+                    source: NumaSource::DriverAttribute(name.clone()),
+                })
+            });
+        }
+    }
+    let by_pci = |parsed: Option<(u32, u8)>, source| {
+        parsed
+            .and_then(|(domain, bus)| numa_node_of_bus(pci_locality, domain, bus))
+            .map(|n| DeviceNuma {
+                nodes: vec![n],
+                source,
+            })
+    };
+    if let Some(found) = get(PCI_BUS_ID_ATTRIBUTE)
+        .and_then(|a| a.string.as_deref())
+        .and_then(|s| by_pci(parse_pci_bus_id(s), NumaSource::PciBusId))
+    {
+        return Ok(Some(found));
+    }
+    Ok(get(PCIE_ROOT_ATTRIBUTE)
+        .and_then(|a| a.string.as_deref())
+        .and_then(|s| by_pci(parse_pcie_root(s), NumaSource::PcieRoot)))
+}
+
+/// An attribute by name as device selectors resolve it: a qualified name `domain/id` matches
+/// the key `domain/id`, and also the unqualified key `id` when `domain` is the driver's.
+fn lookup<'a>(
+    attrs: &'a BTreeMap<String, DeviceAttribute>,
+    driver: &str,
+    name: &str,
+) -> Option<&'a DeviceAttribute> {
+    if let Some(a) = attrs.get(name) {
+        return Some(a);
+    }
+    match name.split_once('/') {
+        Some((domain, id)) if domain == driver => attrs.get(id),
+        Some(_) => None,
+        None => attrs.get(&format!("{driver}/{name}")),
+    }
+}
+
+fn numa_ids(device: &str, attribute: &str, a: &DeviceAttribute) -> Result<Vec<u32>, DeviceNumaError> {
+    let err = || DeviceNumaError {
+        device: device.to_owned(),
+        attribute: attribute.to_owned(),
+        value: serde_json::to_string(a).unwrap_or_else(|_| format!("{a:?}")),
+    };
+    let raw: Vec<i64> = match (a.int, a.ints.as_ref()) {
+        (Some(i), None) => vec![i],
+        (None, Some(list)) if !list.is_empty() => list.clone(),
+        _ => return Err(err()),
+    };
+    let mut ids = raw
+        .into_iter()
+        .map(|i| u32::try_from(i).map_err(|_| err()))
+        .collect::<Result<Vec<_>, _>>()?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pci_locality::split_pci_locality;
+
+    fn device(attrs: &[(&str, DeviceAttribute)]) -> Device {
+        Device {
+            name: "gpu-0".into(),
+            attributes: Some(attrs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()),
+            ..Device::default()
+        }
+    }
+    fn int(i: i64) -> DeviceAttribute {
+        DeviceAttribute {
+            int: Some(i),
+            ..DeviceAttribute::default()
+        }
+    }
+    fn string(s: &str) -> DeviceAttribute {
+        DeviceAttribute {
+            string: Some(s.into()),
+            ..DeviceAttribute::default()
+        }
+    }
+    fn locality() -> Vec<PciBusRange> {
+        split_pci_locality("0000:00-7f=0,0000:80-ff=1").unwrap()
+    }
+
+    #[test]
+    fn the_standard_attribute_wins_over_every_other_source() {
+        let d = device(&[
+            (NUMA_NODE_ATTRIBUTE, int(1)),
+            ("numa", int(0)),
+            (PCI_BUS_ID_ATTRIBUTE, string("0000:3b:00.0")),
+        ]);
+        let cfg = DriverNumaAttributes::from([("gpu.example.com".into(), vec!["numa".into()])]);
+        let got = device_numa("gpu.example.com", &d, &cfg, &locality())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got,
+            DeviceNuma {
+                nodes: vec![1],
+                source: NumaSource::StandardAttribute
+            }
+        );
+    }
+
+    #[test]
+    fn a_list_attribute_gives_every_node_once() {
+        let d = device(&[(
+            NUMA_NODE_ATTRIBUTE,
+            DeviceAttribute {
+                ints: Some(vec![3, 1, 3]),
+                ..DeviceAttribute::default()
+            },
+        )]);
+        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &[])
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.nodes, vec![1, 3]);
+    }
+
+    #[test]
+    fn driver_attributes_resolve_qualified_and_unqualified_names_in_order() {
+        let cfg = DriverNumaAttributes::from([(
+            "dra.net".into(),
+            vec!["missing".into(), "dra.net/numaNode".into()],
+        )]);
+        for key in ["numaNode", "dra.net/numaNode"] {
+            let d = device(&[(key, int(1)), (PCI_BUS_ID_ATTRIBUTE, string("0000:3b:00.0"))]);
+            let got = device_numa("dra.net", &d, &cfg, &locality()).unwrap().unwrap();
+            assert_eq!(
+                got,
+                DeviceNuma {
+                    nodes: vec![1],
+                    source: NumaSource::DriverAttribute("dra.net/numaNode".into())
+                },
+                "{key}"
+            );
+        }
+        // Another driver's configuration is not used.
+        let d = device(&[("numaNode", int(1))]);
+        assert_eq!(device_numa("other.example.com", &d, &cfg, &[]).unwrap(), None);
+    }
+
+    #[test]
+    fn pci_addresses_resolve_through_the_node_locality() {
+        let d = device(&[(PCI_BUS_ID_ATTRIBUTE, string("0000:af:00.0"))]);
+        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &locality())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got,
+            DeviceNuma {
+                nodes: vec![1],
+                source: NumaSource::PciBusId
+            }
+        );
+        let d = device(&[(PCIE_ROOT_ATTRIBUTE, string("pci0000:3a"))]);
+        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &locality())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got,
+            DeviceNuma {
+                nodes: vec![0],
+                source: NumaSource::PcieRoot
+            }
+        );
+        // Without the node's locality, or outside it, nothing places the device.
+        assert_eq!(
+            device_numa("d", &d, &DriverNumaAttributes::new(), &[]).unwrap(),
+            None
+        );
+        let d = device(&[(PCI_BUS_ID_ATTRIBUTE, string("0001:00:00.0"))]);
+        assert_eq!(
+            device_numa("d", &d, &DriverNumaAttributes::new(), &locality()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_device_without_attributes_has_no_numa_node() {
+        let d = Device {
+            name: "x".into(),
+            ..Device::default()
+        };
+        assert_eq!(
+            device_numa("d", &d, &DriverNumaAttributes::new(), &locality()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_numa_attributes_are_errors() {
+        for bad in [
+            int(-1),
+            string("1"),
+            DeviceAttribute {
+                ints: Some(vec![]),
+                ..DeviceAttribute::default()
+            },
+            DeviceAttribute {
+                int: Some(0),
+                ints: Some(vec![1]),
+                ..DeviceAttribute::default()
+            },
+        ] {
+            let d = device(&[(NUMA_NODE_ATTRIBUTE, bad)]);
+            let e = device_numa("d", &d, &DriverNumaAttributes::new(), &[]).unwrap_err();
+            assert_eq!(e.attribute, NUMA_NODE_ATTRIBUTE);
+            assert!(e.to_string().contains("gpu-0"), "{e}");
+        }
+    }
+}
