@@ -285,6 +285,73 @@ pub fn check(
     Ok(allocated)
 }
 
+/// What the DRA side of a run did.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Pods with a claim seen.
+    pub pods: std::sync::atomic::AtomicUsize,
+    /// The most claims allocated at once.
+    pub most_allocated: std::sync::atomic::AtomicUsize,
+    /// Passes of [`check`] that found nothing wrong.
+    pub checks: std::sync::atomic::AtomicUsize,
+}
+
+/// Runs the controller's part and the checks every 300 ms until aborted; each violation goes
+/// to `violate` (what, subjects). A pod named in a violation that is gone or being deleted by
+/// the time it is read again is a race of the two lists, not a violation.
+pub async fn watch(
+    client: kube::Client,
+    ns: String,
+    slices: BTreeSet<String>,
+    stats: std::sync::Arc<Stats>,
+    violate: impl Fn(String, Vec<String>) + Send + 'static,
+) {
+    use std::sync::atomic::Ordering;
+    let mut controller = Controller::default();
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // Faults fail requests at random: a failed pass is retried.
+        let _ = controller.sync(&client, &ns).await;
+        // Pods first: a pod bound in that list had its claim reserved before.
+        let Ok(pod_list) = pods.list(&ListParams::default()).await else {
+            continue;
+        };
+        let Ok(claim_list) = claims.list(&ListParams::default()).await else {
+            continue;
+        };
+        seen.extend(
+            pod_list
+                .items
+                .iter()
+                .filter(|p| p.spec.as_ref().is_some_and(|s| s.resource_claims.is_some()))
+                .filter_map(|p| p.metadata.name.clone()),
+        );
+        stats.pods.store(seen.len(), Ordering::SeqCst);
+        match check(&claim_list.items, &pod_list.items, &slices) {
+            Ok(n) => {
+                stats.most_allocated.fetch_max(n, Ordering::SeqCst);
+                stats.checks.fetch_add(1, Ordering::SeqCst);
+            }
+            Err((what, subjects)) => {
+                let pod = subjects.first().cloned().unwrap_or_default();
+                let about_pod = what.starts_with("pod ");
+                let still = match pods.get_opt(&pod).await {
+                    Ok(Some(p)) => p.metadata.deletion_timestamp.is_none(),
+                    Ok(None) => false,
+                    Err(_) => true,
+                };
+                if !about_pod || still {
+                    violate(what, subjects.iter().map(|s| format!("{ns}/{s}")).collect());
+                    return;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -401,8 +401,20 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
     Err(ClaimError::Conflicts { claim: key })
 }
 
+/// A device of an allocation with binding conditions.
+struct Conditioned {
+    /// `driver/pool/device`.
+    device: String,
+    /// Conditions that must be true.
+    needed: Vec<String>,
+    /// Conditions that fail the binding when true.
+    failures: Vec<String>,
+    /// Driver, pool and device, as `status.devices` names them.
+    id: (String, String, String),
+}
+
 /// Devices of `claim`'s allocation that carry binding conditions, with them.
-fn conditioned(claim: &ResourceClaim) -> Vec<(String, Vec<String>, Vec<String>, (String, String, String))> {
+fn conditioned(claim: &ResourceClaim) -> Vec<Conditioned> {
     let results = claim
         .status
         .as_ref()
@@ -413,13 +425,11 @@ fn conditioned(claim: &ResourceClaim) -> Vec<(String, Vec<String>, Vec<String>, 
         .into_iter()
         .flatten()
         .filter(|r| r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
-        .map(|r| {
-            (
-                format!("{}/{}/{}", r.driver, r.pool, r.device),
-                r.binding_conditions.clone().unwrap_or_default(),
-                r.binding_failure_conditions.clone().unwrap_or_default(),
-                (r.driver.clone(), r.pool.clone(), r.device.clone()),
-            )
+        .map(|r| Conditioned {
+            device: format!("{}/{}/{}", r.driver, r.pool, r.device),
+            needed: r.binding_conditions.clone().unwrap_or_default(),
+            failures: r.binding_failure_conditions.clone().unwrap_or_default(),
+            id: (r.driver.clone(), r.pool.clone(), r.device.clone()),
         })
         .collect()
 }
@@ -433,7 +443,13 @@ fn binding_state(claim: &ResourceClaim) -> Result<Option<String>, ClaimError> {
         .and_then(|s| s.devices.as_deref())
         .unwrap_or_default();
     let mut waiting = None;
-    for (device, needed, failures, (driver, pool, dev)) in conditioned(claim) {
+    for Conditioned {
+        device,
+        needed,
+        failures,
+        id: (driver, pool, dev),
+    } in conditioned(claim)
+    {
         let conditions = statuses
             .iter()
             .find(|s| s.driver == driver && s.pool == pool && s.device == dev)
@@ -484,8 +500,9 @@ pub async fn wait_binding_conditions(
 
 /// kube-scheduler's PreBind and Bind for a pod with claims: each claim in `writes` reserved
 /// for the pod, the binding conditions waited for (at most `timeout`), then the volumes' and
-/// the pod's Binding. What was written is given back when a later step fails (unless the pod
-/// turns out bound already: then the reservations are its own).
+/// the pod's Binding. What was written is given back when a later step fails for certain
+/// (not when the Binding's outcome is unknown, or the pod turns out bound already: then the
+/// reservations are its own).
 #[allow(clippy::too_many_arguments)]
 pub async fn bind_with_claims(
     writer: &Writer,
@@ -539,8 +556,15 @@ pub async fn bind_with_claims(
         volumes,
     )
     .await;
-    if let Err(e) = &result
-        && !matches!(e, BindError::AlreadyBound { .. })
+    // Only a Binding certainly refused gives the claims back: after a 5xx, a timeout or a
+    // lost answer it may have landed, and a bound pod keeps its claims (its next attempt finds
+    // them reserved for it; the resourceclaim controller frees them if it goes).
+    if let Err(
+        BindError::Replaced { .. }
+        | BindError::Gated { .. }
+        | BindError::NotFound { .. }
+        | BindError::SelectNode { .. },
+    ) = &result
     {
         unreserve(writer, pod, &reserved).await;
     }
