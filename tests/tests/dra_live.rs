@@ -320,7 +320,7 @@ async fn a_template_claim_is_created_allocated_reserved_and_bound_in_kube_schedu
         "created by the controller for the pod"
     );
     assert!(has_finalizer(&claim));
-    assert_eq!(reserved_uids(&claim), [uid.clone()]);
+    assert_eq!(reserved_uids(&claim), std::slice::from_ref(&uid));
     let a = allocation(&claim).unwrap();
     assert!(a.allocation_timestamp.is_some());
     // One GPU of the pod's node (each node's pool is named after it).
@@ -355,7 +355,7 @@ async fn a_template_claim_is_created_allocated_reserved_and_bound_in_kube_schedu
     assert!(has_finalizer(first_allocated));
     assert_eq!(
         reserved_uids(first_allocated),
-        [uid.clone()],
+        std::slice::from_ref(&uid),
         "allocation and reservedFor in one write"
     );
     let allocated = rv(&first_allocated.metadata);
