@@ -4,8 +4,9 @@
 //!
 //! # What is emulated
 //! - Resources: core `v1` pods, nodes, namespaces, events, persistentvolumeclaims,
-//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `resource.k8s.io/v1` resourceslices; `events.k8s.io/v1` events;
-//!   `policy/v1` poddisruptionbudgets;
+//!   persistentvolumes; `storage.k8s.io/v1` storageclasses and csinodes; `events.k8s.io/v1` events;
+//!   `policy/v1` poddisruptionbudgets; `resource.k8s.io/v1` deviceclasses, resourceslices,
+//!   resourceclaims (with status) and resourceclaimtemplates;
 //!   `apiextensions.k8s.io/v1` customresourcedefinitions; `topology.node.k8s.io/v1alpha2`
 //!   noderesourcetopologies, which answer 404 everywhere (discovery included) until
 //!   [`FakeApiServer::install_nrt_crd`]. More kinds can be added with
@@ -298,8 +299,16 @@ fn builtin_resources() -> Vec<ResourceDef> {
         ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
             .with_short_names(&["sc"]),
         ResourceDef::new("storage.k8s.io", "v1", "csinodes", "CSINode", false),
-        // DRA devices (the exporter watches its node's slices), as v1.36 serves them.
+        ResourceDef::new("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false),
         ResourceDef::new("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false),
+        ResourceDef::new("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true).with_status(),
+        ResourceDef::new(
+            "resource.k8s.io",
+            "v1",
+            "resourceclaimtemplates",
+            "ResourceClaimTemplate",
+            true,
+        ),
         ResourceDef::new(
             "policy",
             "v1",

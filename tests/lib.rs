@@ -16,4 +16,5 @@ pub mod rbac;
 pub mod render;
 pub mod rollout;
 pub mod soak;
+pub mod soak_dra;
 pub mod whole_system;

@@ -311,11 +311,11 @@ pub fn grants_in(rules: &[Rule], namespace: &str) -> BTreeSet<Grant> {
         names.sort();
         for g in &r.groups {
             for res in &r.resources {
-                // As kubectl prints it: `deployments/scale.apps`.
-                let resource = if g.is_empty() {
-                    res.clone()
-                } else {
-                    format!("{res}.{g}")
+                // As kubectl v1.36 prints it: `resourceclaims.resource.k8s.io/binding`.
+                let resource = match (g.is_empty(), res.split_once('/')) {
+                    (true, _) => res.clone(),
+                    (false, Some((base, sub))) => format!("{base}.{g}/{sub}"),
+                    (false, None) => format!("{res}.{g}"),
                 };
                 for v in &r.verbs {
                     out.insert((resource.clone(), names.clone(), v.clone()));

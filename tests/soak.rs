@@ -17,6 +17,11 @@
 //! are alive; pods the NRT shows are deleted at random so their CPUs, devices and slots are
 //! reused.
 //!
+//! DRA ([`crate::soak_dra`]): the static-memory nodes publish 4 GPUs each as a ResourceSlice;
+//! about a quarter of the pods that fit claim one through their own ResourceClaim, one in ten
+//! through one of two claims shared by many pods; the resourceclaim controller's part (gone pods
+//! leave `reservedFor`, unused allocations are cleared) is emulated.
+//!
 //! Faults ([`Fault`]), at seeded times and targets: watch drops and 410 relists while a
 //! Binding is held in flight, both 409s of a Binding (a first attempt that landed; the pod
 //! deleted and recreated under its name), 500s and 504s on Bindings and NRT writes, slow
@@ -35,6 +40,9 @@
 //!   because the recorded devices were not free in the zone when it admitted the pod; every
 //!   device here is healthy and registered, so that only happens when the record names a
 //!   device another pod holds, which is a double booking and fails the run too;
+//! - no device is allocated to two claims, every allocation satisfies its claim (one device
+//!   of a slice of its node, a node selector naming it), and every bound pod's claim is
+//!   allocated on its node and reserved for it ([`crate::soak_dra::check`]);
 //! - a pod that did not fit is not tried again (`PodScheduled=False` written by the same
 //!   replica) sooner than the initial backoff after its previous attempt.
 //!
@@ -1135,6 +1143,9 @@ pub struct SoakReport {
     pub shortest_retry: Option<Duration>,
     /// Wall time from the first pod to the end.
     pub wall: Duration,
+    /// DRA: pods created with a ResourceClaim, the most claims allocated at once, passes of
+    /// the claim invariants ([`crate::soak_dra::check`]).
+    pub dra: (usize, usize, usize),
 }
 
 /// How often pods were tried.
@@ -1299,6 +1310,15 @@ impl Soak {
                 "status": {"allocatable": crate::whole_system::node_allocatable(),
                            "capacity": crate::whole_system::node_allocatable()}}));
         }
+        // GPUs as ResourceSlices on the static-memory nodes only.
+        let dra_nodes: BTreeSet<String> = names
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, k)| **k == NodeKind::StaticMemory)
+            .map(|(n, _)| n.clone())
+            .collect();
+        crate::soak_dra::setup(&fake, &ns, &dra_nodes.iter().cloned().collect::<Vec<_>>());
+        let dra_stats = Arc::new(crate::soak_dra::Stats::default());
         let mut nodes: BTreeMap<String, Arc<SoakNode>> = BTreeMap::new();
         let pairs: Vec<(String, NodeKind)> = names.iter().cloned().zip(kinds.iter().copied()).collect();
         for chunk in pairs.chunks(cfg.start_batch.max(1)) {
@@ -1440,6 +1460,17 @@ impl Soak {
             log.clone(),
         )));
 
+        tasks.push(tokio::spawn(crate::soak_dra::watch(
+            client.clone(),
+            ns.clone(),
+            dra_nodes,
+            dra_stats.clone(),
+            {
+                let (shared, log) = (shared.clone(), log.clone());
+                move |what, subjects| shared.violate(&log, what, subjects)
+            },
+        )));
+
         let result = drive(cfg, &client, &ns, &mut rx, &shared, log, start, &fake).await;
         let wall = start.elapsed();
         for t in &tasks {
@@ -1471,6 +1502,25 @@ impl Soak {
             kinds.iter().filter(|k| **k == NodeKind::PodScope).count(),
         );
         report.faults = lock(&shared.faults).clone();
+        {
+            use std::sync::atomic::Ordering;
+            report.dra = (
+                dra_stats.pods.load(Ordering::SeqCst),
+                dra_stats.most_allocated.load(Ordering::SeqCst),
+                dra_stats.checks.load(Ordering::SeqCst),
+            );
+        }
+        if report.dra.1 == 0 || report.dra.2 == 0 {
+            let sched = schedulers.lock().await;
+            return Err((
+                format!(
+                    "no ResourceClaim was ever allocated and checked (DRA: {:?})",
+                    report.dra
+                ),
+                Vec::new(),
+                extra(&sched),
+            ));
+        }
         {
             let answers = lock(&shared.answers);
             report.binding_answers = answers.0.clone();
@@ -1522,6 +1572,8 @@ async fn drive(
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let shapes = &shared.shapes;
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0xde1e7e);
+    // Which pods claim a device: its own stream, so the other choices stay those of the seed.
+    let mut dra_rng = StdRng::seed_from_u64(cfg.seed ^ 0xd2a);
     let mut report = SoakReport::default();
     let fitting = shapes.iter().filter(|s| s.fits()).count();
     let mut alive: BTreeSet<String> = BTreeSet::new();
@@ -1539,17 +1591,27 @@ async fn drive(
         while created < shapes.len().min(due.max(1)) && alive.len() < cfg.window {
             let shape = &shapes[created];
             let name = format!("p-{created:05}");
-            let pod: Pod = serde_json::from_value(shape.pod(&name)).map_err(|e| (e.to_string(), vec![]))?;
+            let mut pod = shape.pod(&name);
+            let dra = if shape.fits() && shape.init.is_none() {
+                crate::soak_dra::DraUse::random(&mut dra_rng)
+            } else {
+                crate::soak_dra::DraUse::None
+            };
+            crate::soak_dra::decorate(fake, ns, &mut pod, dra);
+            let pod: Pod = serde_json::from_value(pod).map_err(|e| (e.to_string(), vec![]))?;
             // The fake may have an injected failure queued for other paths only.
             api.create(&PostParams::default(), &pod)
                 .await
                 .map_err(|e| (format!("creating {name}: {e}"), vec![key(&name)]))?;
             log.push(format!(
-                "create {} {}cpu {}Gi {:?}{}{}",
+                "create {} {}cpu {}Gi {:?}{}{}{}",
                 key(&name),
                 shape.cpus,
                 shape.memory_gib,
                 shape.devices,
+                dra.claim(&name)
+                    .map(|c| format!(" claim {c}"))
+                    .unwrap_or_default(),
                 shape.init.map(|i| format!(" init {i:?}")).unwrap_or_default(),
                 if shape.fits() { "" } else { " (fits nowhere)" }
             ));

@@ -2,13 +2,16 @@
 //! and a stream of mixed pods, every pod evaluated on every node (no sampling), each placement
 //! assumed before the next pod.
 //!
-//! `cargo bench -p numaplane-scheduler --bench throughput -- [NODES] [ZONES] [PODS] [constrained]`
+//! `cargo bench -p numaplane-scheduler --bench throughput -- [NODES] [ZONES] [PODS] [constrained|dra]`
 //! (defaults 5000 8 10000). Prints pods/s, p50/p99/max decision latency and peak RSS. The
 //! maximum is the first pod of each shape, which evaluates every node (nothing cached yet).
 //! Nodes carry hostname and `topology.kubernetes.io/zone` labels (10 zones). With
 //! `constrained`, a quarter of the pods (50 workloads of 50) carry a required pod anti-affinity
 //! (hostname) and a `DoNotSchedule` zone spread constraint (maxSkew 1) against their workload;
-//! every pod is then also checked against those pods' anti-affinity (symmetry).
+//! every pod is then also checked against those pods' anti-affinity (symmetry). With `dra`,
+//! every node also publishes a ResourceSlice of 8 devices (with attributes), and a quarter of
+//! the pods claim one device through a DeviceClass whose CEL selector picks them, each its own
+//! ResourceClaim, allocated as the live loop does (the allocation held in flight).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -68,6 +71,32 @@ fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
     (node, nrt)
 }
 
+/// The node's ResourceSlice: 8 devices of driver `gpu.example.com`, two models.
+fn slice(index: usize) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    let name = format!("node-{index:05}");
+    let devices: Vec<_> = (0..8)
+        .map(|d| {
+            json!({"name": format!("dev-{d}"), "attributes": {
+                "model": {"string": if d % 2 == 0 { "a100" } else { "h100" }},
+                "index": {"int": d}},
+                "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    serde_json::from_value(json!({"metadata": {"name": format!("{name}-gpus")},
+        "spec": {"driver": "gpu.example.com", "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}))
+    .unwrap()
+}
+
+/// The claim of DRA pod `i`: one device of the class.
+fn claim(i: usize) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    serde_json::from_value(
+        json!({"metadata": {"namespace": "bench", "name": format!("c-{i}")},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}),
+    )
+    .unwrap()
+}
+
 fn pod(i: usize, constrained: bool) -> Pod {
     let g = |cpu: &str, mem: &str, extra: serde_json::Value| {
         let mut r = json!({"cpu": cpu, "memory": mem});
@@ -105,6 +134,19 @@ fn pod(i: usize, constrained: bool) -> Pod {
     .unwrap()
 }
 
+/// Pod `i` of the DRA case: every fourth claims one device.
+fn dra_pod(i: usize) -> Pod {
+    let mut p = pod(i, false);
+    if i.is_multiple_of(4)
+        && let Some(spec) = p.spec.as_mut()
+    {
+        spec.resource_claims = Some(vec![
+            serde_json::from_value(json!({"name": "gpu", "resourceClaimName": format!("c-{i}")})).unwrap(),
+        ]);
+    }
+    p
+}
+
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -116,6 +158,7 @@ fn peak_rss_mib() -> f64 {
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let constrained = std::env::args().any(|a| a == "constrained");
+    let dra = std::env::args().any(|a| a == "dra");
     let nodes = args.first().copied().unwrap_or(5000);
     let zones = args.get(1).copied().unwrap_or(8);
     let pods = args.get(2).copied().unwrap_or(10000);
@@ -125,6 +168,18 @@ fn main() {
         cluster.apply_node(&node).unwrap();
         cluster.apply_nrt(&nrt).unwrap();
     }
+    if dra {
+        cluster.dra.enable();
+        cluster.dra.apply_class(
+            serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression":
+                "device.driver == 'gpu.example.com' && device.attributes['gpu.example.com'].model == 'a100' && device.capacity['gpu.example.com'].memory.compareTo(quantity('40Gi')) >= 0"}}]}}))
+            .unwrap(),
+        );
+        cluster.dra.set_slices((0..nodes).map(slice).collect());
+        for i in (0..pods).step_by(4) {
+            cluster.dra.apply_claim(claim(i));
+        }
+    }
     let cfg = Config {
         scorer: Scorer {
             strategy: Strategy::LeastAllocated,
@@ -133,14 +188,26 @@ fn main() {
         ..Config::default()
     };
     let specs: Vec<PodSpec> = (0..pods)
-        .map(|i| PodSpec::from_pod(&mut cluster.res, &pod(i, constrained)).unwrap())
+        .map(|i| {
+            let p = if dra { dra_pod(i) } else { pod(i, constrained) };
+            PodSpec::from_pod(&mut cluster.res, &p).unwrap()
+        })
         .collect();
     let mut latencies = Vec::with_capacity(pods);
     let mut scheduled = 0;
+    let mut allocated = 0;
     let start = Instant::now();
     for spec in &specs {
         let t = Instant::now();
-        let d = cluster.schedule(&cfg, spec, false);
+        let d = if spec.resource_claims.is_empty() {
+            cluster.schedule(&cfg, spec, false)
+        } else {
+            let (d, outcome) = cluster.schedule_with_claims(&cfg, spec, false);
+            assert!(d.node.is_none() || outcome.claims.len() == 1, "{outcome:?}");
+            cluster.dra.assume(&spec.namespace, &spec.key(), &outcome.claims);
+            allocated += outcome.claims.len();
+            d
+        };
         cluster.assume(spec, &d);
         latencies.push(t.elapsed());
         scheduled += usize::from(d.node.is_some());
@@ -149,7 +216,7 @@ fn main() {
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "nodes={nodes} zones={zones} pods={pods} constrained={constrained} scheduled={scheduled} pods/s={:.0} p50={:?} p99={:?} max={:?} peak_rss={:.0}MiB",
+        "nodes={nodes} zones={zones} pods={pods} constrained={constrained} dra={dra} scheduled={scheduled} claims_allocated={allocated} pods/s={:.0} p50={:?} p99={:?} max={:?} peak_rss={:.0}MiB",
         pods as f64 / total.as_secs_f64(),
         pct(0.50),
         pct(0.99),

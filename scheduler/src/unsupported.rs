@@ -8,7 +8,8 @@
 //! lists both): resources with overhead and pod-level `spec.resources`, `nodeName`,
 //! `nodeSelector`, required and preferred node affinity, taints and tolerations, unschedulable
 //! nodes, the pod count, host ports, inter-pod (anti-)affinity, topology spread,
-//! PersistentVolumeClaims with CSI attach limits, scheduling gates and priority.
+//! PersistentVolumeClaims with CSI attach limits, resource claims (DynamicResources),
+//! scheduling gates and priority.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -21,13 +22,6 @@ pub struct Unsupported {
     pub rule: &'static str,
 }
 
-/// `spec.resourceClaims` (and containers' `resources.claims`), in the live scheduler only:
-/// `simulate` and `explain` allocate claims (the DynamicResources filter), the live loop does
-/// not write allocations yet.
-pub const RESOURCE_CLAIMS: Unsupported = Unsupported {
-    field: "spec.resourceClaims",
-    rule: "DynamicResources: the live scheduler does not allocate the claimed devices yet; the pod is placed as if it claimed none",
-};
 /// `spec.schedulingGroup` (gang scheduling).
 pub const SCHEDULING_GROUP: Unsupported = Unsupported {
     field: "spec.schedulingGroup",
@@ -35,38 +29,18 @@ pub const SCHEDULING_GROUP: Unsupported = Unsupported {
 };
 
 /// Every field this module can report: the bounded values of the metric's `field` label.
-pub const ALL: [Unsupported; 2] = [RESOURCE_CLAIMS, SCHEDULING_GROUP];
+pub const ALL: [Unsupported; 1] = [SCHEDULING_GROUP];
 
 /// The event reason of the live scheduler's warning.
 pub const EVENT_REASON: &str = "UnsupportedConstraint";
 
-/// The fields `pod` sets that the model (`simulate`, `explain`) does not enforce, in [`ALL`]
-/// order: [`detect_live`] without the resource claims, which the model allocates.
+/// The fields `pod` sets that numaplane (the live scheduler, `simulate`, `explain`) does not
+/// enforce, in [`ALL`] order.
 pub fn detect(pod: &Pod) -> Vec<Unsupported> {
-    let mut out = detect_live(pod);
-    out.retain(|u| *u != RESOURCE_CLAIMS);
-    out
-}
-
-/// The fields `pod` sets that the live scheduler does not enforce, in [`ALL`] order.
-pub fn detect_live(pod: &Pod) -> Vec<Unsupported> {
     let Some(spec) = pod.spec.as_ref() else {
         return vec![];
     };
     let mut out = Vec::new();
-    let container_claims = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .any(|c| {
-            c.resources
-                .as_ref()
-                .and_then(|r| r.claims.as_ref())
-                .is_some_and(|c| !c.is_empty())
-        });
-    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) || container_claims {
-        out.push(RESOURCE_CLAIMS);
-    }
     if spec.scheduling_group.is_some() {
         out.push(SCHEDULING_GROUP);
     }
@@ -92,14 +66,16 @@ mod tests {
     }
 
     fn fields(p: &Pod) -> Vec<&'static str> {
-        detect_live(p).into_iter().map(|u| u.field).collect()
+        detect(p).into_iter().map(|u| u.field).collect()
     }
 
     #[test]
-    fn the_model_enforces_resource_claims_the_live_loop_does_not() {
-        let p = pod(json!({"containers": [], "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}));
+    fn resource_claims_are_enforced() {
+        let p = pod(
+            json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]}),
+        );
         assert!(detect(&p).is_empty());
-        assert_eq!(detect_live(&p), [RESOURCE_CLAIMS]);
     }
 
     #[test]
@@ -120,50 +96,19 @@ mod tests {
                         {"name": "e", "csi": {"driver": "d"}}],
             "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}
         }));
-        assert!(detect_live(&p).is_empty(), "{:?}", detect_live(&p));
-        assert!(detect_live(&Pod::default()).is_empty());
+        assert!(detect(&p).is_empty(), "{:?}", detect(&p));
+        assert!(detect(&Pod::default()).is_empty());
     }
 
     #[test]
-    fn each_unenforced_field_is_named() {
-        assert_eq!(
-            fields(&pod(
-                json!({"containers": [], "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]})
-            )),
-            ["spec.resourceClaims"]
-        );
-        assert_eq!(
-            fields(&pod(
-                json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]})
-            )),
-            ["spec.resourceClaims"]
-        );
-        assert_eq!(
-            fields(&pod(
-                json!({"containers": [], "schedulingGroup": {"podGroupName": "g"}})
-            )),
-            ["spec.schedulingGroup"]
-        );
-    }
-
-    #[test]
-    fn several_fields_are_reported_in_one_message_in_a_fixed_order() {
-        let p = pod(json!({
-            "containers": [],
-            "schedulingGroup": {"podGroupName": "g"},
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "x"}]
-        }));
-        let found = detect_live(&p);
-        assert_eq!(
-            found.iter().map(|u| u.field).collect::<Vec<_>>(),
-            ["spec.resourceClaims", "spec.schedulingGroup"]
-        );
-        let m = message(&found);
+    fn gang_scheduling_is_named_in_the_message() {
+        let p = pod(json!({"containers": [], "schedulingGroup": {"podGroupName": "g"}}));
+        assert_eq!(fields(&p), ["spec.schedulingGroup"]);
+        let m = message(&detect(&p));
         assert!(
-            m.starts_with("not enforced by numaplane: spec.resourceClaims (DynamicResources"),
+            m.starts_with("not enforced by numaplane: spec.schedulingGroup (GangScheduling"),
             "{m}"
         );
-        assert!(m.contains("; spec.schedulingGroup (GangScheduling"), "{m}");
         assert!(ALL.iter().all(|u| u.field.starts_with("spec.")));
     }
 }

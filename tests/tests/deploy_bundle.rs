@@ -696,6 +696,7 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::daemon_config::ServeA
         assume_timeout: None,
         bind_concurrency: None,
         dra_numa_alignment: None,
+        dra_binding_timeout: None,
     }
 }
 
@@ -1656,6 +1657,103 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             .unwrap(),
     ]);
     pods.create(&PostParams::default(), &with_claim).await.unwrap();
+    // A pod with a ResourceClaim on a device with a binding condition: the scheduler's claim
+    // watches, the finalizer `update`, the status `update`, and the `get`s while it waits for
+    // the condition, which the test then sets as a driver would.
+    let device_class = format!("{ns}-gpu");
+    let dra_objects = [
+        (
+            "deviceclasses",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": device_class}, "spec": {}}),
+        ),
+        (
+            "resourceslices",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{node}-gpu")},
+            "spec": {"driver": "gpu.example.com", "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "dev0", "bindingConditions": ["Attached"],
+                    "bindingFailureConditions": ["AttachFailed"]}]}}),
+        ),
+    ];
+    for (plural, o) in &dra_objects {
+        let gvk = kube::api::GroupVersionKind::gvk("resource.k8s.io", "v1", o["kind"].as_str().unwrap());
+        let api: Api<kube::api::DynamicObject> = Api::all_with(
+            client.clone(),
+            &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
+        );
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(o.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let resource_claims: Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+        Api::namespaced(client.clone(), &ns);
+    resource_claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "dev"},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut with_device = pod_json("with-device", "numaplane-scheduler", "100m", 0);
+    {
+        let spec = with_device.spec.as_mut().unwrap();
+        spec.resource_claims = Some(vec![
+            serde_json::from_value(json!({"name": "dev", "resourceClaimName": "dev"})).unwrap(),
+        ]);
+        let r = spec.containers[0].resources.as_mut().unwrap();
+        r.requests.as_mut().unwrap().remove(GPU);
+        r.limits.as_mut().unwrap().remove(GPU);
+    }
+    pods.create(&PostParams::default(), &with_device).await.unwrap();
+    until(
+        "the scheduler reserves claim dev for with-device",
+        &slog,
+        || async {
+            let c = resource_claims.get("dev").await.unwrap();
+            c.status
+                .is_some_and(|s| s.allocation.is_some() && s.reserved_for.is_some_and(|r| r.len() == 1))
+        },
+    )
+    .await;
+    assert_eq!(
+        pods.get("with-device").await.unwrap().spec.unwrap().node_name,
+        None,
+        "bound before its device's binding condition holds"
+    );
+    let mut c = resource_claims.get("dev").await.unwrap();
+    c.status.as_mut().unwrap().devices = Some(vec![
+        serde_json::from_value(json!({
+        "driver": "gpu.example.com", "pool": node, "device": "dev0",
+        "conditions": [{"type": "Attached", "status": "True", "reason": "Attached", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap(),
+    ]);
+    resource_claims
+        .replace_status("dev", &PostParams::default(), &c)
+        .await
+        .unwrap();
+    until(
+        "with-device is bound once its device is attached",
+        &slog,
+        || async {
+            pods.get("with-device")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .node_name
+                .as_deref()
+                == Some(node.as_str())
+        },
+    )
+    .await;
     let deadline = Instant::now() + WAIT;
     let record = loop {
         let p = pods.get("fits").await.unwrap();
@@ -1902,7 +2000,14 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
         .map(|r| rbac::kubelet_attributes(&r.method, &r.path, &node))
         .collect();
     check_identity(&target, "numaplane-exporter", &[], &kubelet_requests);
-    check_identity(&target, "numaplane-scheduler", &[], &[]);
+    // `resourceclaims/binding` is no URL: the API server checks it on a claim status write
+    // that changes allocation or reservedFor (the real server's `auth can-i` test holds it).
+    check_identity(
+        &target,
+        "numaplane-scheduler",
+        &[("resource.k8s.io", "resourceclaims/binding", "update")],
+        &[],
+    );
     check_identity(&target, "numaplane-scheduler-extender", &[], &[]);
 
     let _ = pods
@@ -1914,6 +2019,19 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let _ = classes
         .delete(&class_name, &kube::api::DeleteParams::default())
         .await;
+    let _ = resource_claims
+        .delete_collection(&kube::api::DeleteParams::default(), &ListParams::default())
+        .await;
+    for (plural, o) in &dra_objects {
+        let gvk = kube::api::GroupVersionKind::gvk("resource.k8s.io", "v1", o["kind"].as_str().unwrap());
+        let api: Api<kube::api::DynamicObject> = Api::all_with(
+            client.clone(),
+            &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
+        );
+        let _ = api
+            .delete(o["metadata"]["name"].as_str().unwrap(), &Default::default())
+            .await;
+    }
     target.cleanup(&node, &ns).await;
     drop(podres);
 }

@@ -28,7 +28,8 @@ fn print(name: &str, r: &SoakReport) {
         "{name}: seed {} passed in {:.1} s: {} nodes ({} pod-scope); {} pods created ({} with an init \
          container, {} fitting nowhere), {} admitted, {} deleted midway; faults {:?}; Binding answers {:?}; \
          NRT write answers {:?}; pod LISTs (relists) {}; unschedulable attempts {} (most of one pod by one \
-         replica {}), shortest retry {:?}, PodScheduled=False writes {}",
+         replica {}), shortest retry {:?}, PodScheduled=False writes {}; DRA: {} pods with a claim, at most {} \
+         claims allocated at once, {} clean checks of the claims",
         r.seed,
         r.wall.as_secs_f64(),
         r.nodes.0,
@@ -46,6 +47,9 @@ fn print(name: &str, r: &SoakReport) {
         r.unschedulable_attempts.1,
         r.shortest_retry,
         r.unschedulable_writes,
+        r.dra.0,
+        r.dra.1,
+        r.dra.2,
     );
 }
 

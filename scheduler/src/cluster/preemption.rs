@@ -243,6 +243,9 @@ impl Cluster {
         if !fit::fits(&self.res, &b, pod.spec, &pod.fit_request) {
             return false;
         }
+        if !self.claims_fit_without(pod.spec, basics, removed) {
+            return false;
+        }
         match self.topology(&basics.name) {
             TopologyState::Missing => cfg.no_topology != NoTopology::Reject,
             TopologyState::Invalid { .. } => false,

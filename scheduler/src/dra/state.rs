@@ -120,6 +120,34 @@ pub struct DraState {
     allocated: AllocatedState,
     selectors: SelectorCache,
     enabled: bool,
+    /// Allocations the live scheduler decided and is writing (kube-scheduler's in-flight
+    /// allocations), by claim key: their devices are in use, and the claim reads as
+    /// allocated, until the claim watch shows an allocation or every pod using it failed.
+    in_flight: HashMap<String, InFlight>,
+}
+
+/// An allocation decided and not yet seen written.
+#[derive(Clone, Debug)]
+struct InFlight {
+    allocation: AllocationResult,
+    /// Keys of the pods whose bindings use it and have not ended.
+    pods: std::collections::BTreeSet<String>,
+    /// Whether the claim as last seen from the API has an allocation.
+    api_allocated: bool,
+    /// The resourceVersion of the claim as last seen from the API.
+    seen_rv: u64,
+    /// The highest resourceVersion a successful binding wrote: the entry ends once the watch
+    /// has shown that version (numeric comparison, as kube-scheduler's assume cache makes).
+    written_rv: Option<u64>,
+}
+
+fn resource_version(claim: &ResourceClaim) -> u64 {
+    claim
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 impl DraState {
@@ -160,8 +188,28 @@ impl DraState {
         self.selectors.devices_changed();
     }
 
-    /// Adds or replaces a ResourceClaim; an allocated one holds its devices.
+    /// Adds or replaces a ResourceClaim (as the API shows it); an allocated one holds its
+    /// devices. An allocation in flight for it stays on it until the API shows one.
     pub fn apply_claim(&mut self, mut claim: ResourceClaim) {
+        let key = allocator::claim_key(&claim);
+        let written = claim.status.as_ref().is_some_and(|s| s.allocation.is_some());
+        let rv = resource_version(&claim);
+        if let Some(f) = self.in_flight.get_mut(&key) {
+            f.api_allocated = written;
+            f.seen_rv = rv;
+            if f.pods.is_empty() && f.written_rv.is_some_and(|w| rv >= w) {
+                // Every binding ended and the watch shows what they wrote: the API's state
+                // is the whole truth again.
+                self.in_flight.remove(&key);
+            } else if !written {
+                claim.status.get_or_insert_with(Default::default).allocation = Some(f.allocation.clone());
+            }
+        }
+        self.put_claim(claim);
+    }
+
+    /// Stores a claim, counting what its allocation holds instead of the old one's.
+    fn put_claim(&mut self, mut claim: ResourceClaim) {
         let ns = claim
             .metadata
             .namespace
@@ -185,7 +233,7 @@ impl DraState {
             return;
         };
         claim.status.get_or_insert_with(Default::default).allocation = Some(allocation);
-        self.apply_claim(claim);
+        self.put_claim(claim);
     }
 
     /// The pod's claims in `namespace`; an error when one cannot be found.
@@ -254,6 +302,63 @@ impl DraState {
         share_ids: &dyn Fn(usize, usize) -> String,
         filter: Option<&allocator::DeviceFilter<'_>>,
     ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
+        self.allocate_with(claims, name, labels, share_ids, &self.allocated, filter)
+    }
+
+    /// [`Self::allocate_on`] once the claims `freed` (keys) no longer hold their devices: a
+    /// preemption's victims give back the claims reserved only for them.
+    pub fn allocate_on_freeing(
+        &self,
+        claims: &ResolvedClaims<'_>,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        share_ids: &dyn Fn(usize, usize) -> String,
+        freed: &[String],
+    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
+        if freed.is_empty() {
+            return self.allocate_on(claims, name, labels, share_ids);
+        }
+        let mut allocated = self.allocated.clone();
+        for key in freed {
+            if let Some(a) = self
+                .claims
+                .get(key)
+                .and_then(|c| c.status.as_ref()?.allocation.as_ref())
+            {
+                allocated.remove(a);
+            }
+        }
+        self.allocate_with(claims, name, labels, share_ids, &allocated, None)
+    }
+
+    /// The claims a bound pod's eviction would free: those (in `namespace`) reserved for it
+    /// and for no pod outside `leaving` (names of pods of that namespace).
+    pub fn freed_by(&self, namespace: &str, leaving: &[&str]) -> Vec<String> {
+        let prefix = format!("{namespace}/");
+        self.claims
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, c)| {
+                let reserved = c.status.as_ref().and_then(|s| s.reserved_for.as_ref());
+                reserved.is_some_and(|r| {
+                    !r.is_empty()
+                        && r.iter()
+                            .all(|e| e.resource == "pods" && leaving.contains(&e.name.as_str()))
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    fn allocate_with(
+        &self,
+        claims: &ResolvedClaims<'_>,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        share_ids: &dyn Fn(usize, usize) -> String,
+        allocated: &AllocatedState,
+        filter: Option<&allocator::DeviceFilter<'_>>,
+    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
         let node = super::pools::NodeRef { name, labels };
         for (_, claim) in &claims.all {
             if let Some(sel) = claim
@@ -281,7 +386,7 @@ impl DraState {
         let world = World {
             classes: &self.classes,
             all_slices: &self.slices,
-            allocated: &self.allocated,
+            allocated,
             selectors: &self.selectors,
         };
         let Some(results) =
@@ -310,5 +415,145 @@ impl DraState {
             });
         }
         Ok(Ok(out))
+    }
+}
+
+/// The live scheduler's side: objects from watches (apply, delete, reset after a relist) and
+/// the allocations in flight.
+impl DraState {
+    /// Removes a DeviceClass.
+    pub fn delete_class(&mut self, name: &str) {
+        self.classes.remove(name);
+    }
+
+    /// Replaces every DeviceClass.
+    pub fn reset_classes(&mut self, all: Vec<DeviceClass>) {
+        self.classes.clear();
+        for c in all {
+            self.apply_class(c);
+        }
+    }
+
+    /// Adds or replaces a ResourceSlice.
+    pub fn apply_slice(&mut self, slice: ResourceSlice) {
+        let mut slices = std::mem::take(&mut self.slices);
+        match slices.iter_mut().find(|s| s.metadata.name == slice.metadata.name) {
+            Some(s) => *s = slice,
+            None => slices.push(slice),
+        }
+        self.set_slices(slices);
+    }
+
+    /// Removes a ResourceSlice.
+    pub fn delete_slice(&mut self, name: &str) {
+        let mut slices = std::mem::take(&mut self.slices);
+        slices.retain(|s| s.metadata.name.as_deref() != Some(name));
+        self.set_slices(slices);
+    }
+
+    /// Removes a ResourceClaim and any allocation in flight for it.
+    pub fn delete_claim(&mut self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.in_flight.remove(&key);
+        if let Some(old) = self.claims.remove(&key)
+            && let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref())
+        {
+            self.allocated.remove(a);
+        }
+    }
+
+    /// Replaces every ResourceClaim after a relist: allocations in flight stay on the claims
+    /// still listed without one.
+    pub fn reset_claims(&mut self, all: Vec<ResourceClaim>) {
+        self.claims.clear();
+        self.allocated = AllocatedState::default();
+        let listed: std::collections::HashSet<String> = all.iter().map(allocator::claim_key).collect();
+        self.in_flight.retain(|k, _| listed.contains(k));
+        for c in all {
+            self.apply_claim(c);
+        }
+    }
+
+    /// A ResourceClaim by namespace and name, as the scheduler sees it (with an allocation
+    /// in flight).
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<&ResourceClaim> {
+        self.claims.get(&format!("{namespace}/{name}"))
+    }
+
+    /// Whether the claim's allocation is in flight (decided, not yet seen written).
+    pub fn in_flight(&self, namespace: &str, name: &str) -> bool {
+        self.in_flight.contains_key(&format!("{namespace}/{name}"))
+    }
+
+    /// Holds the allocations the binding of pod `pod` (in `namespace`) will write: their
+    /// devices are in use for every later decision, and a claim shared with a later pod reads
+    /// as allocated, until the claim watch shows the allocation written or [`Self::release`].
+    pub fn assume(&mut self, namespace: &str, pod: &str, claims: &[ClaimAllocation]) {
+        for c in claims {
+            let key = format!("{namespace}/{}", c.name);
+            if let Some(f) = self.in_flight.get_mut(&key) {
+                f.pods.insert(pod.to_owned());
+                continue;
+            }
+            let Some(claim) = self.claims.get(&key) else {
+                continue;
+            };
+            if claim.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
+                continue;
+            }
+            let mut claim = claim.clone();
+            let seen_rv = resource_version(&claim);
+            claim.status.get_or_insert_with(Default::default).allocation = Some(c.allocation.clone());
+            self.put_claim(claim);
+            self.in_flight.insert(
+                key,
+                InFlight {
+                    allocation: c.allocation.clone(),
+                    pods: [pod.to_owned()].into(),
+                    api_allocated: false,
+                    seen_rv,
+                    written_rv: None,
+                },
+            );
+        }
+    }
+
+    /// The binding of pod `pod` failed: its allocations in flight that no other binding uses
+    /// and that no successful binding wrote are dropped, and their devices are free again
+    /// (unless the claim watch shows them written).
+    pub fn release(&mut self, namespace: &str, pod: &str, claims: &[String]) {
+        for name in claims {
+            self.end_binding(&format!("{namespace}/{name}"), pod, None);
+        }
+    }
+
+    /// The binding of pod `pod` succeeded, having written the claims `(name, resourceVersion)`:
+    /// their allocations stay in flight until the claim watch shows those versions.
+    pub fn written(&mut self, namespace: &str, pod: &str, claims: &[(String, u64)]) {
+        for (name, rv) in claims {
+            self.end_binding(&format!("{namespace}/{name}"), pod, Some(*rv));
+        }
+    }
+
+    fn end_binding(&mut self, key: &str, pod: &str, written_rv: Option<u64>) {
+        let Some(f) = self.in_flight.get_mut(key) else {
+            return;
+        };
+        f.pods.remove(pod);
+        if let Some(rv) = written_rv {
+            f.written_rv = Some(f.written_rv.map_or(rv, |w| w.max(rv)));
+        }
+        let done = f.pods.is_empty() && f.written_rv.is_none_or(|w| f.seen_rv >= w);
+        if !done {
+            return;
+        }
+        let api_allocated = f.api_allocated;
+        self.in_flight.remove(key);
+        if !api_allocated && let Some(mut claim) = self.claims.get(key).cloned() {
+            if let Some(s) = claim.status.as_mut() {
+                s.allocation = None;
+            }
+            self.put_claim(claim);
+        }
     }
 }

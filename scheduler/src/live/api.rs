@@ -68,6 +68,16 @@ pub enum BindError {
         #[source]
         source: kube::Error,
     },
+    /// A ResourceClaim of the pod could not be reserved for it, or its devices' binding
+    /// conditions did not hold in time, so the Binding was not sent.
+    #[error("binding {pod}: DynamicResources")]
+    Claim {
+        /// `namespace/name`.
+        pod: String,
+        /// Cause.
+        #[source]
+        source: super::engine::dra::ClaimError,
+    },
     /// 404: the pod is gone.
     #[error("binding {pod}: pod not found")]
     NotFound {
@@ -94,6 +104,7 @@ impl BindError {
             BindError::Gated { .. } => "scheduling_gated",
             BindError::NotFound { .. } => "not_found",
             BindError::SelectNode { .. } => "volume_binding",
+            BindError::Claim { source, .. } => source.reason(),
             BindError::Api { source, .. } => match source {
                 kube::Error::Api(s) if s.code >= 500 => "server_error",
                 kube::Error::Api(s) if s.code == 429 => "throttled",

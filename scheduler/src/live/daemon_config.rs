@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Ignore [default: Required].
     #[arg(long, env = "NUMAPLANE_DRA_NUMA_ALIGNMENT", value_enum)]
     pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
+    /// How long a binding waits for the binding conditions of its claimed devices, as
+    /// kube-scheduler's DynamicResources `bindingTimeout` [default: 10m].
+    #[arg(long, env = "NUMAPLANE_DRA_BINDING_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub dra_binding_timeout: Option<Duration>,
 }
 
 /// Leader election settings.
@@ -135,6 +139,8 @@ pub struct ServeConfig {
     pub assume_timeout: Duration,
     /// Bindings in flight.
     pub bind_concurrency: usize,
+    /// Longest wait for the binding conditions of a pod's claimed devices.
+    pub dra_binding_timeout: Duration,
     /// Extender mode: serve kube-scheduler's extender verbs instead of watching pending pods.
     pub extender: bool,
     /// Default spread constraints.
@@ -276,6 +282,10 @@ impl ServeArgs {
         if bind_concurrency == 0 {
             return invalid("--bind-concurrency", "must be at least 1".to_owned());
         }
+        let dra_binding_timeout = self.dra_binding_timeout.unwrap_or(Duration::from_secs(600));
+        if dra_binding_timeout.is_zero() {
+            return invalid("--dra-binding-timeout", "must be positive".to_owned());
+        }
         let le = &file.leader_election;
         let leader_elect = self.leader_elect.or(le.leader_elect).unwrap_or(true);
         let leader_election = if leader_elect {
@@ -359,6 +369,7 @@ impl ServeArgs {
             backoff: Backoff { initial, max },
             assume_timeout,
             bind_concurrency,
+            dra_binding_timeout,
             extender: false,
             spread_defaults,
             dra_numa,

@@ -20,6 +20,7 @@ use kube::runtime::{events::EventType, watcher};
 use numaplane::nrt::NodeResourceTopology;
 use tokio::sync::{mpsc, watch};
 
+pub mod dra;
 mod extender;
 mod pod_checks;
 pub mod volumes;
@@ -65,6 +66,12 @@ pub enum Stream {
     Budgets,
     /// Namespaces (their labels, for `namespaceSelector`).
     Namespaces,
+    /// DeviceClasses.
+    DeviceClasses,
+    /// ResourceSlices.
+    ResourceSlices,
+    /// ResourceClaims.
+    ResourceClaims,
 }
 
 /// Something the loop reacts to.
@@ -80,6 +87,8 @@ pub enum Input {
     Pending(usize, watcher::Event<Pod>),
     /// A claim, volume or class event.
     Storage(Box<volumes::StorageEvent>),
+    /// A DeviceClass, ResourceSlice or ResourceClaim event.
+    Dra(Box<dra::DraEvent>),
     /// A PodDisruptionBudget event.
     Budget(watcher::Event<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
     /// A Namespace event.
@@ -112,6 +121,10 @@ pub struct BindDone {
     pub profile: String,
     /// When the pod entered the queue.
     pub enqueued: Instant,
+    /// The ResourceClaims whose allocations the binding held in flight.
+    pub claims: Vec<String>,
+    /// The claims it reserved, with their resourceVersion after its write.
+    pub written: Vec<(String, u64)>,
     /// Outcome.
     pub result: Result<(), BindError>,
 }
@@ -209,6 +222,12 @@ fn key_of(pod: &Pod) -> String {
 /// kube-scheduler's `isPodUpdated` strips (status, where our own `PodScheduled` condition
 /// lands, resourceVersion, generation, managedFields, finalizers).
 fn changed_for_scheduling(old: &Pod, new: &Pod) -> bool {
+    // The resourceclaim controller names the claims it created from templates in the
+    // status: that lets a pod waiting for them be decided.
+    let claims = |p: &Pod| p.status.as_ref().and_then(|s| s.resource_claim_statuses.clone());
+    if claims(old) != claims(new) {
+        return true;
+    }
     let strip = |p: &Pod| {
         let mut p = p.clone();
         p.status = None;
@@ -247,8 +266,12 @@ impl Engine {
             0
         } else {
             // The storage watches.
-            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + 1 // Namespaces
+            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + dra::STREAMS + 1 // Namespaces
         };
+        // kube-scheduler allocates claims itself in extender mode.
+        if !cfg.extender {
+            cluster.dra.enable();
+        }
         if cfg.extender {
             metrics.prepare_attempts([extender::PROFILE]);
         } else {
@@ -501,6 +524,7 @@ impl Engine {
             Input::BoundPodEvent(ev) => self.on_event(Stream::Bound, ev),
             Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
             Input::Storage(ev) => self.on_storage(*ev),
+            Input::Dra(ev) => self.on_dra(*ev),
             Input::Budget(ev) => self.on_event(Stream::Budgets, ev),
             Input::Namespace(ev) => self.on_event(Stream::Namespaces, ev),
             Input::WatchError(stream, message) => {
@@ -511,6 +535,9 @@ impl Engine {
                     Stream::Pending(_) => "pending_pods",
                     Stream::Claims | Stream::Volumes | Stream::Classes | Stream::CsiNodes => {
                         volumes::stream_label(stream).unwrap_or_default()
+                    }
+                    Stream::DeviceClasses | Stream::ResourceSlices | Stream::ResourceClaims => {
+                        dra::stream_label(stream).unwrap_or_default()
                     }
                     Stream::Budgets => "poddisruptionbudgets",
                     Stream::Namespaces => "namespaces",
@@ -858,17 +885,43 @@ impl Engine {
                 continue;
             };
             let Some(spec) = p.spec.as_ref() else { continue };
+            // Its claims from templates are being created by the resourceclaim controller:
+            // not unschedulable, just not ready (a claim event or the pod's update brings it
+            // back).
+            if let Some(why) = self.claims_missing(spec) {
+                tracing::debug!(pod = %q.key, reason = %why, "waiting for resource claims");
+                self.queue.unschedulable(&q.key, now);
+                continue;
+            }
             let t0 = Instant::now();
-            let decision = self.cluster.decide(&self.model, spec);
+            let (decision, claims_outcome) = if spec.resource_claims.is_empty() || !self.cluster.dra.enabled()
+            {
+                (self.cluster.decide(&self.model, spec), Default::default())
+            } else {
+                self.cluster.schedule_with_claims(&self.model, spec, false)
+            };
             self.metrics.decision_latency.observe(t0.elapsed().as_secs_f64());
             let profile = p.profile.clone();
+            if let Some(e) = &claims_outcome.error {
+                tracing::warn!(pod = %q.key, error = %numaplane::error_chain(e), "resource claims cannot be allocated");
+            }
             match decision.node.clone() {
                 Some(node) => {
                     let annotation = self.annotation_of(&q.key, &decision);
                     // Claims whose selected node is written before the Binding.
                     let claims = self.cluster.volumes.claims_to_select(spec, &node);
+                    let writes = self.claim_writes(&spec.namespace, &claims_outcome.claims);
                     let spec = spec.clone();
                     self.cluster.assume_at(&spec, &decision, self.now_ms());
+                    // The devices are in use for every later decision until the claim watch
+                    // shows them written or the binding fails.
+                    self.cluster
+                        .dra
+                        .assume(&spec.namespace, &q.key, &claims_outcome.claims);
+                    let claim_names: Vec<String> = writes
+                        .iter()
+                        .filter_map(|w| w.claim.metadata.name.clone())
+                        .collect();
                     let (ns, name) = (spec.namespace.clone(), spec.name.clone());
                     let uid = p.pod.metadata.uid.clone();
                     let pod = p.pod.clone();
@@ -877,17 +930,39 @@ impl Engine {
                     let tx = self.tx.clone();
                     let key = q.key.clone();
                     let enqueued = q.enqueued;
+                    let binding_timeout = self.cfg.dra_binding_timeout;
+                    let held = claim_names.clone();
                     tokio::spawn(async move {
-                        let result = volumes::bind_with_volumes(
-                            &writer,
-                            &ns,
-                            &name,
-                            uid.as_deref(),
-                            &node,
-                            annotation.as_deref(),
-                            &claims,
-                        )
-                        .await;
+                        let mut written = Vec::new();
+                        let result = if writes.is_empty() {
+                            volumes::bind_with_volumes(
+                                &writer,
+                                &ns,
+                                &name,
+                                uid.as_deref(),
+                                &node,
+                                annotation.as_deref(),
+                                &claims,
+                            )
+                            .await
+                        } else {
+                            let pod_ref = dra::PodRef {
+                                namespace: &ns,
+                                name: &name,
+                                uid: uid.as_deref().unwrap_or_default(),
+                            };
+                            dra::bind_with_claims(
+                                &writer,
+                                pod_ref,
+                                &writes,
+                                binding_timeout,
+                                &node,
+                                annotation.as_deref(),
+                                &claims,
+                                &mut written,
+                            )
+                            .await
+                        };
                         // The loop is gone only at shutdown; nothing to report to then.
                         let _ = tx.send(Input::BindingDone(Box::new(BindDone {
                             key,
@@ -896,6 +971,8 @@ impl Engine {
                             pod,
                             profile,
                             enqueued,
+                            claims: held,
+                            written,
                             result,
                         })));
                     });
@@ -906,6 +983,7 @@ impl Engine {
                     // Every attempt, unlike the event below: how often a pod is retried shows.
                     tracing::debug!(pod = %q.key, "unschedulable attempt");
                     self.queue.unschedulable(&q.key, now);
+                    self.release_unschedulable_claims(&q.key);
                     let message = match self.after_unschedulable(&q.key, hold) {
                         preemption::Outcome::None => decision.message,
                         preemption::Outcome::Started { node, victims } => format!(
@@ -986,9 +1064,20 @@ impl Engine {
             pod,
             profile,
             enqueued,
+            claims,
+            written,
             result,
         } = done;
         self.in_flight = self.in_flight.saturating_sub(1);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if result.is_ok() {
+            self.cluster.dra.written(ns, &key, &written);
+        } else {
+            self.cluster.dra.release(ns, &key, &claims);
+            if !claims.is_empty() {
+                self.queue.cluster_changed(Instant::now());
+            }
+        }
         match result {
             Ok(()) => {
                 self.cluster
@@ -1013,6 +1102,9 @@ impl Engine {
                 Metrics::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", &profile);
                 tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
+                if let BindError::Claim { source, .. } = &e {
+                    self.report_claim_error(&profile, &pod, source);
+                }
                 self.binding_refused(&key, uid.as_deref(), &e);
                 let same_pod = self.pending.get(&key).is_some_and(|p| p.pod.metadata.uid == uid);
                 match e {

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub assumptions_ended: Family<ReasonLabels, Counter>,
     /// Failed bindings by reason.
     pub binding_errors: Family<ReasonLabels, Counter>,
+    /// ResourceClaim reservations a failed or unschedulable pod could not give back, by reason.
+    pub claim_release_errors: Family<ReasonLabels, Counter>,
     /// Events (`Scheduled`, `FailedScheduling`) the API server did not take.
     pub event_write_errors: Counter,
     /// `PodScheduled` condition patches the API server did not take.
@@ -158,11 +160,12 @@ impl Metrics {
             assumed: r.family("assumed_pods", "Placements held on nodes whose NRT does not show the pod yet"),
             assumptions_ended: r.family("assumptions_ended", "Assumptions ended, by reason (confirmed by the NRT fingerprint, expired, pod gone, forgotten after a failed binding)"),
             binding_errors: r.family("binding_errors", "Failed Binding requests by reason"),
+            claim_release_errors: r.family("claim_release_errors", "ResourceClaim reservations or allocations of a failed or unschedulable pod that could not be given back, by reason (the claim watch shows what stayed)"),
             event_write_errors: r.family("event_write_errors", "Events (Scheduled, FailedScheduling) that could not be written"),
             status_patch_errors: r.family("status_patch_errors", "PodScheduled condition patches that could not be written"),
             nodes: r.family("nodes", "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)"),
             invalid_objects: r.family("invalid_objects", "Malformed objects seen by the index, by kind"),
-            api_writes: r.family("api_writes", "API writes by kind (binding, event, status)"),
+            api_writes: r.family("api_writes", "API writes by kind (binding, event, status, volume, resourceclaim, resourceclaim_status, resourceclaim_read)"),
             writes_dropped: r.family("api_writes_dropped", "Low-priority writes (events, status) dropped to keep the request budget for bindings"),
             leader: r.family("leader", "1 while this replica holds the leader Lease"),
             nrt_crd_installed: r.family("nrt_crd_installed", "1 while the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is served, 0 while it is not installed"),

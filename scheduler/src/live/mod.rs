@@ -294,6 +294,8 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
         engine::volumes::spawn_watches(&mut tasks, &client, &tx);
         // In extender mode kube-scheduler preempts.
         engine::preemption::spawn_watches(&mut tasks, &client, &tx);
+        // In extender mode kube-scheduler allocates resource claims.
+        engine::dra::spawn_watches(&mut tasks, &client, &tx);
     }
     tasks.spawn(async move {
         aux_task.await;

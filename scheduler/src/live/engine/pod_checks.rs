@@ -40,7 +40,7 @@ impl Engine {
             return;
         }
         self.warned.insert(key.to_owned(), p.pod.metadata.uid.clone());
-        let found = unsupported::detect_live(&p.pod);
+        let found = unsupported::detect(&p.pod);
         if found.is_empty() {
             return;
         }

@@ -16,6 +16,8 @@ pub enum InitBuffer {
     Pods(Vec<Pod>),
     /// Claims, volumes or classes.
     Storage(volumes::Buffer),
+    /// DeviceClasses, ResourceSlices or ResourceClaims.
+    Dra(dra::Buffer),
     /// PodDisruptionBudgets.
     Budgets(Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
     /// Namespaces.

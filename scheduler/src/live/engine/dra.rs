@@ -1,0 +1,944 @@
+//! The live loop's side of Dynamic Resource Allocation: watches of DeviceClasses,
+//! ResourceSlices and ResourceClaims feeding the index (apply, delete, relist as the other
+//! watches), and kube-scheduler's DynamicResources PreBind before the Binding: for each claim
+//! not yet reserved for the pod, the `resource.kubernetes.io/delete-protection` finalizer (an
+//! Update), then `status.allocation` with its `allocationTimestamp` and the pod appended to
+//! `status.reservedFor` (one UpdateStatus, retried on conflict), then a bounded wait for the
+//! devices' binding conditions. A binding that fails after that gives back what it wrote, as
+//! kube-scheduler's Unreserve and PostFilter do; so does an unschedulable pod whose claim this
+//! scheduler allocated and nobody else uses.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceSlice,
+};
+use kube::{
+    Api, Client,
+    api::PostParams,
+    runtime::{events::EventType, watcher},
+};
+use tokio::{sync::mpsc, task::JoinSet};
+
+use super::{Apply, Engine, InitBuffer, Input, Stream};
+use crate::live::{
+    api::{BindError, Writer},
+    metrics::Metrics,
+};
+
+/// The streams of this module (what the engine waits for before scheduling).
+pub const STREAMS: usize = 3;
+
+/// The finalizer that keeps an allocated claim from being deleted while in use.
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+/// The field manager of the claim writes: an unschedulable pod's claim is released only if
+/// this manager wrote its allocation.
+pub const FIELD_MANAGER: &str = "numaplane-scheduler";
+
+/// UpdateStatus attempts on conflict (kube-scheduler uses client-go's default retry, 5).
+const CONFLICT_RETRIES: usize = 5;
+
+/// How often binding conditions are checked while waiting (kube-scheduler: every 5 s).
+const CONDITION_POLL: Duration = Duration::from_secs(1);
+
+/// A DRA watch event (boxed in [`Input`] as a whole).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum DraEvent {
+    /// A DeviceClass event.
+    Class(watcher::Event<DeviceClass>),
+    /// A ResourceSlice event.
+    Slice(watcher::Event<ResourceSlice>),
+    /// A ResourceClaim event.
+    Claim(watcher::Event<ResourceClaim>),
+}
+
+/// Objects of one DRA (re)list.
+#[derive(Debug)]
+pub enum Buffer {
+    /// DeviceClasses.
+    Classes(Vec<DeviceClass>),
+    /// ResourceSlices.
+    Slices(Vec<ResourceSlice>),
+    /// ResourceClaims.
+    Claims(Vec<ResourceClaim>),
+}
+
+/// The watch-error label of a DRA stream.
+pub fn stream_label(stream: Stream) -> Option<&'static str> {
+    match stream {
+        Stream::DeviceClasses => Some("deviceclasses"),
+        Stream::ResourceSlices => Some("resourceslices"),
+        Stream::ResourceClaims => Some("resourceclaims"),
+        _ => None,
+    }
+}
+
+/// Starts the three DRA watches (not in extender mode: kube-scheduler allocates claims there).
+pub fn spawn_watches(tasks: &mut JoinSet<&'static str>, client: &Client, tx: &mpsc::UnboundedSender<Input>) {
+    let cfg = || watcher::Config::default().any_semantic();
+    crate::live::forward(
+        tasks,
+        "DeviceClass watch",
+        Api::<DeviceClass>::all(client.clone()),
+        cfg(),
+        Stream::DeviceClasses,
+        tx.clone(),
+        |ev| Input::Dra(Box::new(DraEvent::Class(ev))),
+    );
+    crate::live::forward(
+        tasks,
+        "ResourceSlice watch",
+        Api::<ResourceSlice>::all(client.clone()),
+        cfg(),
+        Stream::ResourceSlices,
+        tx.clone(),
+        |ev| Input::Dra(Box::new(DraEvent::Slice(ev))),
+    );
+    crate::live::forward(
+        tasks,
+        "ResourceClaim watch",
+        Api::<ResourceClaim>::all(client.clone()),
+        cfg(),
+        Stream::ResourceClaims,
+        tx.clone(),
+        |ev| Input::Dra(Box::new(DraEvent::Claim(ev))),
+    );
+}
+
+/// Why a claim could not be reserved for a pod, or its devices were not ready in time.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// Reading the claim after a conflict failed.
+    #[error("reading ResourceClaim {claim}")]
+    Get {
+        /// `namespace/name`.
+        claim: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The finalizer Update failed.
+    #[error("adding the {FINALIZER} finalizer to ResourceClaim {claim}")]
+    Finalizer {
+        /// `namespace/name`.
+        claim: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The status update (allocation and reservedFor) failed.
+    #[error("writing the allocation and reservedFor of ResourceClaim {claim}")]
+    Status {
+        /// `namespace/name`.
+        claim: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Still conflicting after the retries.
+    #[error("ResourceClaim {claim}: still conflicting after {CONFLICT_RETRIES} attempts")]
+    Conflicts {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// The claim is gone.
+    #[error("ResourceClaim {claim} was deleted")]
+    Gone {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// The claim was allocated when the pod was decided and is not any more.
+    #[error("ResourceClaim {claim} was deallocated meanwhile")]
+    Deallocated {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// Someone else allocated other devices to the claim meanwhile.
+    #[error("ResourceClaim {claim} was allocated other devices meanwhile")]
+    AllocatedElsewhere {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// A device's binding failure condition is true.
+    #[error("ResourceClaim {claim}: device {device}: binding failure condition {condition} is true")]
+    BindingFailed {
+        /// `namespace/name`.
+        claim: String,
+        /// `driver/pool/device`.
+        device: String,
+        /// The condition type.
+        condition: String,
+    },
+    /// The binding conditions did not all hold within the timeout.
+    #[error("ResourceClaim {claim}: binding conditions of device {device} not met within {timeout:?}")]
+    BindingTimeout {
+        /// `namespace/name`.
+        claim: String,
+        /// `driver/pool/device`.
+        device: String,
+        /// The configured bound.
+        timeout: Duration,
+    },
+}
+
+impl ClaimError {
+    /// Bounded metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ClaimError::Get { .. } => "claim_read",
+            ClaimError::Finalizer { .. } => "claim_finalizer",
+            ClaimError::Status { .. } | ClaimError::Conflicts { .. } => "claim_status",
+            ClaimError::Gone { .. } => "claim_gone",
+            ClaimError::AllocatedElsewhere { .. } => "claim_allocated_elsewhere",
+            ClaimError::Deallocated { .. } => "claim_deallocated",
+            ClaimError::BindingFailed { .. } => "binding_conditions_failed",
+            ClaimError::BindingTimeout { .. } => "binding_conditions_timeout",
+        }
+    }
+}
+
+/// One claim of a pod to reserve before its Binding: the claim as the index knew it at the
+/// decision (a starting point; conflicts re-read it) and the allocation it gets or has.
+#[derive(Clone, Debug)]
+pub struct ClaimWrite {
+    /// The claim.
+    pub claim: ResourceClaim,
+    /// The allocation decided (or the claim's own, when it is allocated already).
+    pub allocation: AllocationResult,
+    /// Whether this binding allocates the claim (else it was allocated when the pod was
+    /// decided, and a claim deallocated meanwhile fails the binding, as in kube-scheduler).
+    pub allocate: bool,
+}
+
+/// What the binding of one pod wrote on one claim (to give back if the binding fails).
+#[derive(Clone, Debug)]
+pub struct Reserved {
+    /// The claim's name.
+    pub name: String,
+    /// Whether this binding wrote the allocation (else it only appended the pod).
+    pub allocated: bool,
+    /// Whether this binding appended the pod to `reservedFor` (else it was there already).
+    pub appended: bool,
+    /// The claim's resourceVersion after the write (or as read, when nothing was written).
+    pub resource_version: u64,
+}
+
+fn rv_of(claim: &ResourceClaim) -> u64 {
+    claim
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The pod a binding reserves claims for.
+#[derive(Clone, Copy, Debug)]
+pub struct PodRef<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Name.
+    pub name: &'a str,
+    /// UID.
+    pub uid: &'a str,
+}
+
+fn key_of(claim: &ResourceClaim) -> String {
+    crate::dra::claim_key(claim)
+}
+
+fn timed_out() -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no answer within 30s",
+    )))
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerReference] {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+}
+
+fn is_reserved_for(claim: &ResourceClaim, uid: &str) -> bool {
+    reserved_for(claim)
+        .iter()
+        .any(|r| r.resource == "pods" && r.uid == uid)
+}
+
+/// Whether two allocations hand out the same devices (timestamps aside).
+fn same_devices(a: &AllocationResult, b: &AllocationResult) -> bool {
+    a.devices == b.devices && a.node_selector == b.node_selector
+}
+
+impl Writer {
+    async fn claim_call<T>(
+        &self,
+        kind: &'static str,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        self.priority_budget().await;
+        Metrics::count(&self.metrics().api_writes, kind);
+        match tokio::time::timeout(Duration::from_secs(30), call).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    async fn get_claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ClaimError> {
+        let api: Api<ResourceClaim> = Api::namespaced(self.client(), namespace);
+        let claim = format!("{namespace}/{name}");
+        match self.claim_call("resourceclaim_read", api.get(name)).await {
+            Ok(c) => Ok(c),
+            Err(e) if not_found(&e) => Err(ClaimError::Gone { claim }),
+            Err(source) => Err(ClaimError::Get { claim, source }),
+        }
+    }
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// Reserves `w`'s claim for `pod` as kube-scheduler's `bindClaim` does: the finalizer first
+/// (an Update), then allocation, `allocationTimestamp` and the pod in `reservedFor` in one
+/// UpdateStatus; on a conflict the claim is read again and the steps left are redone.
+pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> Result<Reserved, ClaimError> {
+    let name = w.claim.metadata.name.clone().unwrap_or_default();
+    let api: Api<ResourceClaim> = Api::namespaced(writer.client(), pod.namespace);
+    let mut claim = w.claim.clone();
+    // The index's copy may carry an allocation in flight: the API's own status comes back with
+    // every write, and a conflict re-reads it.
+    let key = format!("{}/{name}", pod.namespace);
+    for _ in 0..CONFLICT_RETRIES {
+        if is_reserved_for(&claim, pod.uid) {
+            return Ok(Reserved {
+                name,
+                allocated: false,
+                appended: false,
+                resource_version: rv_of(&claim),
+            });
+        }
+        if !claim.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER) {
+            claim
+                .metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(FINALIZER.to_owned());
+            match writer
+                .claim_call("resourceclaim", api.replace(&name, &post_params(), &claim))
+                .await
+            {
+                Ok(c) => claim = c,
+                Err(e) if conflict(&e) => {
+                    claim = writer.get_claim(pod.namespace, &name).await?;
+                    continue;
+                }
+                Err(e) if not_found(&e) => return Err(ClaimError::Gone { claim: key }),
+                Err(source) => return Err(ClaimError::Finalizer { claim: key, source }),
+            }
+        }
+        let status = claim.status.get_or_insert_with(Default::default);
+        let allocated = match &status.allocation {
+            None if !w.allocate => return Err(ClaimError::Deallocated { claim: key }),
+            None => {
+                let mut a = w.allocation.clone();
+                // kube-scheduler stamps every allocation it writes while the binding-conditions
+                // and device-status features are on (v1.36's defaults).
+                a.allocation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+                status.allocation = Some(a);
+                true
+            }
+            Some(a) if same_devices(a, &w.allocation) => false,
+            Some(_) => return Err(ClaimError::AllocatedElsewhere { claim: key }),
+        };
+        status
+            .reserved_for
+            .get_or_insert_with(Vec::new)
+            .push(ResourceClaimConsumerReference {
+                api_group: None,
+                resource: "pods".to_owned(),
+                name: pod.name.to_owned(),
+                uid: pod.uid.to_owned(),
+            });
+        match writer
+            .claim_call(
+                "resourceclaim_status",
+                api.replace_status(&name, &post_params(), &claim),
+            )
+            .await
+        {
+            Ok(c) => {
+                return Ok(Reserved {
+                    name,
+                    allocated,
+                    appended: true,
+                    resource_version: rv_of(&c),
+                });
+            }
+            Err(e) if conflict(&e) => claim = writer.get_claim(pod.namespace, &name).await?,
+            Err(e) if not_found(&e) => return Err(ClaimError::Gone { claim: key }),
+            Err(source) => return Err(ClaimError::Status { claim: key, source }),
+        }
+    }
+    Err(ClaimError::Conflicts { claim: key })
+}
+
+/// A device of an allocation with binding conditions.
+struct Conditioned {
+    /// `driver/pool/device`.
+    device: String,
+    /// Conditions that must be true.
+    needed: Vec<String>,
+    /// Conditions that fail the binding when true.
+    failures: Vec<String>,
+    /// Driver, pool and device, as `status.devices` names them.
+    id: (String, String, String),
+}
+
+/// Devices of `claim`'s allocation that carry binding conditions, with them.
+fn conditioned(claim: &ResourceClaim) -> Vec<Conditioned> {
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref());
+    results
+        .into_iter()
+        .flatten()
+        .filter(|r| r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
+        .map(|r| Conditioned {
+            device: format!("{}/{}/{}", r.driver, r.pool, r.device),
+            needed: r.binding_conditions.clone().unwrap_or_default(),
+            failures: r.binding_failure_conditions.clone().unwrap_or_default(),
+            id: (r.driver.clone(), r.pool.clone(), r.device.clone()),
+        })
+        .collect()
+}
+
+/// Whether every binding condition of `claim`'s devices holds: `Err` when a failure
+/// condition is true, `Ok(Some(device))` for the first device still waiting.
+fn binding_state(claim: &ResourceClaim) -> Result<Option<String>, ClaimError> {
+    let statuses = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.devices.as_deref())
+        .unwrap_or_default();
+    let mut waiting = None;
+    for Conditioned {
+        device,
+        needed,
+        failures,
+        id: (driver, pool, dev),
+    } in conditioned(claim)
+    {
+        let conditions = statuses
+            .iter()
+            .find(|s| s.driver == driver && s.pool == pool && s.device == dev)
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == "True");
+        if let Some(f) = failures.iter().find(|f| is_true(f)) {
+            return Err(ClaimError::BindingFailed {
+                claim: key_of(claim),
+                device,
+                condition: f.clone(),
+            });
+        }
+        if waiting.is_none() && !needed.iter().all(|n| is_true(n)) {
+            waiting = Some(device);
+        }
+    }
+    Ok(waiting)
+}
+
+/// Waits, at most `timeout` from `started`, until the binding conditions of the devices of
+/// the claims `names` hold (kube-scheduler's PreBind wait).
+pub async fn wait_binding_conditions(
+    writer: &Writer,
+    namespace: &str,
+    names: &[String],
+    started: Instant,
+    timeout: Duration,
+) -> Result<(), ClaimError> {
+    for name in names {
+        loop {
+            let claim = writer.get_claim(namespace, name).await?;
+            let Some(device) = binding_state(&claim)? else {
+                break;
+            };
+            if started.elapsed() >= timeout {
+                return Err(ClaimError::BindingTimeout {
+                    claim: format!("{namespace}/{name}"),
+                    device,
+                    timeout,
+                });
+            }
+            tokio::time::sleep(CONDITION_POLL.min(timeout.saturating_sub(started.elapsed()))).await;
+        }
+    }
+    Ok(())
+}
+
+/// kube-scheduler's PreBind and Bind for a pod with claims: each claim in `writes` reserved
+/// for the pod, the binding conditions waited for (at most `timeout`), then the volumes' and
+/// the pod's Binding. What was written is given back when a later step fails for certain
+/// (not when the Binding's outcome is unknown, or the pod turns out bound already: then the
+/// reservations are its own).
+#[allow(clippy::too_many_arguments)]
+pub async fn bind_with_claims(
+    writer: &Writer,
+    pod: PodRef<'_>,
+    writes: &[ClaimWrite],
+    timeout: Duration,
+    node: &str,
+    annotation: Option<&str>,
+    volumes: &[String],
+    written: &mut Vec<(String, u64)>,
+) -> Result<(), BindError> {
+    let started = Instant::now();
+    let key = format!("{}/{}", pod.namespace, pod.name);
+    let mut reserved = Vec::new();
+    let mut names = Vec::new();
+    for w in writes {
+        // Only devices with binding conditions are waited for.
+        let conditioned = w
+            .allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .any(|r| r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()));
+        if conditioned {
+            names.extend(w.claim.metadata.name.clone());
+        }
+        match reserve_claim(writer, pod, w).await {
+            Ok(r) => {
+                written.push((r.name.clone(), r.resource_version));
+                if r.appended {
+                    reserved.push(r);
+                }
+            }
+            Err(source) => {
+                unreserve(writer, pod, &reserved).await;
+                return Err(BindError::Claim { pod: key, source });
+            }
+        }
+    }
+    if let Err(source) = wait_binding_conditions(writer, pod.namespace, &names, started, timeout).await {
+        unreserve(writer, pod, &reserved).await;
+        return Err(BindError::Claim { pod: key, source });
+    }
+    let result = super::volumes::bind_with_volumes(
+        writer,
+        pod.namespace,
+        pod.name,
+        (!pod.uid.is_empty()).then_some(pod.uid),
+        node,
+        annotation,
+        volumes,
+    )
+    .await;
+    // Only a Binding certainly refused gives the claims back: after a 5xx, a timeout or a
+    // lost answer it may have landed, and a bound pod keeps its claims (its next attempt finds
+    // them reserved for it; the resourceclaim controller frees them if it goes).
+    if let Err(
+        BindError::Replaced { .. }
+        | BindError::Gated { .. }
+        | BindError::NotFound { .. }
+        | BindError::SelectNode { .. },
+    ) = &result
+    {
+        unreserve(writer, pod, &reserved).await;
+    }
+    result
+}
+
+/// Gives back what a failed binding of `pod` wrote on its claims: the pod leaves
+/// `reservedFor`; an allocation it wrote that no other pod uses now goes too (allocation,
+/// `reservedFor` and device status cleared, as kube-scheduler's PostFilter does). The
+/// finalizer stays: the resourceclaim controller removes it from an unallocated claim.
+/// Failures are logged and counted: the claim watch shows what stayed.
+pub async fn unreserve(writer: &Writer, pod: PodRef<'_>, reserved: &[Reserved]) {
+    for r in reserved {
+        if let Err(e) = unreserve_one(writer, pod, &r.name, r.allocated).await {
+            Metrics::count(&writer.metrics().claim_release_errors, e.reason());
+            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), claim = %r.name,
+                error = %numaplane::error_chain(&e), "cannot give back the claim's reservation");
+        }
+    }
+}
+
+async fn unreserve_one(
+    writer: &Writer,
+    pod: PodRef<'_>,
+    name: &str,
+    allocated: bool,
+) -> Result<(), ClaimError> {
+    let api: Api<ResourceClaim> = Api::namespaced(writer.client(), pod.namespace);
+    let key = format!("{}/{name}", pod.namespace);
+    for _ in 0..CONFLICT_RETRIES {
+        let mut claim = match writer.get_claim(pod.namespace, name).await {
+            Ok(c) => c,
+            Err(ClaimError::Gone { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(status) = claim.status.as_mut() else {
+            return Ok(());
+        };
+        let before = status.reserved_for.as_ref().map_or(0, Vec::len);
+        if let Some(r) = status.reserved_for.as_mut() {
+            r.retain(|e| !(e.resource == "pods" && e.uid == pod.uid));
+        }
+        let left = status.reserved_for.as_ref().map_or(0, Vec::len);
+        let release = allocated && left == 0 && status.allocation.is_some();
+        if before == left && !release {
+            return Ok(());
+        }
+        if release {
+            status.allocation = None;
+            status.reserved_for = None;
+            status.devices = None;
+        }
+        match writer
+            .claim_call(
+                "resourceclaim_status",
+                api.replace_status(name, &post_params(), &claim),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if conflict(&e) => continue,
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(source) => return Err(ClaimError::Status { claim: key, source }),
+        }
+    }
+    Err(ClaimError::Conflicts { claim: key })
+}
+
+/// Whether this scheduler wrote `claim`'s allocation (its field manager owns
+/// `status.allocation`).
+pub fn allocated_by_us(claim: &ResourceClaim) -> bool {
+    claim.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(FIELD_MANAGER)
+            && m.subresource.as_deref() == Some("status")
+            && m.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:status"))
+                .is_some_and(|s| s.get("f:allocation").is_some())
+    })
+}
+
+/// Whether an unschedulable `pod` (UID `uid`) should give back `claim`, as kube-scheduler's
+/// PostFilter does, limited to what this scheduler allocated: allocated by us, not in flight,
+/// and reserved for nobody or only this pod.
+pub fn release_when_unschedulable(claim: &ResourceClaim, uid: &str) -> bool {
+    let allocated = claim.status.as_ref().is_some_and(|s| s.allocation.is_some());
+    let users = reserved_for(claim);
+    allocated && allocated_by_us(claim) && users.iter().all(|r| r.resource == "pods" && r.uid == uid)
+}
+
+impl Engine {
+    /// Applies one DRA event.
+    pub(super) fn on_dra(&mut self, ev: DraEvent) {
+        match ev {
+            DraEvent::Class(ev) => self.on_event(Stream::DeviceClasses, ev),
+            DraEvent::Slice(ev) => self.on_event(Stream::ResourceSlices, ev),
+            DraEvent::Claim(ev) => self.on_event(Stream::ResourceClaims, ev),
+        }
+    }
+
+    /// The claims of a pending pod that its binding reserves, with the allocation each gets.
+    pub(super) fn claim_writes(
+        &self,
+        namespace: &str,
+        claims: &[crate::dra::state::ClaimAllocation],
+    ) -> Vec<ClaimWrite> {
+        let mut out: Vec<ClaimWrite> = Vec::new();
+        for c in claims {
+            if out
+                .iter()
+                .any(|w| w.claim.metadata.name.as_deref() == Some(c.name.as_str()))
+            {
+                continue;
+            }
+            if let Some(claim) = self.cluster.dra.claim(namespace, &c.name) {
+                let mut claim = claim.clone();
+                let allocate = self.cluster.dra.in_flight(namespace, &c.name)
+                    || claim.status.as_ref().is_none_or(|s| s.allocation.is_none());
+                // An allocation in flight (another pod's binding is writing it) is not the
+                // API's yet: this binding writes it too, unless that one lands first.
+                if self.cluster.dra.in_flight(namespace, &c.name)
+                    && let Some(s) = claim.status.as_mut()
+                {
+                    s.allocation = None;
+                }
+                out.push(ClaimWrite {
+                    claim,
+                    allocation: c.allocation.clone(),
+                    allocate,
+                });
+            }
+        }
+        out
+    }
+
+    /// An unschedulable pod: the claims this scheduler allocated that nobody else uses are
+    /// given back (kube-scheduler's PostFilter), so their devices can serve other pods.
+    pub(super) fn release_unschedulable_claims(&mut self, key: &str) {
+        let Some(p) = self.pending.get(key) else { return };
+        let Some(spec) = p.spec.as_ref() else { return };
+        let uid = p.pod.metadata.uid.clone().unwrap_or_default();
+        let ns = spec.namespace.clone();
+        let release: Vec<Reserved> = spec
+            .resource_claims
+            .iter()
+            .filter_map(|c| c.claim.as_deref())
+            .filter(|name| !self.cluster.dra.in_flight(&ns, name))
+            .filter_map(|name| self.cluster.dra.claim(&ns, name))
+            .filter(|c| release_when_unschedulable(c, &uid))
+            .filter_map(|c| c.metadata.name.clone())
+            .map(|name| Reserved {
+                name,
+                allocated: true,
+                appended: false,
+                resource_version: 0,
+            })
+            .collect();
+        if release.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = release.iter().map(|r| r.name.as_str()).collect();
+        tracing::info!(pod = %key, claims = ?names, "unschedulable: giving back the claims allocated for it");
+        let writer = self.writer.clone();
+        let name = spec.name.clone();
+        tokio::spawn(async move {
+            let pod = PodRef {
+                namespace: &ns,
+                name: &name,
+                uid: &uid,
+            };
+            unreserve(&writer, pod, &release).await;
+        });
+    }
+
+    /// A claim is missing for a pending pod (the resourceclaim controller has not created it
+    /// from its template yet, or the watch has not shown it): the reason, else `None`.
+    pub(super) fn claims_missing(&self, spec: &crate::pod::PodSpec) -> Option<String> {
+        if !self.cluster.dra.enabled() {
+            return None;
+        }
+        spec.resource_claims
+            .iter()
+            .find_map(|c| match c.claim.as_deref() {
+                None => Some(format!(
+                    "waiting for the ResourceClaim of pod claim {} to be created from its template",
+                    c.name
+                )),
+                Some(name) if c.from_template && self.cluster.dra.claim(&spec.namespace, name).is_none() => {
+                    Some(format!(
+                        "waiting for ResourceClaim {}/{name} to be seen",
+                        spec.namespace
+                    ))
+                }
+                Some(_) => None,
+            })
+    }
+
+    /// Reports a binding's claim error where the user looks: a Warning event on the pod.
+    pub(super) fn report_claim_error(
+        &self,
+        profile: &str,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        e: &ClaimError,
+    ) {
+        self.writer.event(
+            profile,
+            pod,
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            format!(
+                "running PreBind plugin \"DynamicResources\": {}",
+                numaplane::error_chain(e)
+            ),
+        );
+    }
+}
+
+impl Apply for DeviceClass {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Dra(Buffer::Classes(Vec::new()))
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Dra(Buffer::Classes(v)) => v.push(self),
+            other => *other = InitBuffer::Dra(Buffer::Classes(vec![self])),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Dra(Buffer::Classes(v)) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.dra.apply_class(self);
+        e.dra_changed();
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(name) = self.metadata.name.as_deref() {
+            e.cluster.dra.delete_class(name);
+        }
+        e.dra_changed();
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.dra.reset_classes(all);
+    }
+}
+
+impl Apply for ResourceSlice {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Dra(Buffer::Slices(Vec::new()))
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Dra(Buffer::Slices(v)) => v.push(self),
+            other => *other = InitBuffer::Dra(Buffer::Slices(vec![self])),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Dra(Buffer::Slices(v)) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.dra.apply_slice(self);
+        e.dra_changed();
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(name) = self.metadata.name.as_deref() {
+            e.cluster.dra.delete_slice(name);
+        }
+        e.dra_changed();
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.dra.set_slices(all);
+    }
+}
+
+impl Apply for ResourceClaim {
+    fn empty_buffer() -> InitBuffer {
+        InitBuffer::Dra(Buffer::Claims(Vec::new()))
+    }
+    fn buffer(self, buffer: &mut InitBuffer) {
+        match buffer {
+            InitBuffer::Dra(Buffer::Claims(v)) => v.push(self),
+            other => *other = InitBuffer::Dra(Buffer::Claims(vec![self])),
+        }
+    }
+    fn take_buffer(buffer: InitBuffer) -> Vec<Self> {
+        match buffer {
+            InitBuffer::Dra(Buffer::Claims(v)) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn apply(self, e: &mut Engine, _: Stream) {
+        e.cluster.dra.apply_claim(self);
+        e.dra_changed();
+    }
+    fn delete(self, e: &mut Engine, _: Stream) {
+        if let Some(name) = self.metadata.name.as_deref() {
+            let ns = self.metadata.namespace.as_deref().unwrap_or("default");
+            e.cluster.dra.delete_claim(ns, name);
+        }
+        e.dra_changed();
+    }
+    fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        e.cluster.dra.reset_claims(all);
+    }
+}
+
+impl Engine {
+    /// A class, slice or claim changed: pods waiting on them may fit now (a pod waiting for
+    /// its claim to be created included).
+    fn dra_changed(&mut self) {
+        self.queue.cluster_changed(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(v: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(v).expect("a claim")
+    }
+
+    #[test]
+    fn binding_conditions_wait_then_hold_or_fail() {
+        let base = json!({
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "r", "driver": "d", "pool": "p", "device": "g0",
+                 "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"]}
+            ]}}}
+        });
+        assert_eq!(
+            binding_state(&claim(base.clone())).unwrap(),
+            Some("d/p/g0".to_owned())
+        );
+        let mut ready = base.clone();
+        ready["status"]["devices"] = json!([{"driver": "d", "pool": "p", "device": "g0", "conditions": [
+            {"type": "Attached", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]);
+        assert_eq!(binding_state(&claim(ready)).unwrap(), None);
+        let mut failed = base;
+        failed["status"]["devices"] = json!([{"driver": "d", "pool": "p", "device": "g0", "conditions": [
+            {"type": "AttachFailed", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]);
+        assert!(matches!(
+            binding_state(&claim(failed)),
+            Err(ClaimError::BindingFailed { condition, .. }) if condition == "AttachFailed"
+        ));
+    }
+
+    #[test]
+    fn only_allocations_this_scheduler_wrote_for_nobody_else_are_released() {
+        let ours = json!({"manager": FIELD_MANAGER, "operation": "Update", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:allocation": {}, "f:reservedFor": {}}}});
+        let theirs = json!({"manager": "kube-scheduler", "operation": "Update", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:allocation": {}}}});
+        let make = |mf: serde_json::Value, reserved: serde_json::Value| {
+            claim(json!({
+                "metadata": {"name": "c", "namespace": "ns", "managedFields": [mf]},
+                "spec": {},
+                "status": {"allocation": {"devices": {"results": []}}, "reservedFor": reserved}
+            }))
+        };
+        let me = json!([{"resource": "pods", "name": "p", "uid": "u1"}]);
+        let other = json!([{"resource": "pods", "name": "q", "uid": "u2"}]);
+        assert!(release_when_unschedulable(&make(ours.clone(), me.clone()), "u1"));
+        assert!(release_when_unschedulable(&make(ours.clone(), json!([])), "u1"));
+        assert!(!release_when_unschedulable(&make(ours, other), "u1"));
+        assert!(!release_when_unschedulable(&make(theirs, me), "u1"));
+    }
+}
