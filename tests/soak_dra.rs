@@ -152,10 +152,31 @@ impl Controller {
                 self.counts.2 += 1;
                 continue;
             }
+            // A pod reserved after the pod list was read is not in it: as the real controller
+            // does when its informer does not know a pod, ask the API server before dropping.
+            let mut keep: BTreeSet<String> = BTreeSet::new();
+            for e in c.status.iter().flat_map(|s| s.reserved_for.iter().flatten()) {
+                if live.contains_key(&e.uid) {
+                    continue;
+                }
+                match pods.get_opt(&e.name).await? {
+                    Some(p)
+                        if p.metadata.uid.as_deref() == Some(e.uid.as_str())
+                            && p.metadata.deletion_timestamp.is_none()
+                            && !matches!(
+                                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                                Some("Succeeded" | "Failed")
+                            ) =>
+                    {
+                        keep.insert(e.uid.clone());
+                    }
+                    _ => {}
+                }
+            }
             let Some(status) = c.status.as_mut() else { continue };
             let before = status.reserved_for.as_ref().map_or(0, Vec::len);
             if let Some(r) = status.reserved_for.as_mut() {
-                r.retain(|e| live.contains_key(&e.uid));
+                r.retain(|e| live.contains_key(&e.uid) || keep.contains(&e.uid));
             }
             let left = status.reserved_for.as_ref().map_or(0, Vec::len);
             let clear = left == 0 && status.allocation.is_some() && before > 0;

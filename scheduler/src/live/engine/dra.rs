@@ -325,8 +325,17 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
     // The index's copy may carry an allocation in flight: the API's own status comes back with
     // every write, and a conflict re-reads it.
     let key = format!("{}/{name}", pod.namespace);
+    // The index's copy can say "reserved" after this scheduler gave the reservation back (a
+    // failed earlier binding) and before the watch shows that: trusting it would bind the pod
+    // with no reservation, so "already reserved" is only believed from the API.
+    let mut from_api = false;
     for _ in 0..CONFLICT_RETRIES {
         if is_reserved_for(&claim, pod.uid) {
+            if !from_api {
+                claim = writer.get_claim(pod.namespace, &name).await?;
+                from_api = true;
+                continue;
+            }
             return Ok(Reserved {
                 name,
                 allocated: false,
@@ -344,9 +353,13 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                 .claim_call("resourceclaim", api.replace(&name, &post_params(), &claim))
                 .await
             {
-                Ok(c) => claim = c,
+                Ok(c) => {
+                    claim = c;
+                    from_api = true;
+                }
                 Err(e) if conflict(&e) => {
                     claim = writer.get_claim(pod.namespace, &name).await?;
+                    from_api = true;
                     continue;
                 }
                 Err(e) if not_found(&e) => return Err(ClaimError::Gone { claim: key }),
@@ -393,7 +406,10 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                     resource_version: rv_of(&c),
                 });
             }
-            Err(e) if conflict(&e) => claim = writer.get_claim(pod.namespace, &name).await?,
+            Err(e) if conflict(&e) => {
+                claim = writer.get_claim(pod.namespace, &name).await?;
+                from_api = true;
+            }
             Err(e) if not_found(&e) => return Err(ClaimError::Gone { claim: key }),
             Err(source) => return Err(ClaimError::Status { claim: key, source }),
         }
