@@ -49,11 +49,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::NodeResourceTopology;
-use numaplane::proto::podresources::PodResources;
 use numaplane::quantity::Quantity;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
@@ -64,8 +63,12 @@ use tokio::sync::mpsc;
 use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use crate::harness::{Agent, HarnessError, allocator_exporter_args, metric_value};
-use crate::whole_system::{CONTAINER, GPU, KubeletState, NIC, NodeKind, allocatable, pools_file, zone_cpus};
+use crate::harness::kubelet::key_of;
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running};
+use crate::harness::{self, Agent, HarnessError, allocator_exporter_args, metric_value};
+use crate::whole_system::{
+    CONTAINER, GPU, KubeletState, NIC, NodeKind, allocatable, allocate_devices, pools_file, zone_cpus,
+};
 
 /// Environment variable that sets the seed (a failed run prints it).
 pub const SEED_ENV: &str = "NUMAPLANE_SOAK_SEED";
@@ -285,15 +288,6 @@ impl PodShape {
             init,
         })
     }
-}
-
-/// `namespace/name` of a pod.
-pub fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 // ===================== the event log =====================
@@ -618,18 +612,7 @@ impl SoakNode {
             return violation(e.to_string());
         }
         // The kubelet lists the pod it admits, devices still to come.
-        {
-            let st = self.state();
-            let mut listed = st.ledger.pod_resources();
-            if let Some((ns, name)) = key.split_once('/') {
-                listed.push(PodResources {
-                    name: name.to_owned(),
-                    namespace: ns.to_owned(),
-                    ..Default::default()
-                });
-            }
-            self.podres.set_pods(listed);
-        }
+        self.state().list_admitting(&key, &self.podres);
         let planned = app.map(|c| c.devices.clone()).unwrap_or_default();
         // Whether the kubelet could give the recorded devices: all free in the zone now.
         let choice: BTreeMap<String, bool> = {
@@ -642,20 +625,11 @@ impl SoakNode {
                 })
                 .collect()
         };
-        let hint = [i64::from(zone)];
-        let mut devices = BTreeMap::new();
-        for (res, n) in &shape.devices {
-            match self.dp.admit(&key, CONTAINER, res, *n, Some(&hint)).await {
-                Ok((ids, _)) => {
-                    devices.insert(res.clone(), ids);
-                }
-                Err(error) => {
-                    self.dp.remove_pod(&key);
-                    self.state().report(&self.podres);
-                    return violation(format!("device admission failed: {error}"));
-                }
-            }
-        }
+        let devices =
+            match allocate_devices(&self.dp, &self.state, &self.podres, &key, zone, &shape.devices).await {
+                Ok(devices) => devices,
+                Err(error) => return violation(format!("device admission failed: {error}")),
+            };
         let resources: BTreeSet<&String> = devices.keys().chain(planned.keys()).collect();
         let mut mismatch = Vec::new();
         let mut forced = Vec::new();
@@ -740,28 +714,11 @@ impl SoakNode {
                     }
                 }
             }
-            added.sort_by(|a, b| {
-                let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                t(a).cmp(&t(b)).then_with(|| key_of(a).cmp(&key_of(b)))
-            });
+            admission_order(&mut added);
             for pod in added {
                 let outcome = self.admit(&pod).await;
                 if matches!(outcome, Progress::Admitted { .. }) {
-                    let api: Api<Pod> = Api::namespaced(
-                        client.clone(),
-                        pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    );
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    tokio::spawn(async move {
-                        // The pod may already be gone; its status does not matter then.
-                        let _ = api
-                            .patch_status(
-                                &name,
-                                &PatchParams::default(),
-                                &Patch::Merge(json!({"status": {"phase": "Running"}})),
-                            )
-                            .await;
-                    });
+                    mark_running(&client, &pod);
                 }
                 if progress.send(outcome).is_err() {
                     return;
@@ -800,11 +757,7 @@ async fn dispatch_pods(
                 let key = key_of(&pod);
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                let terminal = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.as_deref())
-                    .is_some_and(|p| p == "Succeeded" || p == "Failed");
+                let terminal = is_terminal(&pod);
                 if let Some(seen) = relist.as_mut() {
                     seen.insert(key.clone());
                 }
@@ -853,17 +806,11 @@ async fn watch_nrts(
     nodes: BTreeMap<String, Arc<SoakNode>>,
     progress: mpsc::UnboundedSender<Progress>,
 ) {
-    let api: Api<NodeResourceTopology> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
-    while let Some(event) = stream.next().await {
-        let Ok(nrt) = event else { continue };
+    harness::kubelet::watch_nrts(client, |nrt| {
         let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
-            continue;
+            return true;
         };
-        let sent = match node.check_nrt(&nrt) {
+        match node.check_nrt(&nrt) {
             Ok(pods) => pods
                 .into_iter()
                 .all(|pod| progress.send(Progress::Reflected { pod }).is_ok()),
@@ -873,11 +820,9 @@ async fn watch_nrts(
                     subjects: vec![node.name.clone()],
                 })
                 .is_ok(),
-        };
-        if !sent {
-            return;
         }
-    }
+    })
+    .await;
 }
 
 // ===================== schedulers =====================

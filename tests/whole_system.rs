@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::fingerprint;
@@ -39,7 +38,9 @@ use tokio::sync::mpsc;
 
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use crate::harness::{Agent, HarnessError, allocator_exporter_args};
+use crate::harness::kubelet::key_of;
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running};
+use crate::harness::{self, Agent, HarnessError, allocator_exporter_args};
 
 /// GPUs: whole devices, four per zone.
 pub const GPU: &str = "example.com/gpu";
@@ -221,15 +222,6 @@ impl Shape {
             devices,
         })
     }
-}
-
-/// `namespace/name` of a pod.
-pub fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Something the kubelet would refuse, or must never see: each fails the run.
@@ -671,6 +663,20 @@ impl KubeletState {
         podres.set_pods(self.ledger.pod_resources());
     }
 
+    /// Lists the pod being admitted (`namespace/name`) in pod-resources, devices still to come,
+    /// as the kubelet's pod manager has it before its devices are allocated.
+    pub fn list_admitting(&self, key: &str, podres: &FakeKubelet) {
+        let mut listed = self.ledger.pod_resources();
+        if let Some((ns, name)) = key.split_once('/') {
+            listed.push(PodResources {
+                name: name.to_owned(),
+                namespace: ns.to_owned(),
+                ..Default::default()
+            });
+        }
+        podres.set_pods(listed);
+    }
+
     /// The pod is gone: what it held is free (reported); whether it held anything.
     pub fn release(&mut self, key: &str, podres: &FakeKubelet) -> bool {
         let held = self.ledger.release(key).is_some();
@@ -702,6 +708,37 @@ impl KubeletState {
         }
         Ok(pods.clone())
     }
+}
+
+/// Allocates a pod's devices through the device-plugin protocol, `zone` as the hint, as the
+/// kubelet's device manager does. On a failure the pod's devices are freed again and the
+/// ledger is reported, and the plugin's error is returned.
+pub async fn allocate_devices(
+    dp: &FakeDeviceKubelet,
+    state: &Mutex<KubeletState>,
+    podres: &FakeKubelet,
+    key: &str,
+    zone: u32,
+    wanted: &BTreeMap<String, usize>,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let hint = [i64::from(zone)];
+    let mut devices = BTreeMap::new();
+    for (res, n) in wanted {
+        match dp.admit(key, CONTAINER, res, *n, Some(&hint)).await {
+            Ok((ids, _)) => {
+                devices.insert(res.clone(), ids);
+            }
+            Err(error) => {
+                dp.remove_pod(key);
+                state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .report(podres);
+                return Err(error);
+            }
+        }
+    }
+    Ok(devices)
 }
 
 /// One simulated node: its fake kubelet and its exporter.
@@ -842,32 +879,13 @@ impl SimNode {
             .ledger
             .check_fit(&key, zone, shape.cpus, shape.memory_gib)?;
         // The kubelet lists the pod it admits (its pod manager has it), devices still to come.
-        {
-            let st = self.state();
-            let mut listed = st.ledger.pod_resources();
-            if let Some((ns, name)) = key.split_once('/') {
-                listed.push(PodResources {
-                    name: name.to_owned(),
-                    namespace: ns.to_owned(),
-                    ..Default::default()
-                });
-            }
-            self.podres.set_pods(listed);
-        }
-        let hint = [i64::from(zone)];
-        let mut devices = BTreeMap::new();
-        for (res, n) in &shape.devices {
-            match self.dp.admit(&key, CONTAINER, res, *n, Some(&hint)).await {
-                Ok((ids, _)) => {
-                    devices.insert(res.clone(), ids);
-                }
-                Err(error) => {
-                    self.dp.remove_pod(&key);
-                    self.state().report(&self.podres);
-                    return Err(Violation::Devices { pod: key, error });
-                }
-            }
-        }
+        self.state().list_admitting(&key, &self.podres);
+        let devices = allocate_devices(&self.dp, &self.state, &self.podres, &key, zone, &shape.devices)
+            .await
+            .map_err(|error| Violation::Devices {
+                pod: key.clone(),
+                error,
+            })?;
         // Both ways: a planned resource the kubelet gave nothing of is a mismatch too.
         let resources: BTreeSet<&String> = devices.keys().chain(planned.devices.keys()).collect();
         let mismatch = resources
@@ -952,11 +970,7 @@ impl SimNode {
                         if let Some(seen) = relist.as_mut() {
                             seen.insert(key.clone());
                         }
-                        let terminal = pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.phase.as_deref())
-                            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+                        let terminal = is_terminal(&pod);
                         if terminal || pod.metadata.deletion_timestamp.is_some() {
                             gone.push(key);
                         } else if known.insert(key) {
@@ -979,28 +993,11 @@ impl SimNode {
                     return;
                 }
             }
-            added.sort_by(|a, b| {
-                let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                t(a).cmp(&t(b)).then_with(|| key_of(a).cmp(&key_of(b)))
-            });
+            admission_order(&mut added);
             for pod in added {
                 let outcome = match self.admit(&pod).await {
                     Ok(p) => {
-                        let api: Api<Pod> = Api::namespaced(
-                            client.clone(),
-                            pod.metadata.namespace.as_deref().unwrap_or_default(),
-                        );
-                        let name = pod.metadata.name.clone().unwrap_or_default();
-                        tokio::spawn(async move {
-                            // The pod may already be gone; its status does not matter then.
-                            let _ = api
-                                .patch_status(
-                                    &name,
-                                    &PatchParams::default(),
-                                    &Patch::Merge(json!({"status": {"phase": "Running"}})),
-                                )
-                                .await;
-                        });
+                        mark_running(&client, &pod);
                         p
                     }
                     Err(v) => Progress::Violation(v),
@@ -1020,19 +1017,13 @@ pub async fn watch_nrts(
     nodes: BTreeMap<String, Arc<SimNode>>,
     progress: mpsc::UnboundedSender<Progress>,
 ) {
-    let api: Api<NodeResourceTopology> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
     let mut reflected: BTreeSet<String> = BTreeSet::new();
-    while let Some(event) = stream.next().await {
-        let Ok(nrt) = event else { continue };
+    harness::kubelet::watch_nrts(client, |nrt| {
         let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
-            continue;
+            return true;
         };
         let at = Instant::now();
-        let sent = match node.check_nrt(&nrt) {
+        match node.check_nrt(&nrt) {
             Ok(pods) => pods
                 .into_iter()
                 .filter(|p| reflected.insert(p.clone()))
@@ -1043,11 +1034,9 @@ pub async fn watch_nrts(
                     what,
                 })
                 .is_ok(),
-        };
-        if !sent {
-            return;
         }
-    }
+    })
+    .await;
 }
 
 /// Figures of one run.

@@ -16,6 +16,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
+pub mod kubelet;
+
 use crate::fake_api::FakeApiServer;
 
 pub use crate::control_plane::{HarnessError, REAL_CLUSTER_ENV};
