@@ -62,12 +62,12 @@ use tokio::sync::mpsc;
 
 use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
-use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use crate::fake_kubelet::FakeKubelet;
 use crate::harness::kubelet::key_of;
 use crate::harness::kubelet::{admission_order, is_terminal, mark_running};
-use crate::harness::{self, Agent, HarnessError, allocator_exporter_args, metric_value};
+use crate::harness::{self, Agent, HarnessError, metric_value};
 use crate::whole_system::{
-    CONTAINER, GPU, KubeletState, NIC, NodeKind, allocatable, allocate_devices, pools_file, zone_cpus,
+    CONTAINER, GPU, KubeletParts, KubeletState, NIC, NodeKind, allocate_devices, zone_cpus,
 };
 
 /// Environment variable that sets the seed (a failed run prints it).
@@ -411,21 +411,10 @@ impl SoakNode {
         resync: &str,
         log: EventLog,
     ) -> Result<SoakNode, HarnessError> {
-        let dir = tempfile::tempdir()?;
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins)?;
-        let dp = FakeDeviceKubelet::start(&plugins).await?;
-        let socket = dir.path().join("podres.sock");
-        let podres =
-            FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(&pools, pools_file().to_string())?;
-        let args = allocator_exporter_args(
+        let parts = KubeletParts::start(kind).await?;
+        let args = parts.exporter_args(
             name,
-            &socket,
             kubeconfig,
-            &pools,
-            &plugins,
             &[
                 "--resync-interval",
                 resync,
@@ -441,21 +430,19 @@ impl SoakNode {
         );
         let mut exporter = spawn_exporter(exporter_bin, &args)?;
         exporter.wait_serving(Duration::from_secs(120)).await?;
-        for res in [GPU, NIC] {
-            dp.wait_registered(res, 1, Duration::from_secs(120)).await?;
-        }
+        parts.wait_pools(Duration::from_secs(120)).await?;
         Ok(SoakNode {
             name: name.to_owned(),
             kind,
-            dp,
-            podres,
+            dp: parts.dp,
+            podres: parts.podres,
             state: Mutex::new(KubeletState::new(kind)),
             exporter: tokio::sync::Mutex::new(exporter),
             exporter_bin: exporter_bin.to_owned(),
             exporter_args: args,
             gate: tokio::sync::Mutex::new(()),
             log,
-            _dir: dir,
+            _dir: parts.dir,
         })
     }
 

@@ -741,6 +741,59 @@ pub async fn allocate_devices(
     Ok(devices)
 }
 
+/// A simulated node's kubelet side, before its exporter starts: the device-plugin registry
+/// and pod-resources servers of a fake kubelet of `kind`, and the pools file, all in `dir`.
+pub struct KubeletParts {
+    /// Holds the sockets and files.
+    pub dir: tempfile::TempDir,
+    /// The device-plugin registry and the plugins' client.
+    pub dp: FakeDeviceKubelet,
+    /// The pod-resources server.
+    pub podres: FakeKubelet,
+    /// The pod-resources socket.
+    pub socket: std::path::PathBuf,
+    /// The device-plugin directory.
+    pub plugins: std::path::PathBuf,
+    /// The exporter's `--pools` file.
+    pub pools: std::path::PathBuf,
+}
+
+impl KubeletParts {
+    /// Starts both servers of a node of `kind` (no pods) and writes [`pools_file`].
+    pub async fn start(kind: NodeKind) -> Result<KubeletParts, HarnessError> {
+        let dir = tempfile::tempdir()?;
+        let plugins = dir.path().join("device-plugins");
+        std::fs::create_dir(&plugins)?;
+        let dp = FakeDeviceKubelet::start(&plugins).await?;
+        let socket = dir.path().join("podres.sock");
+        let podres =
+            FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
+        let pools = dir.path().join("pools.yaml");
+        std::fs::write(&pools, pools_file().to_string())?;
+        Ok(KubeletParts {
+            dir,
+            dp,
+            podres,
+            socket,
+            plugins,
+            pools,
+        })
+    }
+
+    /// The flags of the node's exporter: [`allocator_exporter_args`] for these files, then `extra`.
+    pub fn exporter_args(&self, node: &str, kubeconfig: &Path, extra: &[&str]) -> Vec<String> {
+        allocator_exporter_args(node, &self.socket, kubeconfig, &self.pools, &self.plugins, extra)
+    }
+
+    /// Waits until the exporter's plugins of both pools ([`GPU`], [`NIC`]) registered.
+    pub async fn wait_pools(&self, timeout: Duration) -> Result<(), HarnessError> {
+        for res in [GPU, NIC] {
+            self.dp.wait_registered(res, 1, timeout).await?;
+        }
+        Ok(())
+    }
+}
+
 /// One simulated node: its fake kubelet and its exporter.
 pub struct SimNode {
     /// The node name.
@@ -759,41 +812,19 @@ impl SimNode {
     /// Starts the node's fake kubelet and its exporter (`--pools`, single-numa-node,
     /// `resync` period), and waits until both pools registered.
     pub async fn start(name: &str, kubeconfig: &Path, resync: &str) -> Result<SimNode, HarnessError> {
-        let dir = tempfile::tempdir()?;
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins)?;
-        let dp = FakeDeviceKubelet::start(&plugins).await?;
-        let socket = dir.path().join("podres.sock");
-        let podres = FakeKubelet::start(
-            &socket,
-            allocatable(NodeKind::StaticMemory),
-            vec![],
-            FakeKubeletOptions::default(),
-        )
-        .await?;
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(&pools, pools_file().to_string())?;
-        let args = allocator_exporter_args(
-            name,
-            &socket,
-            kubeconfig,
-            &pools,
-            &plugins,
-            &["--resync-interval", resync],
-        );
+        let parts = KubeletParts::start(NodeKind::StaticMemory).await?;
+        let args = parts.exporter_args(name, kubeconfig, &["--resync-interval", resync]);
         let mut exporter = Agent::spawn_exporter("run", &args)?;
         exporter.wait_serving(Duration::from_secs(120)).await?;
-        for res in [GPU, NIC] {
-            dp.wait_registered(res, 1, Duration::from_secs(60)).await?;
-        }
+        parts.wait_pools(Duration::from_secs(60)).await?;
         Ok(SimNode {
             name: name.to_owned(),
-            dp,
-            podres,
+            dp: parts.dp,
+            podres: parts.podres,
             state: Mutex::new(KubeletState::new(NodeKind::StaticMemory)),
             exporter,
             gate: tokio::sync::Mutex::new(()),
-            _dir: dir,
+            _dir: parts.dir,
         })
     }
 
