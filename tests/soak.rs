@@ -64,10 +64,11 @@ use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::FakeKubelet;
 use crate::harness::kubelet::key_of;
-use crate::harness::kubelet::{admission_order, is_terminal, mark_running};
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running, with_queued};
 use crate::harness::{self, Agent, HarnessError, metric_value};
 use crate::whole_system::{
-    CONTAINER, GPU, KubeletParts, KubeletState, NIC, NodeKind, allocate_devices, zone_cpus,
+    CONTAINER, GPU, KubeletParts, KubeletState, NIC, NodeKind, allocate_devices, pool_registrations,
+    reregister_plugins, wait_reregistered, zone_cpus,
 };
 
 /// Environment variable that sets the seed (a failed run prints it).
@@ -455,28 +456,13 @@ impl SoakNode {
         self.state().ledger.len()
     }
 
-    /// Reports the ledger through pod-resources, remembering the state by its fingerprint
-    /// first so that an NRT written from it is always recognised.
+    /// Waits until both plugins registered once more than `before`, after `why`.
     async fn wait_plugins(&self, before: &BTreeMap<&str, usize>, why: &str) -> Result<(), String> {
-        for (res, n) in before {
-            self.dp
-                .wait_registered(res, n + 1, Duration::from_secs(60))
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{}: {res} plugin did not register again after {why}: {e}",
-                        self.name
-                    )
-                })?;
-        }
-        Ok(())
+        wait_reregistered(&self.dp, &self.name, before, why).await
     }
 
     fn registrations(&self) -> BTreeMap<&'static str, usize> {
-        [GPU, NIC]
-            .into_iter()
-            .map(|r| (r, self.dp.registrations(r)))
-            .collect()
+        pool_registrations(&self.dp)
     }
 
     /// Kills the exporter and starts it again; the kubelet admits nothing meanwhile (the
@@ -519,15 +505,24 @@ impl SoakNode {
     /// kubelet runs, as after a plugin restart): admissions resume once both registered again.
     pub async fn reregister_plugins(&self) -> Result<(), String> {
         let _gate = self.gate.lock().await;
-        let before = self.registrations();
-        let removed = self
-            .dp
-            .drop_plugin_sockets()
-            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
-        if removed == 0 {
-            return Err(format!("{}: no plugin socket to remove", self.name));
+        reregister_plugins(&self.dp, &self.name).await
+    }
+
+    /// Restarts the part of this node that `fault` names (exporter, kubelet or device plugins);
+    /// says what it did.
+    pub async fn disturb(&self, fault: Fault) -> Result<String, String> {
+        let node = &self.name;
+        match fault {
+            Fault::ExporterRestart => {
+                (self.restart_exporter().await).map(|()| format!("exporter of {node} restarted"))
+            }
+            Fault::KubeletRestart => {
+                (self.restart_kubelet().await).map(|()| format!("kubelet of {node} restarted"))
+            }
+            Fault::PluginReregister => (self.reregister_plugins().await)
+                .map(|()| format!("device plugins of {node} registered again")),
+            other => Err(format!("{other:?} is not a fault of one node")),
         }
-        self.wait_plugins(&before, "its socket was removed").await
     }
 
     /// What the exporter logged.
@@ -682,10 +677,7 @@ impl SoakNode {
         progress: mpsc::UnboundedSender<Progress>,
     ) {
         while let Some(first) = rx.recv().await {
-            let mut batch = vec![first];
-            while let Ok(next) = rx.try_recv() {
-                batch.push(next);
-            }
+            let batch = with_queued(first, &mut rx);
             let mut added = Vec::new();
             for event in batch {
                 match event {
@@ -1497,14 +1489,10 @@ async fn drive(
             created += 1;
             shared.created.store(created, std::sync::atomic::Ordering::SeqCst);
         }
-        let event = tokio::time::timeout(Duration::from_millis(200), progress.recv()).await;
-        let mut events = Vec::new();
-        if let Ok(Some(e)) = event {
-            events.push(e);
-        }
-        while let Ok(next) = progress.try_recv() {
-            events.push(next);
-        }
+        let events = match tokio::time::timeout(Duration::from_millis(200), progress.recv()).await {
+            Ok(Some(first)) => with_queued(first, progress),
+            _ => Vec::new(),
+        };
         for event in events {
             match event {
                 Progress::Admitted {
@@ -1607,11 +1595,7 @@ async fn drive(
         }
     }
     // No UID bound twice, as the fake stored them.
-    let twice: Vec<(String, usize)> = fake
-        .accepted_bindings()
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .collect();
+    let twice = fake.bound_more_than_once();
     if !twice.is_empty() {
         return Err((
             format!("pods bound more than once (uid, bindings): {twice:?}"),
@@ -1751,27 +1735,12 @@ async fn inject(
             }
             Fault::SchedulerRestart => schedulers.lock().await.stop_leader(false).await,
             Fault::LeaderChange => schedulers.lock().await.stop_leader(true).await,
-            Fault::ExporterRestart => match nodes.get(&node) {
-                Some(n) => n
-                    .restart_exporter()
-                    .await
-                    .map(|()| format!("exporter of {node} restarted")),
-                None => Err(format!("no node {node}")),
-            },
-            Fault::KubeletRestart => match nodes.get(&node) {
-                Some(n) => n
-                    .restart_kubelet()
-                    .await
-                    .map(|()| format!("kubelet of {node} restarted")),
-                None => Err(format!("no node {node}")),
-            },
-            Fault::PluginReregister => match nodes.get(&node) {
-                Some(n) => n
-                    .reregister_plugins()
-                    .await
-                    .map(|()| format!("device plugins of {node} registered again")),
-                None => Err(format!("no node {node}")),
-            },
+            Fault::ExporterRestart | Fault::KubeletRestart | Fault::PluginReregister => {
+                match nodes.get(&node) {
+                    Some(n) => n.disturb(fault).await,
+                    None => Err(format!("no node {node}")),
+                }
+            }
         };
         match what {
             Ok(what) => {
@@ -1924,11 +1893,7 @@ async fn monitor(
                 }
             }
         }
-        let twice: Vec<(String, usize)> = fake
-            .accepted_bindings()
-            .into_iter()
-            .filter(|(_, n)| *n > 1)
-            .collect();
+        let twice = fake.bound_more_than_once();
         if !twice.is_empty() {
             shared.violate(
                 &log,

@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
 use crate::harness::kubelet::key_of;
-use crate::harness::kubelet::{admission_order, is_terminal, mark_running};
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running, with_queued};
 use crate::harness::{self, Agent, HarnessError, allocator_exporter_args};
 
 /// GPUs: whole devices, four per zone.
@@ -794,6 +794,40 @@ impl KubeletParts {
     }
 }
 
+/// How often the plugin of each pool ([`GPU`], [`NIC`]) registered so far.
+pub fn pool_registrations(dp: &FakeDeviceKubelet) -> BTreeMap<&'static str, usize> {
+    [GPU, NIC].into_iter().map(|r| (r, dp.registrations(r))).collect()
+}
+
+/// Waits until each pool's plugin of `node` registered once more than `before`; `why` names
+/// what made it register again.
+pub async fn wait_reregistered(
+    dp: &FakeDeviceKubelet,
+    node: &str,
+    before: &BTreeMap<&str, usize>,
+    why: &str,
+) -> Result<(), String> {
+    for (res, n) in before {
+        dp.wait_registered(res, n + 1, Duration::from_secs(60))
+            .await
+            .map_err(|e| format!("{node}: {res} plugin did not register again after {why}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The device plugins of `node` register again mid-stream: their sockets are removed while
+/// the kubelet runs, as after a plugin restart. Returns once both registered again.
+pub async fn reregister_plugins(dp: &FakeDeviceKubelet, node: &str) -> Result<(), String> {
+    let before = pool_registrations(dp);
+    let removed = dp
+        .drop_plugin_sockets()
+        .map_err(|e| format!("{node}: plugin sockets: {e}"))?;
+    if removed == 0 {
+        return Err(format!("{node}: no plugin socket to remove"));
+    }
+    wait_reregistered(dp, node, &before, "its socket was removed").await
+}
+
 /// One simulated node: its fake kubelet and its exporter.
 pub struct SimNode {
     /// The node name.
@@ -837,21 +871,7 @@ impl SimNode {
     /// runs, as after a plugin restart); the kubelet admits nothing until both did.
     pub async fn reregister_plugins(&self) -> Result<(), String> {
         let _gate = self.gate.lock().await;
-        let before: Vec<(&str, usize)> = [GPU, NIC].map(|r| (r, self.dp.registrations(r))).into();
-        let removed = self
-            .dp
-            .drop_plugin_sockets()
-            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
-        if removed == 0 {
-            return Err(format!("{}: no plugin socket to remove", self.name));
-        }
-        for (res, n) in before {
-            self.dp
-                .wait_registered(res, n + 1, Duration::from_secs(60))
-                .await
-                .map_err(|e| format!("{}: {res} did not register again: {e}", self.name))?;
-        }
-        Ok(())
+        reregister_plugins(&self.dp, &self.name).await
     }
 
     fn state(&self) -> MutexGuard<'_, KubeletState> {
@@ -1165,10 +1185,7 @@ pub async fn drive(
         let Ok(Some(first)) = tokio::time::timeout(left, progress.recv()).await else {
             break;
         };
-        let mut events = vec![first];
-        while let Ok(next) = progress.try_recv() {
-            events.push(next);
-        }
+        let events = with_queued(first, progress);
         for event in events {
             match event {
                 Progress::Admitted {

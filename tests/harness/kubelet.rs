@@ -9,6 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
+use tokio::sync::mpsc;
 
 /// `namespace/name` of a pod.
 pub fn key_of(pod: &Pod) -> String {
@@ -69,4 +70,14 @@ pub async fn watch_nrts(client: kube::Client, mut seen: impl FnMut(NodeResourceT
             return;
         }
     }
+}
+
+/// `first` and whatever else is already queued on `rx`: one batch, as the kubelet's config
+/// source merges what arrived together.
+pub fn with_queued<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>) -> Vec<T> {
+    let mut batch = vec![first];
+    while let Ok(next) = rx.try_recv() {
+        batch.push(next);
+    }
+    batch
 }
