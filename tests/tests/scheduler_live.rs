@@ -25,10 +25,10 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 use numaplane::allocation::{ANNOTATION, Allocation};
-use numaplane::{fingerprint, nrt::NodeResourceTopology};
+use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
     fake_api::{FakeApiServer, StoreChange},
-    harness::{Agent, ApiTarget, http_post, metric_value, unique_name},
+    harness::{Agent, ApiTarget, http_post, metric_value, nrt, unique_name},
 };
 use numaplane_scheduler::{
     cluster::{Cluster, Config},
@@ -90,38 +90,28 @@ impl Env {
                 .map(|d| format!("g{z}{d}"))
                 .filter(|id| !taken[z].contains(&id.as_str()))
                 .collect();
-            json!({
-                "name": format!("node-{z}"), "type": "Node",
-                "resources": [
-                    {"name": "cpu", "capacity": "4", "allocatable": "4", "available": cpus[z].to_string()},
-                    {"name": "memory", "capacity": "16Gi", "allocatable": "16Gi", "available": "16Gi"},
-                    {"name": GPU, "capacity": "2", "allocatable": "2", "available": free.len().to_string()}
+            let mut zone = nrt::zone(
+                z,
+                vec![
+                    nrt::resource("cpu", "4", &cpus[z].to_string()),
+                    nrt::resource("memory", "16Gi", "16Gi"),
+                    nrt::resource(GPU, "2", &free.len().to_string()),
                 ],
-                "attributes": [{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]
-            })
+            );
+            zone["attributes"] =
+                json!([{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]);
+            zone
         };
-        let fp = fingerprint::compute(pods.iter().map(|k| k.split_once('/').unwrap()));
-        let nrt: NodeResourceTopology = serde_json::from_value(json!({
-            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": node, "labels": {"numaplane.io/e2e": "true"}},
-            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-            "attributes": [
-                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                {"name": "topologyManagerScope", "value": "container"},
-                {"name": "nodeTopologyPodsFingerprint", "value": fp},
-                {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
-            ],
-            "zones": [zone(0), zone(1)]
-        }))
-        .unwrap();
-        let api: Api<NodeResourceTopology> = Api::all(self.target.client());
-        api.patch(
-            node,
-            &PatchParams::apply("numaplane-e2e").force(),
-            &Patch::Apply(&nrt),
-        )
-        .await
-        .unwrap();
+        let fp = nrt::pods_fingerprint(pods);
+        let metadata = json!({"name": node, "labels": {"numaplane.io/e2e": "true"}});
+        let fingerprint = [
+            ("nodeTopologyPodsFingerprint", fp.as_str()),
+            ("nodeTopologyPodsFingerprintMethod", "all"),
+        ];
+        let body = nrt::single_numa_node(metadata, &fingerprint, vec![zone(0), zone(1)]);
+        nrt::apply(self.target.client(), "numaplane-e2e", body)
+            .await
+            .unwrap();
     }
 
     /// Creates pending pods `name-<i>` (Guaranteed: `cpu` CPUs, 1Gi, `gpus` GPUs).
