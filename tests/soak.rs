@@ -413,7 +413,7 @@ impl SoakNode {
         log: EventLog,
     ) -> Result<SoakNode, HarnessError> {
         let parts = KubeletParts::start(kind).await?;
-        let args = parts.exporter_args(
+        let args = parts.files.exporter_args(
             name,
             kubeconfig,
             &[
@@ -443,7 +443,7 @@ impl SoakNode {
             exporter_args: args,
             gate: tokio::sync::Mutex::new(()),
             log,
-            _dir: parts.dir,
+            _dir: parts.files.dir,
         })
     }
 

@@ -37,10 +37,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::fake_device_kubelet::FakeDeviceKubelet;
-use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
+use crate::fake_kubelet::FakeKubelet;
 use crate::harness::kubelet::key_of;
 use crate::harness::kubelet::{admission_order, is_terminal, mark_running, with_queued};
-use crate::harness::{self, Agent, HarnessError, allocator_exporter_args};
+use crate::harness::node::NodeFiles;
+use crate::harness::{self, Agent, HarnessError};
 
 /// GPUs: whole devices, four per zone.
 pub const GPU: &str = "example.com/gpu";
@@ -742,47 +743,23 @@ pub async fn allocate_devices(
 }
 
 /// A simulated node's kubelet side, before its exporter starts: the device-plugin registry
-/// and pod-resources servers of a fake kubelet of `kind`, and the pools file, all in `dir`.
+/// and pod-resources servers of a fake kubelet of `kind`, on files with [`pools_file`].
 pub struct KubeletParts {
-    /// Holds the sockets and files.
-    pub dir: tempfile::TempDir,
+    /// The sockets and files.
+    pub files: NodeFiles,
     /// The device-plugin registry and the plugins' client.
     pub dp: FakeDeviceKubelet,
     /// The pod-resources server.
     pub podres: FakeKubelet,
-    /// The pod-resources socket.
-    pub socket: std::path::PathBuf,
-    /// The device-plugin directory.
-    pub plugins: std::path::PathBuf,
-    /// The exporter's `--pools` file.
-    pub pools: std::path::PathBuf,
 }
 
 impl KubeletParts {
-    /// Starts both servers of a node of `kind` (no pods) and writes [`pools_file`].
+    /// Starts both servers of a node of `kind` (no pods).
     pub async fn start(kind: NodeKind) -> Result<KubeletParts, HarnessError> {
-        let dir = tempfile::tempdir()?;
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins)?;
-        let dp = FakeDeviceKubelet::start(&plugins).await?;
-        let socket = dir.path().join("podres.sock");
-        let podres =
-            FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(&pools, pools_file().to_string())?;
-        Ok(KubeletParts {
-            dir,
-            dp,
-            podres,
-            socket,
-            plugins,
-            pools,
-        })
-    }
-
-    /// The flags of the node's exporter: [`allocator_exporter_args`] for these files, then `extra`.
-    pub fn exporter_args(&self, node: &str, kubeconfig: &Path, extra: &[&str]) -> Vec<String> {
-        allocator_exporter_args(node, &self.socket, kubeconfig, &self.pools, &self.plugins, extra)
+        let files = NodeFiles::new(&pools_file())?;
+        let dp = files.device_kubelet().await?;
+        let podres = files.podres(allocatable(kind)).await?;
+        Ok(KubeletParts { files, dp, podres })
     }
 
     /// Waits until the exporter's plugins of both pools ([`GPU`], [`NIC`]) registered.
@@ -847,7 +824,9 @@ impl SimNode {
     /// `resync` period), and waits until both pools registered.
     pub async fn start(name: &str, kubeconfig: &Path, resync: &str) -> Result<SimNode, HarnessError> {
         let parts = KubeletParts::start(NodeKind::StaticMemory).await?;
-        let args = parts.exporter_args(name, kubeconfig, &["--resync-interval", resync]);
+        let args = parts
+            .files
+            .exporter_args(name, kubeconfig, &["--resync-interval", resync]);
         let mut exporter = Agent::spawn_exporter("run", &args)?;
         exporter.wait_serving(Duration::from_secs(120)).await?;
         parts.wait_pools(Duration::from_secs(60)).await?;
@@ -858,7 +837,7 @@ impl SimNode {
             state: Mutex::new(KubeletState::new(NodeKind::StaticMemory)),
             exporter,
             gate: tokio::sync::Mutex::new(()),
-            _dir: parts.dir,
+            _dir: parts.files.dir,
         })
     }
 

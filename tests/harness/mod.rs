@@ -17,6 +17,7 @@ use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
 pub mod kubelet;
+pub mod node;
 pub mod nrt;
 
 use crate::fake_api::FakeApiServer;
