@@ -250,6 +250,43 @@ impl ApiTarget {
         }
     }
 
+    /// Deletes a test's objects: every pod of `namespace` (no grace period), the NRTs and
+    /// Nodes named `nodes`, then the namespace. Errors are ignored: what is gone is gone.
+    pub async fn delete_test_objects(&self, namespace: &str, nodes: &[String]) {
+        let client = self.client();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let _ = pods
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &kube::api::ListParams::default(),
+            )
+            .await;
+        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
+        let node_api: Api<Node> = Api::all(client.clone());
+        for n in nodes {
+            let _ = nrts.delete(n, &DeleteParams::default()).await;
+            let _ = node_api.delete(n, &DeleteParams::default()).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(client);
+        let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
+    }
+
+    /// The events.k8s.io Events of `namespace` with `reason`.
+    pub async fn events_with_reason(
+        &self,
+        namespace: &str,
+        reason: &str,
+    ) -> Result<Vec<k8s_openapi::api::events::v1::Event>, HarnessError> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client(), namespace);
+        Ok(events
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect())
+    }
+
     /// Removes what a test created on a real cluster (the fake is dropped whole).
     pub async fn cleanup(&self, node: &str, namespace: &str) {
         if !self.is_real() {

@@ -64,3 +64,26 @@ pub async fn apply(
         .patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(&nrt))
         .await?)
 }
+
+/// Publishes, as an exporter would, a single-numa-node NRT of `node` (labelled as a test
+/// object) with `zones` and the pod-set fingerprint of `pods` (`namespace/name`).
+pub async fn publish(
+    client: kube::Client,
+    node: &str,
+    pods: &[String],
+    zones: Vec<Value>,
+) -> Result<(), HarnessError> {
+    let fp = pods_fingerprint(pods);
+    let metadata = json!({"name": node, "labels": {"numaplane.io/e2e": "true"}});
+    let fingerprint = [
+        ("nodeTopologyPodsFingerprint", fp.as_str()),
+        ("nodeTopologyPodsFingerprintMethod", "all"),
+    ];
+    apply(
+        client,
+        "numaplane-e2e",
+        single_numa_node(metadata, &fingerprint, zones),
+    )
+    .await?;
+    Ok(())
+}

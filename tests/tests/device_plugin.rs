@@ -943,16 +943,14 @@ async fn init_and_sidecar_container_plans_are_checked_too() {
         |v| v == 2.0,
     )
     .await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let notes: Vec<String> = events
-            .list(&ListParams::default())
+        let notes: Vec<String> = env
+            .api
+            .events_with_reason(&env.ns, "AllocationMismatch")
             .await
             .unwrap()
-            .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("AllocationMismatch"))
             .filter_map(|e| e.note)
             .collect();
         // One Event per pod and reason (the recorder counts repeats in its series): the first

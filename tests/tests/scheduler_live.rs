@@ -18,7 +18,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -102,14 +102,7 @@ impl Env {
                 json!([{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]);
             zone
         };
-        let fp = nrt::pods_fingerprint(pods);
-        let metadata = json!({"name": node, "labels": {"numaplane.io/e2e": "true"}});
-        let fingerprint = [
-            ("nodeTopologyPodsFingerprint", fp.as_str()),
-            ("nodeTopologyPodsFingerprintMethod", "all"),
-        ];
-        let body = nrt::single_numa_node(metadata, &fingerprint, vec![zone(0), zone(1)]);
-        nrt::apply(self.target.client(), "numaplane-e2e", body)
+        nrt::publish(self.target.client(), node, pods, vec![zone(0), zone(1)])
             .await
             .unwrap();
     }
@@ -194,19 +187,7 @@ impl Env {
 
     /// Deletes what the test created (a real cluster keeps it otherwise).
     async fn cleanup(&self) {
-        let client = self.target.client();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
-        let _ = pods
-            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
-            .await;
-        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
-        let nodes: Api<Node> = Api::all(client.clone());
-        for n in &self.nodes {
-            let _ = nrts.delete(n, &DeleteParams::default()).await;
-            let _ = nodes.delete(n, &DeleteParams::default()).await;
-        }
-        let namespaces: Api<Namespace> = Api::all(client);
-        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+        self.target.delete_test_objects(&self.ns, &self.nodes).await;
     }
 }
 

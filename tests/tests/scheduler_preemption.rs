@@ -56,14 +56,7 @@ impl Env {
             )
         };
         let keys: Vec<String> = pods.iter().map(|p| format!("{}/{p}", self.ns)).collect();
-        let fp = nrt::pods_fingerprint(&keys);
-        let metadata = json!({"name": self.node, "labels": {"numaplane.io/e2e": "true"}});
-        let fingerprint = [
-            ("nodeTopologyPodsFingerprint", fp.as_str()),
-            ("nodeTopologyPodsFingerprintMethod", "all"),
-        ];
-        let body = nrt::single_numa_node(metadata, &fingerprint, vec![zone(0), zone(1)]);
-        nrt::apply(self.target.client(), "numaplane-e2e", body)
+        nrt::publish(self.target.client(), &self.node, &keys, vec![zone(0), zone(1)])
             .await
             .unwrap();
     }
