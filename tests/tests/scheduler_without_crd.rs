@@ -87,7 +87,7 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
     let pods: Api<Pod> = Api::namespaced(target.client(), "np");
     create_pod(&pods, "before-crd").await;
     assert_eq!(wait_bound(&pods, "before-crd", &sched).await, "n0");
-    sched.wait_metric(METRIC, &[], WAIT, |v| v == 0.0).await.unwrap();
+    sched.wait_until(&format!("{METRIC} == 0"), WAIT).await.unwrap();
     let (status, body) = sched.http_get("/readyz").unwrap();
     assert_eq!(status, 200, "ready means can serve: {body}");
     assert!(body.contains(CRD_MISSING), "{body}");
@@ -112,7 +112,7 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
         (None, Some(cp)) => cp.install_nrt_crd().unwrap(),
         (None, None) => unreachable!("the kit's control plane or the fake"),
     }
-    sched.wait_metric(METRIC, &[], WAIT, |v| v == 1.0).await.unwrap();
+    sched.wait_until(&format!("{METRIC} == 1"), WAIT).await.unwrap();
     let (status, body) = sched.http_get("/readyz").unwrap();
     assert_eq!((status, body.as_str()), (200, "ok\n"));
 
