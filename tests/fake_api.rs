@@ -610,6 +610,14 @@ impl FakeApiServer {
         self.shared().lock().bindings.clone()
     }
 
+    /// The pod UIDs the fake stored more than one Binding for, with their counts.
+    pub fn bound_more_than_once(&self) -> Vec<(String, usize)> {
+        self.accepted_bindings()
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .collect()
+    }
+
     /// Every request received since the last call (or [`Self::clear_requests`]), removed from
     /// the record: lets a long test scan requests as they come without keeping them all.
     pub fn drain_requests(&self) -> Vec<RecordedRequest> {

@@ -57,11 +57,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::NodeResourceTopology;
-use numaplane::proto::podresources::PodResources;
 use numaplane::quantity::Quantity;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
@@ -71,9 +70,14 @@ use tokio::sync::mpsc;
 
 use crate::fake_api::{FakeApiServer, StoreChange};
 use crate::fake_device_kubelet::FakeDeviceKubelet;
-use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use crate::harness::{Agent, HarnessError, allocator_exporter_args, metric_value};
-use crate::whole_system::{CONTAINER, GPU, KubeletState, NIC, NodeKind, allocatable, pools_file, zone_cpus};
+use crate::fake_kubelet::FakeKubelet;
+use crate::harness::kubelet::key_of;
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running, with_queued};
+use crate::harness::{self, Agent, HarnessError, metric_value};
+use crate::whole_system::{
+    CONTAINER, GPU, KubeletParts, KubeletState, NIC, NodeKind, allocate_devices, pool_registrations,
+    reregister_plugins, wait_reregistered, zone_cpus,
+};
 
 /// Environment variable that sets the seed (a failed run prints it).
 pub const SEED_ENV: &str = "NUMAPLANE_SOAK_SEED";
@@ -295,15 +299,6 @@ impl PodShape {
     }
 }
 
-/// `namespace/name` of a pod.
-pub fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 // ===================== the event log =====================
 
 /// What happened, in order, with the time since the run began: faults injected, pod
@@ -425,21 +420,10 @@ impl SoakNode {
         resync: &str,
         log: EventLog,
     ) -> Result<SoakNode, HarnessError> {
-        let dir = tempfile::tempdir()?;
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins)?;
-        let dp = FakeDeviceKubelet::start(&plugins).await?;
-        let socket = dir.path().join("podres.sock");
-        let podres =
-            FakeKubelet::start(&socket, allocatable(kind), vec![], FakeKubeletOptions::default()).await?;
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(&pools, pools_file().to_string())?;
-        let args = allocator_exporter_args(
+        let parts = KubeletParts::start(kind).await?;
+        let args = parts.files.exporter_args(
             name,
-            &socket,
             kubeconfig,
-            &pools,
-            &plugins,
             &[
                 "--resync-interval",
                 resync,
@@ -455,21 +439,19 @@ impl SoakNode {
         );
         let mut exporter = spawn_exporter(exporter_bin, &args)?;
         exporter.wait_serving(Duration::from_secs(120)).await?;
-        for res in [GPU, NIC] {
-            dp.wait_registered(res, 1, Duration::from_secs(120)).await?;
-        }
+        parts.wait_pools(Duration::from_secs(120)).await?;
         Ok(SoakNode {
             name: name.to_owned(),
             kind,
-            dp,
-            podres,
+            dp: parts.dp,
+            podres: parts.podres,
             state: Mutex::new(KubeletState::new(kind)),
             exporter: tokio::sync::Mutex::new(exporter),
             exporter_bin: exporter_bin.to_owned(),
             exporter_args: args,
             gate: tokio::sync::Mutex::new(()),
             log,
-            _dir: dir,
+            _dir: parts.files.dir,
         })
     }
 
@@ -482,28 +464,13 @@ impl SoakNode {
         self.state().ledger.len()
     }
 
-    /// Reports the ledger through pod-resources, remembering the state by its fingerprint
-    /// first so that an NRT written from it is always recognised.
+    /// Waits until both plugins registered once more than `before`, after `why`.
     async fn wait_plugins(&self, before: &BTreeMap<&str, usize>, why: &str) -> Result<(), String> {
-        for (res, n) in before {
-            self.dp
-                .wait_registered(res, n + 1, Duration::from_secs(60))
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{}: {res} plugin did not register again after {why}: {e}",
-                        self.name
-                    )
-                })?;
-        }
-        Ok(())
+        wait_reregistered(&self.dp, &self.name, before, why).await
     }
 
     fn registrations(&self) -> BTreeMap<&'static str, usize> {
-        [GPU, NIC]
-            .into_iter()
-            .map(|r| (r, self.dp.registrations(r)))
-            .collect()
+        pool_registrations(&self.dp)
     }
 
     /// Kills the exporter and starts it again; the kubelet admits nothing meanwhile (the
@@ -546,15 +513,24 @@ impl SoakNode {
     /// kubelet runs, as after a plugin restart): admissions resume once both registered again.
     pub async fn reregister_plugins(&self) -> Result<(), String> {
         let _gate = self.gate.lock().await;
-        let before = self.registrations();
-        let removed = self
-            .dp
-            .drop_plugin_sockets()
-            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
-        if removed == 0 {
-            return Err(format!("{}: no plugin socket to remove", self.name));
+        reregister_plugins(&self.dp, &self.name).await
+    }
+
+    /// Restarts the part of this node that `fault` names (exporter, kubelet or device plugins);
+    /// says what it did.
+    pub async fn disturb(&self, fault: Fault) -> Result<String, String> {
+        let node = &self.name;
+        match fault {
+            Fault::ExporterRestart => {
+                (self.restart_exporter().await).map(|()| format!("exporter of {node} restarted"))
+            }
+            Fault::KubeletRestart => {
+                (self.restart_kubelet().await).map(|()| format!("kubelet of {node} restarted"))
+            }
+            Fault::PluginReregister => (self.reregister_plugins().await)
+                .map(|()| format!("device plugins of {node} registered again")),
+            other => Err(format!("{other:?} is not a fault of one node")),
         }
-        self.wait_plugins(&before, "its socket was removed").await
     }
 
     /// What the exporter logged.
@@ -626,18 +602,7 @@ impl SoakNode {
             return violation(e.to_string());
         }
         // The kubelet lists the pod it admits, devices still to come.
-        {
-            let st = self.state();
-            let mut listed = st.ledger.pod_resources();
-            if let Some((ns, name)) = key.split_once('/') {
-                listed.push(PodResources {
-                    name: name.to_owned(),
-                    namespace: ns.to_owned(),
-                    ..Default::default()
-                });
-            }
-            self.podres.set_pods(listed);
-        }
+        self.state().list_admitting(&key, &self.podres);
         let planned = app.map(|c| c.devices.clone()).unwrap_or_default();
         // Whether the kubelet could give the recorded devices: all free in the zone now.
         let choice: BTreeMap<String, bool> = {
@@ -650,20 +615,11 @@ impl SoakNode {
                 })
                 .collect()
         };
-        let hint = [i64::from(zone)];
-        let mut devices = BTreeMap::new();
-        for (res, n) in &shape.devices {
-            match self.dp.admit(&key, CONTAINER, res, *n, Some(&hint)).await {
-                Ok((ids, _)) => {
-                    devices.insert(res.clone(), ids);
-                }
-                Err(error) => {
-                    self.dp.remove_pod(&key);
-                    self.state().report(&self.podres);
-                    return violation(format!("device admission failed: {error}"));
-                }
-            }
-        }
+        let devices =
+            match allocate_devices(&self.dp, &self.state, &self.podres, &key, zone, &shape.devices).await {
+                Ok(devices) => devices,
+                Err(error) => return violation(format!("device admission failed: {error}")),
+            };
         let resources: BTreeSet<&String> = devices.keys().chain(planned.keys()).collect();
         let mut mismatch = Vec::new();
         let mut forced = Vec::new();
@@ -729,10 +685,7 @@ impl SoakNode {
         progress: mpsc::UnboundedSender<Progress>,
     ) {
         while let Some(first) = rx.recv().await {
-            let mut batch = vec![first];
-            while let Ok(next) = rx.try_recv() {
-                batch.push(next);
-            }
+            let batch = with_queued(first, &mut rx);
             let mut added = Vec::new();
             for event in batch {
                 match event {
@@ -748,28 +701,11 @@ impl SoakNode {
                     }
                 }
             }
-            added.sort_by(|a, b| {
-                let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                t(a).cmp(&t(b)).then_with(|| key_of(a).cmp(&key_of(b)))
-            });
+            admission_order(&mut added);
             for pod in added {
                 let outcome = self.admit(&pod).await;
                 if matches!(outcome, Progress::Admitted { .. }) {
-                    let api: Api<Pod> = Api::namespaced(
-                        client.clone(),
-                        pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    );
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    tokio::spawn(async move {
-                        // The pod may already be gone; its status does not matter then.
-                        let _ = api
-                            .patch_status(
-                                &name,
-                                &PatchParams::default(),
-                                &Patch::Merge(json!({"status": {"phase": "Running"}})),
-                            )
-                            .await;
-                    });
+                    mark_running(&client, &pod);
                 }
                 if progress.send(outcome).is_err() {
                     return;
@@ -808,11 +744,7 @@ async fn dispatch_pods(
                 let key = key_of(&pod);
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                let terminal = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.as_deref())
-                    .is_some_and(|p| p == "Succeeded" || p == "Failed");
+                let terminal = is_terminal(&pod);
                 if let Some(seen) = relist.as_mut() {
                     seen.insert(key.clone());
                 }
@@ -861,17 +793,11 @@ async fn watch_nrts(
     nodes: BTreeMap<String, Arc<SoakNode>>,
     progress: mpsc::UnboundedSender<Progress>,
 ) {
-    let api: Api<NodeResourceTopology> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
-    while let Some(event) = stream.next().await {
-        let Ok(nrt) = event else { continue };
+    harness::kubelet::watch_nrts(client, |nrt| {
         let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
-            continue;
+            return true;
         };
-        let sent = match node.check_nrt(&nrt) {
+        match node.check_nrt(&nrt) {
             Ok(pods) => pods
                 .into_iter()
                 .all(|pod| progress.send(Progress::Reflected { pod }).is_ok()),
@@ -881,11 +807,9 @@ async fn watch_nrts(
                     subjects: vec![node.name.clone()],
                 })
                 .is_ok(),
-        };
-        if !sent {
-            return;
         }
-    }
+    })
+    .await;
 }
 
 // ===================== schedulers =====================
@@ -1627,14 +1551,10 @@ async fn drive(
             created += 1;
             shared.created.store(created, std::sync::atomic::Ordering::SeqCst);
         }
-        let event = tokio::time::timeout(Duration::from_millis(200), progress.recv()).await;
-        let mut events = Vec::new();
-        if let Ok(Some(e)) = event {
-            events.push(e);
-        }
-        while let Ok(next) = progress.try_recv() {
-            events.push(next);
-        }
+        let events = match tokio::time::timeout(Duration::from_millis(200), progress.recv()).await {
+            Ok(Some(first)) => with_queued(first, progress),
+            _ => Vec::new(),
+        };
         for event in events {
             match event {
                 Progress::Admitted {
@@ -1737,11 +1657,7 @@ async fn drive(
         }
     }
     // No UID bound twice, as the fake stored them.
-    let twice: Vec<(String, usize)> = fake
-        .accepted_bindings()
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .collect();
+    let twice = fake.bound_more_than_once();
     if !twice.is_empty() {
         return Err((
             format!("pods bound more than once (uid, bindings): {twice:?}"),
@@ -1881,27 +1797,12 @@ async fn inject(
             }
             Fault::SchedulerRestart => schedulers.lock().await.stop_leader(false).await,
             Fault::LeaderChange => schedulers.lock().await.stop_leader(true).await,
-            Fault::ExporterRestart => match nodes.get(&node) {
-                Some(n) => n
-                    .restart_exporter()
-                    .await
-                    .map(|()| format!("exporter of {node} restarted")),
-                None => Err(format!("no node {node}")),
-            },
-            Fault::KubeletRestart => match nodes.get(&node) {
-                Some(n) => n
-                    .restart_kubelet()
-                    .await
-                    .map(|()| format!("kubelet of {node} restarted")),
-                None => Err(format!("no node {node}")),
-            },
-            Fault::PluginReregister => match nodes.get(&node) {
-                Some(n) => n
-                    .reregister_plugins()
-                    .await
-                    .map(|()| format!("device plugins of {node} registered again")),
-                None => Err(format!("no node {node}")),
-            },
+            Fault::ExporterRestart | Fault::KubeletRestart | Fault::PluginReregister => {
+                match nodes.get(&node) {
+                    Some(n) => n.disturb(fault).await,
+                    None => Err(format!("no node {node}")),
+                }
+            }
         };
         match what {
             Ok(what) => {
@@ -2054,11 +1955,7 @@ async fn monitor(
                 }
             }
         }
-        let twice: Vec<(String, usize)> = fake
-            .accepted_bindings()
-            .into_iter()
-            .filter(|(_, n)| *n > 1)
-            .collect();
+        let twice = fake.bound_more_than_once();
         if !twice.is_empty() {
             shared.violate(
                 &log,

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::fingerprint;
@@ -38,8 +37,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::fake_device_kubelet::FakeDeviceKubelet;
-use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use crate::harness::{Agent, HarnessError, allocator_exporter_args};
+use crate::fake_kubelet::FakeKubelet;
+use crate::harness::kubelet::key_of;
+use crate::harness::kubelet::{admission_order, is_terminal, mark_running, with_queued};
+use crate::harness::node::NodeFiles;
+use crate::harness::{self, Agent, HarnessError};
 
 /// GPUs: whole devices, four per zone.
 pub const GPU: &str = "example.com/gpu";
@@ -221,15 +223,6 @@ impl Shape {
             devices,
         })
     }
-}
-
-/// `namespace/name` of a pod.
-pub fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Something the kubelet would refuse, or must never see: each fails the run.
@@ -671,6 +664,20 @@ impl KubeletState {
         podres.set_pods(self.ledger.pod_resources());
     }
 
+    /// Lists the pod being admitted (`namespace/name`) in pod-resources, devices still to come,
+    /// as the kubelet's pod manager has it before its devices are allocated.
+    pub fn list_admitting(&self, key: &str, podres: &FakeKubelet) {
+        let mut listed = self.ledger.pod_resources();
+        if let Some((ns, name)) = key.split_once('/') {
+            listed.push(PodResources {
+                name: name.to_owned(),
+                namespace: ns.to_owned(),
+                ..Default::default()
+            });
+        }
+        podres.set_pods(listed);
+    }
+
     /// The pod is gone: what it held is free (reported); whether it held anything.
     pub fn release(&mut self, key: &str, podres: &FakeKubelet) -> bool {
         let held = self.ledger.release(key).is_some();
@@ -704,6 +711,100 @@ impl KubeletState {
     }
 }
 
+/// Allocates a pod's devices through the device-plugin protocol, `zone` as the hint, as the
+/// kubelet's device manager does. On a failure the pod's devices are freed again and the
+/// ledger is reported, and the plugin's error is returned.
+pub async fn allocate_devices(
+    dp: &FakeDeviceKubelet,
+    state: &Mutex<KubeletState>,
+    podres: &FakeKubelet,
+    key: &str,
+    zone: u32,
+    wanted: &BTreeMap<String, usize>,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let hint = [i64::from(zone)];
+    let mut devices = BTreeMap::new();
+    for (res, n) in wanted {
+        match dp.admit(key, CONTAINER, res, *n, Some(&hint)).await {
+            Ok((ids, _)) => {
+                devices.insert(res.clone(), ids);
+            }
+            Err(error) => {
+                dp.remove_pod(key);
+                state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .report(podres);
+                return Err(error);
+            }
+        }
+    }
+    Ok(devices)
+}
+
+/// A simulated node's kubelet side, before its exporter starts: the device-plugin registry
+/// and pod-resources servers of a fake kubelet of `kind`, on files with [`pools_file`].
+pub struct KubeletParts {
+    /// The sockets and files.
+    pub files: NodeFiles,
+    /// The device-plugin registry and the plugins' client.
+    pub dp: FakeDeviceKubelet,
+    /// The pod-resources server.
+    pub podres: FakeKubelet,
+}
+
+impl KubeletParts {
+    /// Starts both servers of a node of `kind` (no pods).
+    pub async fn start(kind: NodeKind) -> Result<KubeletParts, HarnessError> {
+        let files = NodeFiles::new(&pools_file())?;
+        let dp = files.device_kubelet().await?;
+        let podres = files.podres(allocatable(kind)).await?;
+        Ok(KubeletParts { files, dp, podres })
+    }
+
+    /// Waits until the exporter's plugins of both pools ([`GPU`], [`NIC`]) registered.
+    pub async fn wait_pools(&self, timeout: Duration) -> Result<(), HarnessError> {
+        for res in [GPU, NIC] {
+            self.dp.wait_registered(res, 1, timeout).await?;
+        }
+        Ok(())
+    }
+}
+
+/// How often the plugin of each pool ([`GPU`], [`NIC`]) registered so far.
+pub fn pool_registrations(dp: &FakeDeviceKubelet) -> BTreeMap<&'static str, usize> {
+    [GPU, NIC].into_iter().map(|r| (r, dp.registrations(r))).collect()
+}
+
+/// Waits until each pool's plugin of `node` registered once more than `before`; `why` names
+/// what made it register again.
+pub async fn wait_reregistered(
+    dp: &FakeDeviceKubelet,
+    node: &str,
+    before: &BTreeMap<&str, usize>,
+    why: &str,
+) -> Result<(), String> {
+    for (res, n) in before {
+        dp.wait_registered(res, n + 1, Duration::from_secs(60))
+            .await
+            .map_err(|e| format!("{node}: {res} plugin did not register again after {why}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The device plugins of `node` register again mid-stream: their sockets are removed while
+/// the kubelet runs, as after a plugin restart. Returns once both registered again.
+pub async fn reregister_plugins(dp: &FakeDeviceKubelet, node: &str) -> Result<(), String> {
+    let before = pool_registrations(dp);
+    let removed = dp
+        .drop_plugin_sockets()
+        .map_err(|e| format!("{node}: plugin sockets: {e}"))?;
+    if removed == 0 {
+        return Err(format!("{node}: no plugin socket to remove"));
+    }
+    wait_reregistered(dp, node, &before, "its socket was removed").await
+}
+
 /// One simulated node: its fake kubelet and its exporter.
 pub struct SimNode {
     /// The node name.
@@ -722,41 +823,21 @@ impl SimNode {
     /// Starts the node's fake kubelet and its exporter (`--pools`, single-numa-node,
     /// `resync` period), and waits until both pools registered.
     pub async fn start(name: &str, kubeconfig: &Path, resync: &str) -> Result<SimNode, HarnessError> {
-        let dir = tempfile::tempdir()?;
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins)?;
-        let dp = FakeDeviceKubelet::start(&plugins).await?;
-        let socket = dir.path().join("podres.sock");
-        let podres = FakeKubelet::start(
-            &socket,
-            allocatable(NodeKind::StaticMemory),
-            vec![],
-            FakeKubeletOptions::default(),
-        )
-        .await?;
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(&pools, pools_file().to_string())?;
-        let args = allocator_exporter_args(
-            name,
-            &socket,
-            kubeconfig,
-            &pools,
-            &plugins,
-            &["--resync-interval", resync],
-        );
+        let parts = KubeletParts::start(NodeKind::StaticMemory).await?;
+        let args = parts
+            .files
+            .exporter_args(name, kubeconfig, &["--resync-interval", resync]);
         let mut exporter = Agent::spawn_exporter("run", &args)?;
         exporter.wait_serving(Duration::from_secs(120)).await?;
-        for res in [GPU, NIC] {
-            dp.wait_registered(res, 1, Duration::from_secs(60)).await?;
-        }
+        parts.wait_pools(Duration::from_secs(60)).await?;
         Ok(SimNode {
             name: name.to_owned(),
-            dp,
-            podres,
+            dp: parts.dp,
+            podres: parts.podres,
             state: Mutex::new(KubeletState::new(NodeKind::StaticMemory)),
             exporter,
             gate: tokio::sync::Mutex::new(()),
-            _dir: dir,
+            _dir: parts.files.dir,
         })
     }
 
@@ -769,21 +850,7 @@ impl SimNode {
     /// runs, as after a plugin restart); the kubelet admits nothing until both did.
     pub async fn reregister_plugins(&self) -> Result<(), String> {
         let _gate = self.gate.lock().await;
-        let before: Vec<(&str, usize)> = [GPU, NIC].map(|r| (r, self.dp.registrations(r))).into();
-        let removed = self
-            .dp
-            .drop_plugin_sockets()
-            .map_err(|e| format!("{}: plugin sockets: {e}", self.name))?;
-        if removed == 0 {
-            return Err(format!("{}: no plugin socket to remove", self.name));
-        }
-        for (res, n) in before {
-            self.dp
-                .wait_registered(res, n + 1, Duration::from_secs(60))
-                .await
-                .map_err(|e| format!("{}: {res} did not register again: {e}", self.name))?;
-        }
-        Ok(())
+        reregister_plugins(&self.dp, &self.name).await
     }
 
     fn state(&self) -> MutexGuard<'_, KubeletState> {
@@ -842,32 +909,13 @@ impl SimNode {
             .ledger
             .check_fit(&key, zone, shape.cpus, shape.memory_gib)?;
         // The kubelet lists the pod it admits (its pod manager has it), devices still to come.
-        {
-            let st = self.state();
-            let mut listed = st.ledger.pod_resources();
-            if let Some((ns, name)) = key.split_once('/') {
-                listed.push(PodResources {
-                    name: name.to_owned(),
-                    namespace: ns.to_owned(),
-                    ..Default::default()
-                });
-            }
-            self.podres.set_pods(listed);
-        }
-        let hint = [i64::from(zone)];
-        let mut devices = BTreeMap::new();
-        for (res, n) in &shape.devices {
-            match self.dp.admit(&key, CONTAINER, res, *n, Some(&hint)).await {
-                Ok((ids, _)) => {
-                    devices.insert(res.clone(), ids);
-                }
-                Err(error) => {
-                    self.dp.remove_pod(&key);
-                    self.state().report(&self.podres);
-                    return Err(Violation::Devices { pod: key, error });
-                }
-            }
-        }
+        self.state().list_admitting(&key, &self.podres);
+        let devices = allocate_devices(&self.dp, &self.state, &self.podres, &key, zone, &shape.devices)
+            .await
+            .map_err(|error| Violation::Devices {
+                pod: key.clone(),
+                error,
+            })?;
         // Both ways: a planned resource the kubelet gave nothing of is a mismatch too.
         let resources: BTreeSet<&String> = devices.keys().chain(planned.devices.keys()).collect();
         let mismatch = resources
@@ -952,11 +1000,7 @@ impl SimNode {
                         if let Some(seen) = relist.as_mut() {
                             seen.insert(key.clone());
                         }
-                        let terminal = pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.phase.as_deref())
-                            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+                        let terminal = is_terminal(&pod);
                         if terminal || pod.metadata.deletion_timestamp.is_some() {
                             gone.push(key);
                         } else if known.insert(key) {
@@ -979,28 +1023,11 @@ impl SimNode {
                     return;
                 }
             }
-            added.sort_by(|a, b| {
-                let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                t(a).cmp(&t(b)).then_with(|| key_of(a).cmp(&key_of(b)))
-            });
+            admission_order(&mut added);
             for pod in added {
                 let outcome = match self.admit(&pod).await {
                     Ok(p) => {
-                        let api: Api<Pod> = Api::namespaced(
-                            client.clone(),
-                            pod.metadata.namespace.as_deref().unwrap_or_default(),
-                        );
-                        let name = pod.metadata.name.clone().unwrap_or_default();
-                        tokio::spawn(async move {
-                            // The pod may already be gone; its status does not matter then.
-                            let _ = api
-                                .patch_status(
-                                    &name,
-                                    &PatchParams::default(),
-                                    &Patch::Merge(json!({"status": {"phase": "Running"}})),
-                                )
-                                .await;
-                        });
+                        mark_running(&client, &pod);
                         p
                     }
                     Err(v) => Progress::Violation(v),
@@ -1020,19 +1047,13 @@ pub async fn watch_nrts(
     nodes: BTreeMap<String, Arc<SimNode>>,
     progress: mpsc::UnboundedSender<Progress>,
 ) {
-    let api: Api<NodeResourceTopology> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
     let mut reflected: BTreeSet<String> = BTreeSet::new();
-    while let Some(event) = stream.next().await {
-        let Ok(nrt) = event else { continue };
+    harness::kubelet::watch_nrts(client, |nrt| {
         let Some(node) = nrt.metadata.name.as_ref().and_then(|n| nodes.get(n)) else {
-            continue;
+            return true;
         };
         let at = Instant::now();
-        let sent = match node.check_nrt(&nrt) {
+        match node.check_nrt(&nrt) {
             Ok(pods) => pods
                 .into_iter()
                 .filter(|p| reflected.insert(p.clone()))
@@ -1043,11 +1064,9 @@ pub async fn watch_nrts(
                     what,
                 })
                 .is_ok(),
-        };
-        if !sent {
-            return;
         }
-    }
+    })
+    .await;
 }
 
 /// Figures of one run.
@@ -1145,10 +1164,7 @@ pub async fn drive(
         let Ok(Some(first)) = tokio::time::timeout(left, progress.recv()).await else {
             break;
         };
-        let mut events = vec![first];
-        while let Ok(next) = progress.try_recv() {
-            events.push(next);
-        }
+        let events = with_queued(first, progress);
         for event in events {
             match event {
                 Progress::Admitted {

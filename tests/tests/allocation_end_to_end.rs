@@ -19,11 +19,8 @@ use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
-use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{
-    Agent, ApiTarget, allocator_exporter_args, metric_value, scheduler_run_args, unique_name,
-};
+use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -55,12 +52,14 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
 
     // The kubelet: pod-resources (allocatable GPUs with topology, CPUs of 2numa.xml) and the
     // device-plugin side.
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
-    dp.set_fill_descending(true);
     let ids: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
+    let devices: Vec<_> = ids
+        .iter()
+        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
+        .collect();
+    let files = NodeFiles::new(&json!({"pools": [{"resource": GPU, "devices": devices}]})).unwrap();
+    let dp = files.device_kubelet().await.unwrap();
+    dp.set_fill_descending(true);
     let allocatable = AllocatableResourcesResponse {
         cpu_ids: (0..32).collect(),
         devices: ids
@@ -73,34 +72,11 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
             .collect(),
         memory: vec![],
     };
-    let podres = FakeKubelet::start(
-        &dir.path().join("podres.sock"),
-        allocatable,
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let pools = dir.path().join("pools.yaml");
-    let devices: Vec<_> = ids
-        .iter()
-        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
-        .collect();
-    std::fs::write(
-        &pools,
-        json!({"pools": [{"resource": GPU, "devices": devices}]}).to_string(),
-    )
-    .unwrap();
-    let exporter_args = allocator_exporter_args(
-        &node,
-        &dir.path().join("podres.sock"),
-        api.kubeconfig(),
-        &pools,
-        &plugins,
-        &["--resync-interval", "200ms"],
-    );
-    let mut exporter = Agent::spawn_exporter("run", &exporter_args).unwrap();
-    exporter.wait_serving(WAIT).await.unwrap();
+    let podres = files.podres(allocatable).await.unwrap();
+    let exporter = files
+        .exporter(&node, api.kubeconfig(), &["--resync-interval", "200ms"], WAIT)
+        .await
+        .unwrap();
     dp.wait_registered(GPU, 1, WAIT).await.unwrap();
     let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -21,10 +21,9 @@ use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{
-    Agent, ApiTarget, allocator_exporter_args, metric_value, scheduler_run_args, unique_name,
-};
+use numaplane_e2e::fake_kubelet::FakeKubelet;
+use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -41,7 +40,7 @@ fn topo0() -> Option<TopologyInfo> {
 /// allocator with the cluster-shared pool.
 struct NodeSide {
     name: String,
-    _dir: tempfile::TempDir,
+    _files: NodeFiles,
     dp: FakeDeviceKubelet,
     podres: FakeKubelet,
     exporter: Agent,
@@ -51,10 +50,12 @@ struct NodeSide {
 
 impl NodeSide {
     async fn start(name: &str, kubeconfig: &Path) -> NodeSide {
-        let dir = tempfile::tempdir().unwrap();
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins).unwrap();
-        let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+        let files = NodeFiles::new(
+            &json!({"pools": [{"resource": LIC, "capacity": 2, "shared": "cluster",
+            "devices": [{"id": "lic", "numaNode": 0}]}]}),
+        )
+        .unwrap();
+        let dp = files.device_kubelet().await.unwrap();
         let allocatable = AllocatableResourcesResponse {
             cpu_ids: (0..32).collect(),
             devices: SLOTS
@@ -67,36 +68,15 @@ impl NodeSide {
                 .collect(),
             memory: vec![],
         };
-        let podres = FakeKubelet::start(
-            &dir.path().join("podres.sock"),
-            allocatable,
-            vec![],
-            FakeKubeletOptions::default(),
-        )
-        .await
-        .unwrap();
-        let pools = dir.path().join("pools.yaml");
-        std::fs::write(
-            &pools,
-            json!({"pools": [{"resource": LIC, "capacity": 2, "shared": "cluster",
-                "devices": [{"id": "lic", "numaNode": 0}]}]})
-            .to_string(),
-        )
-        .unwrap();
-        let args = allocator_exporter_args(
-            name,
-            &dir.path().join("podres.sock"),
-            kubeconfig,
-            &pools,
-            &plugins,
-            &["--resync-interval", "200ms"],
-        );
-        let mut exporter = Agent::spawn_exporter("run", &args).unwrap();
-        exporter.wait_serving(WAIT).await.unwrap();
+        let podres = files.podres(allocatable).await.unwrap();
+        let exporter = files
+            .exporter(name, kubeconfig, &["--resync-interval", "200ms"], WAIT)
+            .await
+            .unwrap();
         dp.wait_registered(LIC, 1, WAIT).await.unwrap();
         NodeSide {
             name: name.to_owned(),
-            _dir: dir,
+            _files: files,
             dp,
             podres,
             exporter,

@@ -233,8 +233,9 @@ impl Env {
         self.podres.set_pods(pods);
     }
 
-    async fn wait_metric(&self, name: &str, labels: &[(&str, &str)], pred: impl Fn(f64) -> bool) -> f64 {
-        self.agent.wait_metric(name, labels, WAIT, pred).await.unwrap()
+    /// Waits until the agent's metric `condition` holds (see `harness::MetricCondition`).
+    async fn until(&self, condition: &str) -> f64 {
+        self.agent.wait_until(condition, WAIT).await.unwrap()
     }
 
     async fn cleanup(&self) {
@@ -291,17 +292,13 @@ async fn registers_with_topology_and_steers_the_kubelet_to_the_recorded_devices(
         .unwrap();
     assert_eq!(got_c, ["g0"]);
     env.sync_podresources();
-    env.wait_metric(
-        "numaplane_exporter_allocator_preferred_allocations_total",
-        &[("resource", GPU), ("outcome", "honoured")],
-        |v| v == 2.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_preferred_allocations_total{{resource={GPU},outcome=honoured}} == 2"
+    ))
     .await;
-    env.wait_metric(
-        "numaplane_exporter_allocator_mismatches_total",
-        &[("resource", GPU)],
-        |v| v == 1.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_mismatches_total{{resource={GPU}}} == 1"
+    ))
     .await;
     let text = env.agent.metrics().unwrap();
     assert_eq!(
@@ -353,11 +350,9 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     env.dp.wait_registered(GPU, 2, WAIT).await.unwrap();
     env.dp.wait_registered(CAM, 2, WAIT).await.unwrap();
     assert_eq!(env.dp.devices(GPU).len(), 8);
-    env.wait_metric(
-        "numaplane_exporter_allocator_registrations_total",
-        &[("resource", GPU), ("outcome", "ok")],
-        |v| v >= 2.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_registrations_total{{resource={GPU},outcome=ok}} >= 2"
+    ))
     .await;
 
     // A malformed record and one for another node: ignored, with a metric and an Event.
@@ -369,24 +364,12 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     let unknown = json!({"version": "v1", "node": node, "policy": "none", "scope": "container",
         "containers": [{"name": "app", "kind": "app", "devices": {GPU: ["g99"]}}]});
     env.create_pod("unknown", Some(unknown.to_string())).await;
-    env.wait_metric(
-        "numaplane_exporter_allocator_records_ignored_total",
-        &[("reason", "malformed")],
-        |v| v == 1.0,
-    )
-    .await;
-    env.wait_metric(
-        "numaplane_exporter_allocator_records_ignored_total",
-        &[("reason", "other_node")],
-        |v| v == 1.0,
-    )
-    .await;
-    env.wait_metric(
-        "numaplane_exporter_allocator_records_ignored_total",
-        &[("reason", "unknown_device")],
-        |v| v == 1.0,
-    )
-    .await;
+    env.until("numaplane_exporter_allocator_records_ignored_total{reason=malformed} == 1")
+        .await;
+    env.until("numaplane_exporter_allocator_records_ignored_total{reason=other_node} == 1")
+        .await;
+    env.until("numaplane_exporter_allocator_records_ignored_total{reason=unknown_device} == 1")
+        .await;
     // Neither steers: the kubelet's own choice stands and Allocate works.
     let (got, _) = env
         .dp
@@ -411,7 +394,12 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
     // Which slot the fake kubelet hands out is its own bookkeeping; what is judged here is the
     // plugin's published state (its slot gauges), sampled every 100 cycles: both slots used
     // while the short pod runs, one free again once it is gone, never more and never fewer.
-    let slots = |state: &'static str| [("resource", CAM), ("state", state)];
+    let slots = |used: u32, free: u32| {
+        [
+            format!("numaplane_exporter_allocator_slots{{resource={CAM},state=used}} == {used}"),
+            format!("numaplane_exporter_allocator_slots{{resource={CAM},state=free}} == {free}"),
+        ]
+    };
     for i in 0..1000 {
         let key = env.key(&format!("short-{i}"));
         let (got, _) = env.dp.admit(&key, "app", CAM, 1, Some(&[0])).await.unwrap();
@@ -419,35 +407,29 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
         let sample = i % 100 == 0;
         if sample {
             env.sync_podresources();
-            env.wait_metric("numaplane_exporter_allocator_slots", &slots("used"), |v| v == 2.0)
-                .await;
-            env.wait_metric("numaplane_exporter_allocator_slots", &slots("free"), |v| v == 0.0)
-                .await;
+            for condition in slots(2, 0) {
+                env.until(&condition).await;
+            }
         }
         env.dp.remove_pod(&key);
         if sample {
             env.sync_podresources();
-            env.wait_metric("numaplane_exporter_allocator_slots", &slots("used"), |v| v == 1.0)
-                .await;
-            env.wait_metric("numaplane_exporter_allocator_slots", &slots("free"), |v| v == 1.0)
-                .await;
+            for condition in slots(1, 1) {
+                env.until(&condition).await;
+            }
         }
     }
     assert_eq!(env.dp.allocate_errors(), 0);
     env.sync_podresources();
-    env.wait_metric(
-        "numaplane_exporter_allocator_slots",
-        &[("resource", CAM), ("state", "used")],
-        |v| v == 1.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_slots{{resource={CAM},state=used}} == 1"
+    ))
     .await;
     env.dp.remove_pod(&env.key("long"));
     env.sync_podresources();
-    env.wait_metric(
-        "numaplane_exporter_allocator_slots",
-        &[("resource", CAM), ("state", "free")],
-        |v| v == 2.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_slots{{resource={CAM},state=free}} == 2"
+    ))
     .await;
     let text = env.agent.metrics().unwrap();
     let allocates = metric_value(
@@ -641,11 +623,9 @@ async fn a_pod_admitted_while_the_pod_watch_relists_is_fetched_and_steered() {
         "answered only after the wait: {:?}",
         t.elapsed()
     );
-    env.wait_metric(
-        "numaplane_exporter_allocator_pod_fetches_total",
-        &[("resource", GPU), ("outcome", "ok")],
-        |v| v >= 1.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_pod_fetches_total{{resource={GPU},outcome=ok}} >= 1"
+    ))
     .await;
     env.cleanup().await;
 }
@@ -739,11 +719,11 @@ async fn ready_only_once_registered_with_the_kubelet() {
     }
     assert!(
         agent
-            .wait_metric(
-                "numaplane_exporter_allocator_registrations_total",
-                &[("resource", GPU), ("outcome", "error")],
-                WAIT,
-                |v| v >= 1.0,
+            .wait_until(
+                &format!(
+                    "numaplane_exporter_allocator_registrations_total{{resource={GPU},outcome=error}} >= 1"
+                ),
+                WAIT
             )
             .await
             .is_ok()
@@ -937,22 +917,18 @@ async fn init_and_sidecar_container_plans_are_checked_too() {
         checkpoint,
     )
     .unwrap();
-    env.wait_metric(
-        "numaplane_exporter_allocator_mismatches_total",
-        &[("resource", GPU)],
-        |v| v == 2.0,
-    )
+    env.until(&format!(
+        "numaplane_exporter_allocator_mismatches_total{{resource={GPU}}} == 2"
+    ))
     .await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let notes: Vec<String> = events
-            .list(&ListParams::default())
+        let notes: Vec<String> = env
+            .api
+            .events_with_reason(&env.ns, "AllocationMismatch")
             .await
             .unwrap()
-            .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("AllocationMismatch"))
             .filter_map(|e| e.note)
             .collect();
         // One Event per pod and reason (the recorder counts repeats in its series): the first

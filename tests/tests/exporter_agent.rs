@@ -134,6 +134,17 @@ impl Setup {
         }
     }
 
+    /// The HTTP-level fake API (with the NRT CRD installed or not), a kubelet like today's,
+    /// no pods: for what a real cluster cannot be made to do.
+    async fn fake(with_crd: bool) -> Self {
+        Self::new(
+            ApiTarget::start_fake(with_crd).await.unwrap(),
+            FakeKubeletOptions::default(),
+            0,
+        )
+        .await
+    }
+
     /// The default target, a kubelet like today's (Get, no Watch), no pods.
     async fn plain() -> Self {
         Self::new(
@@ -185,6 +196,7 @@ impl Setup {
 
     async fn agent(&self, resync: &str, extra: &[&str]) -> Agent {
         let mut agent = Agent::spawn(&self.args(resync, extra)).unwrap();
+        agent.set_wait(WAIT);
         agent.wait_serving(WAIT).await.unwrap();
         agent
     }
@@ -263,12 +275,7 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
     let rv = nrt.metadata.resource_version.clone();
 
     // Several resyncs later, nothing changed: still exactly one write, the rest skipped.
-    agent
-        .wait_metric("numaplane_exporter_nrt_write_skips_total", &[], WAIT, |v| {
-            v >= 4.0
-        })
-        .await
-        .unwrap();
+    agent.until("numaplane_exporter_nrt_write_skips_total >= 4").await;
     let text = agent.metrics().unwrap();
     assert_eq!(
         metric_value(
@@ -342,10 +349,7 @@ async fn kubelet_watch_is_the_fast_path() {
     .await;
     let agent = s.agent("1h", &[]).await;
     s.wait_available("node-0", "cpu", "16").await;
-    agent
-        .wait_metric("numaplane_exporter_kubelet_watch_active", &[], WAIT, |v| v == 1.0)
-        .await
-        .unwrap();
+    agent.until("numaplane_exporter_kubelet_watch_active == 1").await;
     // Only the kubelet knows: no pod event, no timer, no notify file.
     s.kubelet.set_pods(vec![pod(&s.machine, "fast", 4, true)]);
     let nrt = s.wait_available("node-0", "cpu", "12").await;
@@ -406,10 +410,7 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
     s.wait_available("node-0", "cpu", "16").await;
 
     s.kubelet.stop().await;
-    agent
-        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 1.0)
-        .await
-        .unwrap();
+    agent.until("numaplane_exporter_stale == 1").await;
     assert_eq!(agent.http_get("/readyz").unwrap().0, 503);
     assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
     // The object stays while the kubelet is away.
@@ -430,10 +431,7 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
     let nrt = s.wait_available("node-1", "example.com/gpu", "1").await;
     assert_eq!(available(&nrt, "node-0", "cpu").as_deref(), Some("14"));
     assert!(s.kubelet.calls(Method::GetAllocatableResources) > allocatable_calls);
-    agent
-        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 0.0)
-        .await
-        .unwrap();
+    agent.until("numaplane_exporter_stale == 0").await;
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
     let text = agent.metrics().unwrap();
     assert!(
@@ -529,22 +527,11 @@ async fn terminal_pods_do_not_hold_resources() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_for_the_crd_with_metrics_and_health_up() {
     // A real cluster cannot be made to lack the CRD safely: this one always uses the fake.
-    let s = Setup::new(
-        ApiTarget::start_fake(false).await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::fake(false).await;
     let agent = s.agent("1h", &[]).await;
     agent
-        .wait_metric(
-            "numaplane_exporter_errors_total",
-            &[("kind", "crd_missing")],
-            WAIT,
-            |v| v >= 2.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_errors_total{kind=crd_missing} >= 2")
+        .await;
     // Said the same way in /readyz, the log and a metric.
     const MISSING: &str =
         "the NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io) is not installed";
@@ -570,10 +557,7 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
     let fake = s.api.fake().unwrap();
     fake.install_nrt_crd();
     s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
-    agent
-        .wait_metric("numaplane_exporter_stale", &[], WAIT, |v| v == 0.0)
-        .await
-        .unwrap();
+    agent.until("numaplane_exporter_stale == 0").await;
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
     assert_eq!(
         metric_value(
@@ -588,12 +572,7 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_are_retried_and_counted() {
     // Injected failures need the fake.
-    let s = Setup::new(
-        ApiTarget::start_fake(true).await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::fake(true).await;
     let fake = s.api.fake().unwrap();
     fake.fail_next("PATCH", "/apis/topology.node.k8s.io/", 500, 2);
     let agent = s.agent("1h", &[]).await;
@@ -976,14 +955,10 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         .unwrap();
     assert_eq!(available(&nrt, "node-0", "cpu"), Some(used_cpus.to_string()));
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_checkpoint_errors_total",
-            &[("file", "cpu_manager_state"), ("reason", "checksum")],
-            WAIT,
-            |v| v >= 1.0,
+        .until(
+            "numaplane_exporter_kubelet_checkpoint_errors_total{file=cpu_manager_state,reason=checksum} >= 1",
         )
-        .await
-        .unwrap();
+        .await;
     let metrics = agent.metrics().unwrap();
     assert_eq!(
         metric_value(
@@ -1011,17 +986,7 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         .await
         .unwrap();
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_checkpoint_errors_total",
-            &[
-                ("file", "device-plugins/kubelet_internal_checkpoint"),
-                ("reason", "checksum"),
-            ],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_checkpoint_errors_total{file=device-plugins/kubelet_internal_checkpoint,reason=checksum} >= 1").await;
     let memory_state = serde_json::json!({"policyName": "Static", "entries": {}, "machineState": {
         "0": {"numberOfAssignments": 0, "cells": [0], "memoryMap": {"memory":
             {"total": 1024, "systemReserved": 0, "allocatable": 1024, "reserved": 0, "free": 1024}}}}});
@@ -1048,14 +1013,7 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         .await
         .unwrap();
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_checkpoint_errors_total",
-            &[("file", "memory_manager_state"), ("reason", "checksum")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_checkpoint_errors_total{file=memory_manager_state,reason=checksum} >= 1").await;
     s.cleanup().await;
 }
 
@@ -1190,14 +1148,8 @@ async fn the_kubelets_certificate_is_verified_unless_told_otherwise() {
     // The fake's CA is not one the agent trusts (as with kubeadm's self-signed certificates).
     let agent = s.agent("1h", &strs(&kubelet_api_flags(kubelet.port()))).await;
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_config_errors_total",
-            &[("source", "configz"), ("reason", "tls")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_config_errors_total{source=configz,reason=tls} >= 1")
+        .await;
     // The handshake failed before the request: the token never went out.
     assert!(kubelet.requests().is_empty(), "{:?}", kubelet.requests());
     drop(agent);
@@ -1205,14 +1157,8 @@ async fn the_kubelets_certificate_is_verified_unless_told_otherwise() {
     flags.push("--kubelet-insecure-skip-tls-verify".into());
     let agent = s.agent("1h", &strs(&flags)).await;
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_config_source",
-            &[("source", "configz")],
-            WAIT,
-            |v| v == 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_config_source{source=configz} == 1")
+        .await;
     s.cleanup().await;
 }
 
@@ -1238,14 +1184,8 @@ async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_
         "machine attributes stay"
     );
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_config_source",
-            &[("source", "none")],
-            WAIT,
-            |v| v == 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_config_source{source=none} == 1")
+        .await;
     let text = agent.metrics().unwrap();
     for (source, reason) in [("configz", "unreachable"), ("file", "read")] {
         assert!(
@@ -1291,14 +1231,8 @@ async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_
         .unwrap();
     assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_config_source",
-            &[("source", "configz")],
-            WAIT,
-            |v| v == 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_config_source{source=configz} == 1")
+        .await;
     // The unavailable stretch was one Event, however many resyncs it lasted.
     assert_eq!(node_events(&s, "KubeletConfigUnavailable").await.len(), 1);
     s.cleanup().await;
@@ -1326,25 +1260,13 @@ async fn a_slow_configz_does_not_hold_up_publishing() {
     );
     assert_eq!(nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY), None);
     agent
-        .wait_metric(
-            "numaplane_exporter_kubelet_config_errors_total",
-            &[("source", "configz"), ("reason", "timeout")],
-            WAIT,
-            |v| v >= 2.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_kubelet_config_errors_total{source=configz,reason=timeout} >= 2")
+        .await;
     // Scans go on while reads time out beside them.
     s.touch_notify();
     agent
-        .wait_metric(
-            "numaplane_exporter_scans_total",
-            &[("trigger", "notify_file"), ("result", "success")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_exporter_scans_total{trigger=notify_file,result=success} >= 1")
+        .await;
     kubelet.set_delay(Duration::ZERO);
     s.api
         .wait_nrt(&s.node, WAIT, |n| {
@@ -1359,12 +1281,7 @@ async fn a_slow_configz_does_not_hold_up_publishing() {
 async fn configz_through_the_api_servers_node_proxy() {
     use numaplane::nrt::attr;
     // The node proxy needs a kubelet behind the Node: the fake plays both.
-    let s = Setup::new(
-        ApiTarget::start_fake(true).await.unwrap(),
-        FakeKubeletOptions::default(),
-        0,
-    )
-    .await;
+    let s = Setup::fake(true).await;
     let fake = s.api.fake().unwrap();
     fake.set_node_configz(&s.node, Some(kubelet_configz()));
     let agent = s.agent("1h", &["--kubelet-configz", "api-server"]).await;

@@ -28,7 +28,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane_e2e::control_plane::{self, ControlPlane};
-use numaplane_e2e::harness::{Agent, free_port, metric_value};
+use numaplane_e2e::harness::{Agent, free_port, metric_value, nrt};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -93,18 +93,13 @@ fn nrt_api(client: &kube::Client) -> Api<DynamicObject> {
 
 /// An NRT of two single-numa-node zones of `capacity` CPUs with `free` CPUs available.
 fn nrt(node: &str, capacity: u32, free: [u32; 2]) -> DynamicObject {
-    let zone = |i: usize| {
-        json!({"name": format!("node-{i}"), "type": "Node", "resources": [
-            {"name": "cpu", "capacity": capacity.to_string(), "allocatable": capacity.to_string(),
-             "available": free[i].to_string()}]})
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-        "metadata": {"name": node},
-        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                       {"name": "topologyManagerScope", "value": "container"}],
-        "zones": [zone(0), zone(1)]}))
+    let cap = capacity.to_string();
+    let zone = |i: usize| nrt::zone(i, vec![nrt::resource("cpu", &cap, &free[i].to_string())]);
+    serde_json::from_value(nrt::single_numa_node(
+        json!({"name": node}),
+        &[],
+        vec![zone(0), zone(1)],
+    ))
     .unwrap()
 }
 

@@ -13,10 +13,10 @@
 
 use std::process::Output;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
@@ -124,19 +124,7 @@ impl Env {
         if !self.target.is_real() {
             return;
         }
-        let client = self.target.client();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
-        let _ = pods
-            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
-            .await;
-        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
-        let nodes: Api<Node> = Api::all(client.clone());
-        for n in &self.nodes {
-            let _ = nrts.delete(n, &DeleteParams::default()).await;
-            let _ = nodes.delete(n, &DeleteParams::default()).await;
-        }
-        let namespaces: Api<Namespace> = Api::all(client);
-        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+        self.target.delete_test_objects(&self.ns, &self.nodes).await;
     }
 }
 

@@ -23,11 +23,8 @@ use numaplane::nrt::{NodeResourceTopology, attr};
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, NumaNode, TopologyInfo,
 };
-use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{
-    Agent, ApiTarget, allocator_exporter_args, metric_value, scheduler_run_args, unique_name,
-};
+use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -102,44 +99,23 @@ async fn a_late_plugins_devices_reach_the_nrt_within_a_second_and_pods_wait_for_
     let nodes: Api<Node> = Api::all(client.clone());
 
     // The kubelet before any device plugin: CPUs only, no registration socket yet.
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugins).unwrap();
+    let gpus: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
+    let pool_devices: Vec<_> = gpus
+        .iter()
+        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
+        .collect();
+    let files = NodeFiles::new(&json!({"pools": [{"resource": GPU, "devices": pool_devices}]})).unwrap();
     let cpus_only = AllocatableResourcesResponse {
         cpu_ids: (0..32).collect(),
         devices: vec![],
         memory: vec![],
     };
-    let podres = FakeKubelet::start(
-        &dir.path().join("podres.sock"),
-        cpus_only.clone(),
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let gpus: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
-    let pools = dir.path().join("pools.yaml");
-    let pool_devices: Vec<_> = gpus
-        .iter()
-        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
-        .collect();
-    std::fs::write(
-        &pools,
-        json!({"pools": [{"resource": GPU, "devices": pool_devices}]}).to_string(),
-    )
-    .unwrap();
+    let podres = files.podres(cpus_only.clone()).await.unwrap();
     // A resync far beyond the test: only the new triggers can bring the devices in.
-    let exporter_args = allocator_exporter_args(
-        &node,
-        &dir.path().join("podres.sock"),
-        api.kubeconfig(),
-        &pools,
-        &plugins,
-        &["--resync-interval", "10m"],
-    );
-    let mut exporter = Agent::spawn_exporter("run", &exporter_args).unwrap();
-    exporter.wait_serving(WAIT).await.unwrap();
+    let mut exporter = files
+        .exporter(&node, api.kubeconfig(), &["--resync-interval", "10m"], WAIT)
+        .await
+        .unwrap();
     // The first scan's object: no GPUs, and the promise to describe the Node's resources.
     let first = api
         .wait_nrt(&node, WAIT, |n| n.node_level_resources().is_some())
@@ -153,7 +129,7 @@ async fn a_late_plugins_devices_reach_the_nrt_within_a_second_and_pods_wait_for_
     scheduler.wait_serving(WAIT).await.unwrap();
 
     // The device plugin side of the kubelet comes up: the allocator registers.
-    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let dp = files.device_kubelet().await.unwrap();
     let deadline = Instant::now() + WAIT;
     while dp.devices(GPU).is_empty() {
         assert!(

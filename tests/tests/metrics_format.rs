@@ -10,11 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use numaplane::proto::podresources::AllocatableResourcesResponse;
-use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{
-    Agent, ApiTarget, allocator_exporter_args, http_get_accept, scheduler_run_args, unique_name,
-};
+use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::{Agent, ApiTarget, http_get_accept, scheduler_run_args, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -82,38 +79,22 @@ async fn both_components_serve_the_format_asked_for_and_promtool_is_clean() {
     let api = ApiTarget::start().await.unwrap();
     let node = unique_name("np-e2e-metrics");
     api.create_node(&node).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
-    let podres = FakeKubelet::start(
-        &dir.path().join("podres.sock"),
-        AllocatableResourcesResponse {
+    let files = NodeFiles::new(
+        &json!({"pools": [{"resource": "example.com/cam", "capacity": 2, "devices": [{"id": "cam", "numaNode": 0}]}]}),
+    )
+    .unwrap();
+    let dp = files.device_kubelet().await.unwrap();
+    let podres = files
+        .podres(AllocatableResourcesResponse {
             cpu_ids: (0..32).collect(),
             ..Default::default()
-        },
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let pools = dir.path().join("pools.yaml");
-    std::fs::write(
-        &pools,
-        json!({"pools": [{"resource": "example.com/cam", "capacity": 2, "devices": [{"id": "cam", "numaNode": 0}]}]})
-            .to_string(),
-    )
-    .unwrap();
-    let args = allocator_exporter_args(
-        &node,
-        &dir.path().join("podres.sock"),
-        api.kubeconfig(),
-        &pools,
-        &plugins,
-        &["--resync-interval", "200ms"],
-    );
-    let mut exporter = Agent::spawn_exporter("run", &args).unwrap();
-    exporter.wait_serving(WAIT).await.unwrap();
+        })
+        .await
+        .unwrap();
+    let exporter = files
+        .exporter(&node, api.kubeconfig(), &["--resync-interval", "200ms"], WAIT)
+        .await
+        .unwrap();
     dp.wait_registered("example.com/cam", 1, WAIT).await.unwrap();
     let mut scheduler = Agent::spawn_scheduler("run", &scheduler_run_args(api.kubeconfig())).unwrap();
     scheduler.wait_serving(WAIT).await.unwrap();

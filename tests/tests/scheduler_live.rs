@@ -18,17 +18,17 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt as _, watcher},
 };
 use numaplane::allocation::{ANNOTATION, Allocation};
-use numaplane::{fingerprint, nrt::NodeResourceTopology};
+use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
     fake_api::{FakeApiServer, StoreChange},
-    harness::{Agent, ApiTarget, http_post, metric_value, unique_name},
+    harness::{Agent, ApiTarget, http_post, metric_value, nrt, unique_name},
 };
 use numaplane_scheduler::{
     cluster::{Cluster, Config},
@@ -90,38 +90,21 @@ impl Env {
                 .map(|d| format!("g{z}{d}"))
                 .filter(|id| !taken[z].contains(&id.as_str()))
                 .collect();
-            json!({
-                "name": format!("node-{z}"), "type": "Node",
-                "resources": [
-                    {"name": "cpu", "capacity": "4", "allocatable": "4", "available": cpus[z].to_string()},
-                    {"name": "memory", "capacity": "16Gi", "allocatable": "16Gi", "available": "16Gi"},
-                    {"name": GPU, "capacity": "2", "allocatable": "2", "available": free.len().to_string()}
+            let mut zone = nrt::zone(
+                z,
+                vec![
+                    nrt::resource("cpu", "4", &cpus[z].to_string()),
+                    nrt::resource("memory", "16Gi", "16Gi"),
+                    nrt::resource(GPU, "2", &free.len().to_string()),
                 ],
-                "attributes": [{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]
-            })
+            );
+            zone["attributes"] =
+                json!([{"name": format!("numaplane.io/free-devices.{GPU}"), "value": free.join(",")}]);
+            zone
         };
-        let fp = fingerprint::compute(pods.iter().map(|k| k.split_once('/').unwrap()));
-        let nrt: NodeResourceTopology = serde_json::from_value(json!({
-            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": node, "labels": {"numaplane.io/e2e": "true"}},
-            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-            "attributes": [
-                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                {"name": "topologyManagerScope", "value": "container"},
-                {"name": "nodeTopologyPodsFingerprint", "value": fp},
-                {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
-            ],
-            "zones": [zone(0), zone(1)]
-        }))
-        .unwrap();
-        let api: Api<NodeResourceTopology> = Api::all(self.target.client());
-        api.patch(
-            node,
-            &PatchParams::apply("numaplane-e2e").force(),
-            &Patch::Apply(&nrt),
-        )
-        .await
-        .unwrap();
+        nrt::publish(self.target.client(), node, pods, vec![zone(0), zone(1)])
+            .await
+            .unwrap();
     }
 
     /// Creates pending pods `name-<i>` (Guaranteed: `cpu` CPUs, 1Gi, `gpus` GPUs).
@@ -198,25 +181,14 @@ impl Env {
 
     async fn start(&self, extra: &[&str]) -> Agent {
         let mut s = Agent::spawn_scheduler("run", &self.args(extra)).unwrap();
+        s.set_wait(WAIT);
         s.wait_serving(WAIT).await.unwrap();
         s
     }
 
     /// Deletes what the test created (a real cluster keeps it otherwise).
     async fn cleanup(&self) {
-        let client = self.target.client();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
-        let _ = pods
-            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
-            .await;
-        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
-        let nodes: Api<Node> = Api::all(client.clone());
-        for n in &self.nodes {
-            let _ = nrts.delete(n, &DeleteParams::default()).await;
-            let _ = nodes.delete(n, &DeleteParams::default()).await;
-        }
-        let namespaces: Api<Namespace> = Api::all(client);
-        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+        self.target.delete_test_objects(&self.ns, &self.nodes).await;
     }
 }
 
@@ -383,14 +355,8 @@ async fn binds_every_pod_that_fits_where_the_model_predicts() {
     assert_not_oversubscribed(&bound);
     // The 4 that fit nowhere are reported as kube-scheduler does.
     let unschedulable = sched
-        .wait_metric(
-            "numaplane_scheduler_schedule_attempts_total",
-            &[("result", "unschedulable")],
-            WAIT,
-            |v| v >= 4.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 4")
+        .await;
     assert!(unschedulable >= 4.0);
     let deadline = Instant::now() + WAIT;
     loop {
@@ -489,10 +455,7 @@ async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
     env.create_pods("a", 2, 2, 1).await;
     let sched = env.start(&[]).await;
     let bound = env.wait_bound(2, &sched).await;
-    sched
-        .wait_metric("numaplane_scheduler_assumed_pods", &[], WAIT, |v| v == 2.0)
-        .await
-        .unwrap();
+    sched.until("numaplane_scheduler_assumed_pods == 2").await;
     // The kubelet admitted both: the exporter publishes what they hold and their names.
     let mut cpus = [ZONE_CPUS; 2];
     let mut taken: [Vec<String>; 2] = Default::default();
@@ -507,32 +470,17 @@ async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
     let t1: Vec<&str> = taken[1].iter().map(String::as_str).collect();
     let names: Vec<String> = bound.iter().map(key).collect();
     env.publish_nrt(&env.nodes[0], &cpus, &[&t0, &t1], &names).await;
+    sched.until("numaplane_scheduler_assumed_pods == 0").await;
     sched
-        .wait_metric("numaplane_scheduler_assumed_pods", &[], WAIT, |v| v == 0.0)
-        .await
-        .unwrap();
-    sched
-        .wait_metric(
-            "numaplane_scheduler_assumptions_ended_total",
-            &[("reason", "confirmed")],
-            WAIT,
-            |v| v == 2.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_assumptions_ended_total{reason=confirmed} == 2")
+        .await;
     // Counted once: exactly two more such pods fit on the node.
     env.create_pods("b", 3, 2, 1).await;
     let bound = env.wait_bound(4, &sched).await;
     assert_not_oversubscribed(&bound);
     sched
-        .wait_metric(
-            "numaplane_scheduler_schedule_attempts_total",
-            &[("result", "unschedulable")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 1")
+        .await;
     assert_eq!(env.bound().await.len(), 4);
     env.cleanup().await;
 }
@@ -553,14 +501,8 @@ async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
     assert_eq!(bound.len(), 16);
     assert_not_oversubscribed(&bound);
     sched
-        .wait_metric(
-            "numaplane_scheduler_binding_errors_total",
-            &[("reason", "server_error")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_binding_errors_total{reason=server_error} >= 1")
+        .await;
     env.cleanup().await;
 }
 
@@ -585,14 +527,8 @@ async fn a_scheduler_killed_mid_run_restarts_without_double_booking() {
     let second = env.start(&[]).await;
     env.wait_bound(16, &second).await;
     second
-        .wait_metric(
-            "numaplane_scheduler_schedule_attempts_total",
-            &[("result", "unschedulable")],
-            WAIT,
-            |v| v >= 4.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 4")
+        .await;
     let bound = env.bound().await;
     assert_eq!(bound.len(), 16);
     assert_not_oversubscribed(&bound);
@@ -645,10 +581,7 @@ async fn two_replicas_one_leader_and_a_takeover() {
     leader.kill();
     let killed = Instant::now();
     env.create_pods("second", 8, 2, 1).await;
-    follower
-        .wait_metric("numaplane_scheduler_leader", &[], WAIT, |v| v == 1.0)
-        .await
-        .unwrap();
+    follower.until("numaplane_scheduler_leader == 1").await;
     assert!(
         killed.elapsed() < Duration::from_secs(4 + 2 + 5),
         "takeover took {:?}",
@@ -754,14 +687,10 @@ async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
     let sched = env.start(&[]).await;
     for reason in ["already_bound", "pod_replaced"] {
         sched
-            .wait_metric(
-                "numaplane_scheduler_binding_errors_total",
-                &[("reason", reason)],
-                WAIT,
-                |v| v == 1.0,
-            )
-            .await
-            .unwrap();
+            .until(&format!(
+                "numaplane_scheduler_binding_errors_total{{reason={reason}}} == 1"
+            ))
+            .await;
     }
     // The zones hold four such pods: a-taken-0 (theirs) and three of the five others. The
     // others are retried after their backoff (1 s, then 2 s): give them the time.
@@ -857,14 +786,8 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
         .unwrap_or(0.0)
     };
     sched
-        .wait_metric(
-            "numaplane_scheduler_schedule_attempts_total",
-            &[("result", "unschedulable")],
-            WAIT,
-            |v| v >= 1.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 1")
+        .await;
     let first = Instant::now();
     // The condition the scheduler wrote is on the pod (so its update has been watched).
     loop {
@@ -892,14 +815,8 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
     assert_eq!(attempts(), 1.0, "retried before its backoff\n{}", sched.stderr());
     // After the backoff it is tried again.
     sched
-        .wait_metric(
-            "numaplane_scheduler_schedule_attempts_total",
-            &[("result", "unschedulable")],
-            WAIT,
-            |v| v >= 2.0,
-        )
-        .await
-        .unwrap();
+        .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 2")
+        .await;
     assert!(
         first.elapsed() >= Duration::from_millis(3500),
         "{:?}",
@@ -959,23 +876,13 @@ async fn a_node_whose_nrt_lags_its_pods_is_stale_until_the_nrt_changes() {
             &[("state", state)],
         )
     };
-    sched
-        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
-            v == 2.0
-        })
-        .await
-        .unwrap();
+    sched.until("numaplane_scheduler_nodes{state=valid} == 2").await;
     let bound_at = Instant::now();
     env.target
         .create_pod(&env.ns, "elsewhere", &env.nodes[0], "Running")
         .await
         .unwrap();
-    sched
-        .wait_metric("numaplane_scheduler_nodes", &[("state", "stale")], WAIT, |v| {
-            v == 1.0
-        })
-        .await
-        .unwrap();
+    sched.until("numaplane_scheduler_nodes{state=stale} == 1").await;
     assert!(
         bound_at.elapsed() >= Duration::from_secs(2),
         "{:?}",
@@ -985,12 +892,7 @@ async fn a_node_whose_nrt_lags_its_pods_is_stale_until_the_nrt_changes() {
     // The exporter publishes what the pod changed: fresh again.
     env.publish_nrt(&env.nodes[0], &[ZONE_CPUS - 1, ZONE_CPUS], &[&[], &[]], &[])
         .await;
-    sched
-        .wait_metric("numaplane_scheduler_nodes", &[("state", "valid")], WAIT, |v| {
-            v == 2.0
-        })
-        .await
-        .unwrap();
+    sched.until("numaplane_scheduler_nodes{state=valid} == 2").await;
     assert_eq!(nodes("stale"), Some(0.0));
     env.cleanup().await;
 }
@@ -1061,6 +963,7 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     let (n0, n1) = (env.nodes[0].clone(), env.nodes[1].clone());
     env.create_pods_for("ext", 5, 3, 1, UNSERVED).await;
     let mut ext = Agent::spawn_scheduler("extender", &env.args(&[])).unwrap();
+    ext.set_wait(WAIT);
     ext.wait_serving(WAIT).await.unwrap();
     let deadline = Instant::now() + WAIT;
     while ext.http_get("/readyz").map(|r| r.0).unwrap_or(0) != 200 {
@@ -1431,14 +1334,8 @@ async fn a_wait_for_first_consumer_claim_is_given_its_node_before_the_binding() 
             "the failed write sent no Binding; the next decision wrote, then bound"
         );
         sched
-            .wait_metric(
-                "numaplane_scheduler_binding_errors_total",
-                &[("reason", "volume_binding")],
-                WAIT,
-                |v| v == 1.0,
-            )
-            .await
-            .unwrap();
+            .until("numaplane_scheduler_binding_errors_total{reason=volume_binding} == 1")
+            .await;
     }
     // A claim is fully modelled, attach limits included: no UnsupportedConstraint warning.
     assert!(

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
-use numaplane::{allocation::Allocation, fingerprint, nrt::NodeResourceTopology};
-use numaplane_e2e::harness::{Agent, ApiTarget, unique_name};
+use numaplane::{allocation::Allocation, nrt::NodeResourceTopology};
+use numaplane_e2e::harness::{Agent, ApiTarget, nrt, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -47,37 +47,18 @@ impl Env {
     /// The node's NRT: free CPUs per zone, the pods the kubelet reports (fingerprint).
     async fn publish_nrt(&self, free: [i64; 2], pods: &[&str]) {
         let zone = |z: usize| {
-            json!({
-                "name": format!("node-{z}"), "type": "Node",
-                "resources": [
-                    {"name": "cpu", "capacity": "4", "allocatable": "4", "available": free[z].to_string()},
-                    {"name": "memory", "capacity": "16Gi", "allocatable": "16Gi", "available": "16Gi"}
-                ]
-            })
+            nrt::zone(
+                z,
+                vec![
+                    nrt::resource("cpu", "4", &free[z].to_string()),
+                    nrt::resource("memory", "16Gi", "16Gi"),
+                ],
+            )
         };
         let keys: Vec<String> = pods.iter().map(|p| format!("{}/{p}", self.ns)).collect();
-        let fp = fingerprint::compute(keys.iter().map(|k| k.split_once('/').unwrap()));
-        let nrt: NodeResourceTopology = serde_json::from_value(json!({
-            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": self.node, "labels": {"numaplane.io/e2e": "true"}},
-            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-            "attributes": [
-                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                {"name": "topologyManagerScope", "value": "container"},
-                {"name": "nodeTopologyPodsFingerprint", "value": fp},
-                {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
-            ],
-            "zones": [zone(0), zone(1)]
-        }))
-        .unwrap();
-        let api: Api<NodeResourceTopology> = Api::all(self.target.client());
-        api.patch(
-            &self.node,
-            &PatchParams::apply("numaplane-e2e").force(),
-            &Patch::Apply(&nrt),
-        )
-        .await
-        .unwrap();
+        nrt::publish(self.target.client(), &self.node, &keys, vec![zone(0), zone(1)])
+            .await
+            .unwrap();
     }
 
     /// A Guaranteed pod of `cpus` CPUs at `priority`; bound to the node on `zone` (with the

@@ -9,13 +9,10 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::{
-    Api,
-    api::{Patch, PatchParams, PostParams},
-};
-use numaplane::nrt::{CRD_MISSING, NodeResourceTopology};
+use kube::{Api, api::PostParams};
+use numaplane::nrt::CRD_MISSING;
 use numaplane_e2e::control_plane;
-use numaplane_e2e::harness::{Agent, ApiTarget};
+use numaplane_e2e::harness::{Agent, ApiTarget, nrt};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -90,7 +87,7 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
     let pods: Api<Pod> = Api::namespaced(target.client(), "np");
     create_pod(&pods, "before-crd").await;
     assert_eq!(wait_bound(&pods, "before-crd", &sched).await, "n0");
-    sched.wait_metric(METRIC, &[], WAIT, |v| v == 0.0).await.unwrap();
+    sched.wait_until(&format!("{METRIC} == 0"), WAIT).await.unwrap();
     let (status, body) = sched.http_get("/readyz").unwrap();
     assert_eq!(status, 200, "ready means can serve: {body}");
     assert!(body.contains(CRD_MISSING), "{body}");
@@ -115,29 +112,20 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
         (None, Some(cp)) => cp.install_nrt_crd().unwrap(),
         (None, None) => unreachable!("the kit's control plane or the fake"),
     }
-    sched.wait_metric(METRIC, &[], WAIT, |v| v == 1.0).await.unwrap();
+    sched.wait_until(&format!("{METRIC} == 1"), WAIT).await.unwrap();
     let (status, body) = sched.http_get("/readyz").unwrap();
     assert_eq!((status, body.as_str()), (200, "ok\n"));
 
     // An NRT whose only zone has no CPU left now keeps the next pod pending: NRTs are read.
-    let nrt: NodeResourceTopology = serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-        "metadata": {"name": "n0"},
-        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-            {"name": "topologyManagerScope", "value": "container"}
+    let zone = nrt::zone(
+        0,
+        vec![
+            nrt::resource("cpu", "8", "0"),
+            nrt::resource("memory", "32Gi", "31Gi"),
         ],
-        "zones": [{"name": "node-0", "type": "Node", "resources": [
-            {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "0"},
-            {"name": "memory", "capacity": "32Gi", "allocatable": "32Gi", "available": "31Gi"}
-        ]}]
-    }))
-    .unwrap();
-    Api::<NodeResourceTopology>::all(target.client())
-        .patch("n0", &PatchParams::apply("e2e").force(), &Patch::Apply(&nrt))
-        .await
-        .unwrap();
+    );
+    let body = nrt::single_numa_node(json!({"name": "n0"}), &[], vec![zone]);
+    nrt::apply(target.client(), "e2e", body).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     create_pod(&pods, "after-crd").await;
     tokio::time::sleep(Duration::from_secs(2)).await;

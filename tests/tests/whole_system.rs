@@ -497,14 +497,11 @@ async fn real_cluster(api: &ApiTarget) {
         })
         .await;
     }
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
-    let mismatched: BTreeSet<String> = events
-        .list(&ListParams::default())
+    let mismatched: BTreeSet<String> = api
+        .events_with_reason(&ns, "AllocationMismatch")
         .await
         .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("AllocationMismatch"))
         .filter_map(|e| e.regarding.and_then(|r| r.name))
         .collect();
     assert!(mismatched.is_empty(), "prediction mismatches: {mismatched:?}");

@@ -16,6 +16,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
+pub mod kubelet;
+pub mod node;
+pub mod nrt;
+
 use crate::fake_api::FakeApiServer;
 
 pub use crate::control_plane::{HarnessError, REAL_CLUSTER_ENV};
@@ -246,6 +250,43 @@ impl ApiTarget {
         }
     }
 
+    /// Deletes a test's objects: every pod of `namespace` (no grace period), the NRTs and
+    /// Nodes named `nodes`, then the namespace. Errors are ignored: what is gone is gone.
+    pub async fn delete_test_objects(&self, namespace: &str, nodes: &[String]) {
+        let client = self.client();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let _ = pods
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &kube::api::ListParams::default(),
+            )
+            .await;
+        let nrts: Api<NodeResourceTopology> = Api::all(client.clone());
+        let node_api: Api<Node> = Api::all(client.clone());
+        for n in nodes {
+            let _ = nrts.delete(n, &DeleteParams::default()).await;
+            let _ = node_api.delete(n, &DeleteParams::default()).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(client);
+        let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
+    }
+
+    /// The events.k8s.io Events of `namespace` with `reason`.
+    pub async fn events_with_reason(
+        &self,
+        namespace: &str,
+        reason: &str,
+    ) -> Result<Vec<k8s_openapi::api::events::v1::Event>, HarnessError> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client(), namespace);
+        Ok(events
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect())
+    }
+
     /// Removes what a test created on a real cluster (the fake is dropped whole).
     pub async fn cleanup(&self, node: &str, namespace: &str) {
         if !self.is_real() {
@@ -347,7 +388,12 @@ pub struct Agent {
     metrics: SocketAddr,
     stderr_path: PathBuf,
     _dir: tempfile::TempDir,
+    /// How long [`Agent::until`] waits.
+    wait: Duration,
 }
+
+/// How long [`Agent::until`] waits unless the test sets its own ([`Agent::set_wait`]).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 impl Agent {
     /// Starts the agent with `args` (after `run`); `--metrics-address` is added. The environment
@@ -424,7 +470,13 @@ impl Agent {
             metrics,
             stderr_path,
             _dir: dir,
+            wait: DEFAULT_WAIT,
         })
+    }
+
+    /// Sets how long [`Agent::until`] waits.
+    pub fn set_wait(&mut self, wait: Duration) {
+        self.wait = wait;
     }
 
     /// The process id.
@@ -485,6 +537,25 @@ impl Agent {
         }
     }
 
+    /// Waits until `condition` holds (see [`MetricCondition`], e.g.
+    /// `numaplane_scheduler_nodes{state=valid} == 2`); returns the sample's value.
+    pub async fn wait_until(&self, condition: &str, timeout: Duration) -> Result<f64, HarnessError> {
+        let c = MetricCondition::parse(condition)?;
+        let labels: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.wait_metric(&c.name, &labels, timeout, |v| c.holds(v)).await
+    }
+
+    /// [`Agent::wait_until`] with the agent's own wait ([`DEFAULT_WAIT`] or [`Agent::set_wait`]);
+    /// returns the sample's value. A test step: it fails the test, with the last scrape and
+    /// the agent's log, when the condition does not hold in time.
+    #[allow(clippy::panic)]
+    pub async fn until(&self, condition: &str) -> f64 {
+        match self.wait_until(condition, self.wait).await {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// Waits until `metric{labels}` satisfies `pred`; returns its value.
     pub async fn wait_metric<F: Fn(f64) -> bool>(
         &self,
@@ -518,6 +589,68 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A condition on one metric sample, written `name{label=value,…} OP number` (labels
+/// optional, values unquoted; OP one of `==`, `>=`, `>`, `<=`, `<`): a wait reads as the
+/// assertion it makes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricCondition {
+    /// The sample's name.
+    pub name: String,
+    /// Labels the sample must carry (it may carry more).
+    pub labels: Vec<(String, String)>,
+    /// The comparison.
+    pub op: String,
+    /// The number compared with.
+    pub value: f64,
+}
+
+impl MetricCondition {
+    /// Parses `name{label=value,…} OP number`.
+    pub fn parse(text: &str) -> Result<MetricCondition, HarnessError> {
+        let bad = || -> HarnessError {
+            format!("metric condition {text:?}: want `name{{k=v,…}} OP number`").into()
+        };
+        let (selector, rest) = text.trim().split_once(' ').ok_or_else(bad)?;
+        let (op, value) = rest.trim().split_once(' ').ok_or_else(bad)?;
+        if !["==", ">=", ">", "<=", "<"].contains(&op) {
+            return Err(bad());
+        }
+        let value: f64 = value.trim().parse().map_err(|_| bad())?;
+        let (name, labels) = match selector.split_once('{') {
+            None => (selector, Vec::new()),
+            Some((name, list)) => {
+                let list = list.strip_suffix('}').ok_or_else(bad)?;
+                let labels = list
+                    .split(',')
+                    .map(|kv| {
+                        kv.split_once('=')
+                            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                            .ok_or_else(bad)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                (name, labels)
+            }
+        };
+        Ok(MetricCondition {
+            name: name.to_owned(),
+            labels,
+            op: op.to_owned(),
+            value,
+        })
+    }
+
+    /// Whether a sample of value `v` meets the condition.
+    pub fn holds(&self, v: f64) -> bool {
+        match self.op.as_str() {
+            "==" => v == self.value,
+            ">=" => v >= self.value,
+            ">" => v > self.value,
+            "<=" => v <= self.value,
+            _ => v < self.value,
+        }
     }
 }
 
@@ -684,4 +817,40 @@ pub fn scheduler_run_args(kubeconfig: &Path) -> Vec<String> {
     .iter()
     .map(|s| (*s).to_owned())
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::MetricCondition;
+
+    #[test]
+    fn a_metric_condition_reads_name_labels_comparison_and_number() {
+        let c = MetricCondition::parse("numaplane_x_total{kind=crd_missing,resource=example.com/gpu} >= 2")
+            .unwrap();
+        assert_eq!(c.name, "numaplane_x_total");
+        assert_eq!(
+            c.labels,
+            [
+                ("kind".into(), "crd_missing".into()),
+                ("resource".into(), "example.com/gpu".into())
+            ]
+        );
+        assert!(c.holds(2.0) && c.holds(3.0) && !c.holds(1.0));
+        let eq = MetricCondition::parse("numaplane_stale == 0").unwrap();
+        assert!(eq.labels.is_empty());
+        assert!(eq.holds(0.0) && !eq.holds(1.0));
+        assert!(MetricCondition::parse("numaplane_y < 1").unwrap().holds(0.5));
+        assert!(!MetricCondition::parse("numaplane_y > 1").unwrap().holds(1.0));
+        assert!(MetricCondition::parse("numaplane_y <= 1").unwrap().holds(1.0));
+        for bad in [
+            "numaplane_y",
+            "numaplane_y = 1",
+            "numaplane_y == x",
+            "n{k} == 1",
+            "n{k=v == 1",
+        ] {
+            assert!(MetricCondition::parse(bad).is_err(), "{bad}");
+        }
+    }
 }
