@@ -353,10 +353,7 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                 .claim_call("resourceclaim", api.replace(&name, &post_params(), &claim))
                 .await
             {
-                Ok(c) => {
-                    claim = c;
-                    from_api = true;
-                }
+                Ok(c) => claim = c,
                 Err(e) if conflict(&e) => {
                     claim = writer.get_claim(pod.namespace, &name).await?;
                     from_api = true;
