@@ -130,9 +130,7 @@ fn claim(name: &str) -> Value {
 /// The pod stream: (CPUs, claims) per pod.
 fn stream(pods: usize) -> Vec<(usize, usize)> {
     let mut rng = Rng(0x5EED_0001);
-    (0..pods)
-        .map(|_| (1 + rng.below(8), 1 + rng.below(2)))
-        .collect()
+    (0..pods).map(|_| (1 + rng.below(8), 1 + rng.below(2))).collect()
 }
 
 fn claim_name(p: usize, k: usize) -> String {
@@ -153,7 +151,8 @@ fn pod(p: usize, cpus: usize, claims: usize) -> Value {
 }
 
 fn write_list(path: &Path, items: Vec<Value>) {
-    let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
+    let list =
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
     std::fs::write(path, serde_json::to_vec(&list).unwrap()).unwrap();
 }
 
@@ -261,7 +260,11 @@ fn main() {
     let pods_path = dir.join("pods.json");
     write_list(
         &pods_path,
-        stream.iter().enumerate().map(|(p, &(c, k))| pod(p, c, k)).collect(),
+        stream
+            .iter()
+            .enumerate()
+            .map(|(p, &(c, k))| pod(p, c, k))
+            .collect(),
     );
     let first_path = dir.join("first-pod.json");
     write_list(&first_path, vec![pod(0, stream[0].0, stream[0].1)]);
@@ -272,7 +275,15 @@ fn main() {
     );
     println!(
         "{:>4} {:>8} {:>9} {:>16} {:>16} {:>7} {:>7} {:>7} {:>9}  verdicts",
-        "NUMA", "mode", "placed", "claims aligned", "pods aligned", "wall s", "read s", "pods/s", "net pods/s"
+        "NUMA",
+        "mode",
+        "placed",
+        "claims aligned",
+        "pods aligned",
+        "wall s",
+        "read s",
+        "pods/s",
+        "net pods/s"
     );
     let mut failures = Vec::new();
     for zones in [2, 4, 8] {
@@ -287,7 +298,13 @@ fn main() {
         }
         let cluster = dir.join(format!("cluster-{zones}numa.json"));
         write_list(&cluster, items);
-        let read = run(bin, &cluster, &first_path, "Ignore", &dir.join(format!("report-{zones}numa-read.json")));
+        let read = run(
+            bin,
+            &cluster,
+            &first_path,
+            "Ignore",
+            &dir.join(format!("report-{zones}numa-read.json")),
+        );
         for mode in ["Required", "Ignore"] {
             let out = dir.join(format!("report-{zones}numa-{mode}.json"));
             let wall = run(bin, &cluster, &pods_path, mode, &out);
@@ -315,7 +332,11 @@ fn main() {
                 t.wall,
                 read,
                 t.pods as f64 / t.wall,
-                if t.wall > read { format!("{:.0}", t.pods as f64 / (t.wall - read)) } else { "-".to_owned() },
+                if t.wall > read {
+                    format!("{:.0}", t.pods as f64 / (t.wall - read))
+                } else {
+                    "-".to_owned()
+                },
                 t.verdicts
             );
         }
