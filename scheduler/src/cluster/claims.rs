@@ -154,29 +154,6 @@ impl Cluster {
         let key = pod.key();
         let share = |c: usize, r: usize| share_id(&key, c, r);
         let cons = self.constraints.prepare(&pod.facts, || self.nodes().collect());
-        if !explain && cons.is_none() {
-            // The best node by the cached NUMA verdicts first, found in one pass: the claims
-            // fit there unless its devices are taken, and the full order below is not built.
-            let best = self.with_cache(|shapes| match shapes {
-                Some(shapes) => self.best_cached(cfg, prepared, shapes),
-                None => self.best_uncached(cfg, prepared),
-            });
-            if let Some((slot, score)) = best
-                && let Some(n) = self.slots.get(slot).and_then(Option::as_ref)
-            {
-                match self.dra.allocate_on(&resolved, &n.name, &n.labels, &share) {
-                    Ok(Ok(claims)) => {
-                        return (
-                            self.decision_on(prepared, n.name.clone(), score),
-                            ClaimsOutcome { claims, error: None },
-                        );
-                    }
-                    Ok(Err(_)) => {}
-                    Err(e) if e.is_node_error() => {}
-                    Err(e) => return self.claims_failed(pod, n, e),
-                }
-            }
-        }
         let nodes: Vec<&NodeBasics> = self.nodes().collect();
         if !explain && cons.is_none() {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
