@@ -45,22 +45,7 @@ pub struct PciLocalityError {
 /// Encodes ranges in the wire form, sorted; adjacent ranges of one domain and NUMA node are
 /// merged so that the attribute stays small.
 pub fn join_pci_locality(ranges: &[PciBusRange]) -> String {
-    let mut sorted = ranges.to_vec();
-    sorted.sort();
-    sorted.dedup();
-    let mut merged: Vec<PciBusRange> = Vec::with_capacity(sorted.len());
-    for r in sorted {
-        if let Some(last) = merged.last_mut()
-            && last.domain == r.domain
-            && last.numa_node == r.numa_node
-            && u16::from(last.last_bus) + 1 >= u16::from(r.first_bus)
-        {
-            last.last_bus = last.last_bus.max(r.last_bus);
-            continue;
-        }
-        merged.push(r);
-    }
-    merged
+    merge_pci_ranges(ranges.to_vec())
         .iter()
         .map(|r| {
             if r.first_bus == r.last_bus {
@@ -74,6 +59,25 @@ pub fn join_pci_locality(ranges: &[PciBusRange]) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Sorts ranges and merges those of one domain and NUMA node that overlap or touch, as the
+/// wire form carries them.
+pub fn merge_pci_ranges(mut ranges: Vec<PciBusRange>) -> Vec<PciBusRange> {
+    ranges.sort();
+    let mut merged: Vec<PciBusRange> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        if let Some(last) = merged.last_mut()
+            && last.domain == r.domain
+            && last.numa_node == r.numa_node
+            && u16::from(r.first_bus) <= u16::from(last.last_bus) + 1
+        {
+            last.last_bus = last.last_bus.max(r.last_bus);
+            continue;
+        }
+        merged.push(r);
+    }
+    merged
 }
 
 /// Decodes [`join_pci_locality`]. Empty: no entries (a node without PCI locality).

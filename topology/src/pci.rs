@@ -77,19 +77,7 @@ pub(crate) fn normalize_locality(mut ranges: Vec<PciBusRange>) -> Vec<PciBusRang
     }
     // Ranges of one node may still overlap (nested host bridges) or touch: merge them as the
     // wire form does, so that the model and its published value are the same ranges.
-    let mut merged: Vec<PciBusRange> = Vec::with_capacity(kept.len());
-    for r in kept {
-        if let Some(last) = merged.last_mut()
-            && last.domain == r.domain
-            && last.numa_node == r.numa_node
-            && u16::from(r.first_bus) <= u16::from(last.last_bus) + 1
-        {
-            last.last_bus = last.last_bus.max(r.last_bus);
-            continue;
-        }
-        merged.push(r);
-    }
-    merged
+    numaplane::pci_locality::merge_pci_ranges(kept)
 }
 
 #[cfg(test)]

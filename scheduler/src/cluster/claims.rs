@@ -327,30 +327,24 @@ impl Cluster {
             .iter()
             .chain(&pod.containers)
             .any(|c| !c.claims.is_empty());
-        let topo = match self.topology(&n.name) {
-            TopologyState::Valid(t) if names_claims => t,
-            _ => {
-                return Ok(self
-                    .dra
-                    .allocate_on(resolved, &n.name, &n.labels, share)?
-                    .map(|c| (c, 0))
-                    .map_err(|reason| NotHere {
-                        reason,
-                        alignment: false,
-                    }));
-            }
-        };
-        let (placement, _) = self.placement_in(prepared, &n.name, topo);
-        let Some(placement) = placement else {
-            // The NUMA filter rejects the node before; nothing to align with.
-            return Ok(self
+        let unaligned = || {
+            Ok(self
                 .dra
                 .allocate_on(resolved, &n.name, &n.labels, share)?
                 .map(|c| (c, 0))
                 .map_err(|reason| NotHere {
                     reason,
                     alignment: false,
-                }));
+                }))
+        };
+        let topo = match self.topology(&n.name) {
+            TopologyState::Valid(t) if names_claims => t,
+            _ => return unaligned(),
+        };
+        let (placement, _) = self.placement_in(prepared, &n.name, topo);
+        let Some(placement) = placement else {
+            // The NUMA filter rejects the node before; nothing to align with.
+            return unaligned();
         };
         let containers = containers_numa(pod, &placement);
         let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);

@@ -141,7 +141,9 @@ struct InFlight {
     written_rv: Option<u64>,
 }
 
-fn resource_version(claim: &ResourceClaim) -> u64 {
+/// A claim's `metadata.resourceVersion` as a number (0 when absent or not a number), the
+/// comparison kube-scheduler's assume cache makes.
+pub fn resource_version(claim: &ResourceClaim) -> u64 {
     claim
         .metadata
         .resource_version

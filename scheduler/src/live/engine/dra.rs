@@ -225,15 +225,6 @@ pub struct Reserved {
     pub resource_version: u64,
 }
 
-fn rv_of(claim: &ResourceClaim) -> u64 {
-    claim
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The pod a binding reserves claims for.
 #[derive(Clone, Copy, Debug)]
 pub struct PodRef<'a> {
@@ -340,7 +331,7 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                 name,
                 allocated: false,
                 appended: false,
-                resource_version: rv_of(&claim),
+                resource_version: crate::dra::state::resource_version(&claim),
             });
         }
         if !claim.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER) {
@@ -400,7 +391,7 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                     name,
                     allocated,
                     appended: true,
-                    resource_version: rv_of(&c),
+                    resource_version: crate::dra::state::resource_version(&c),
                 });
             }
             Err(e) if conflict(&e) => {
