@@ -34,6 +34,8 @@ const GRANTS: &[(&str, &str, &str)] = &[
     ("", "nodes/configz", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
+    ("resource.k8s.io", "resourceslices", "list"),
+    ("resource.k8s.io", "resourceslices", "watch"),
     ("topology.node.k8s.io", "noderesourcetopologies", "list"),
     ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
     ("topology.node.k8s.io", "noderesourcetopologies", "create"),
