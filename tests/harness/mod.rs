@@ -16,6 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
+pub mod bench;
 pub mod kubelet;
 pub mod node;
 pub mod nrt;
@@ -287,6 +288,18 @@ impl ApiTarget {
             .collect())
     }
 
+    /// The events.k8s.io Events of `namespace` with `reason` about the object named `name`.
+    pub async fn events_about(
+        &self,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+    ) -> Result<Vec<k8s_openapi::api::events::v1::Event>, HarnessError> {
+        let mut events = self.events_with_reason(namespace, reason).await?;
+        events.retain(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name));
+        Ok(events)
+    }
+
     /// Removes what a test created on a real cluster (the fake is dropped whole).
     pub async fn cleanup(&self, node: &str, namespace: &str) {
         if !self.is_real() {
@@ -556,6 +569,29 @@ impl Agent {
         }
     }
 
+    /// Waits until `/readyz` answers 200, within the agent's own wait.
+    pub async fn wait_ready(&self) {
+        self.eventually(Duration::from_millis(50), || async {
+            match self.http_get("/readyz") {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("not ready: {other:?}")),
+            }
+        })
+        .await;
+    }
+
+    /// [`eventually`] with the agent's own wait: a failure also shows the agent's log.
+    pub async fn eventually<T, F, Fut>(&self, every: Duration, probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        match poll(self.wait, every, probe).await {
+            Ok(v) => v,
+            Err(seen) => panic!("{seen}\n{}", self.stderr()),
+        }
+    }
+
     /// Waits until `metric{labels}` satisfies `pred`; returns its value.
     pub async fn wait_metric<F: Fn(f64) -> bool>(
         &self,
@@ -674,6 +710,56 @@ pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// Calls `probe` every `every` until it answers `Ok`, and returns what it answered; once
+/// `timeout` has passed, the last `Err` (what was seen instead).
+pub async fn poll<T, F, Fut>(timeout: Duration, every: Duration, mut probe: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = match probe().await {
+            Ok(v) => return Ok(v),
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("after {timeout:?}: {seen}"));
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`poll`] as a test step: fails the test with what was seen when `timeout` has passed.
+pub async fn eventually<T, F, Fut>(timeout: Duration, every: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    match poll(timeout, every, probe).await {
+        Ok(v) => v,
+        Err(seen) => panic!("{seen}"),
+    }
+}
+
+/// Asserts that `condition` (see [`MetricCondition`], e.g.
+/// `numaplane_exporter_nrt_writes_total{result=success} == 1`) holds in the scrape `text`: a
+/// sample of that name with those labels exists and its value compares as written. A failure
+/// shows the scrape.
+#[track_caller]
+pub fn assert_metric(text: &str, condition: &str) {
+    let c = match MetricCondition::parse(condition) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let labels: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let value = metric_value(text, &c.name, &labels);
+    assert!(
+        value.is_some_and(|v| c.holds(v)),
+        "want {condition}, got {value:?}\n{text}"
+    );
+}
+
 /// Minimal HTTP/1.1 GET with `Connection: close`: (status, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), HarnessError> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
@@ -778,27 +864,41 @@ pub fn allocator_exporter_args(
     device_plugin_dir: &Path,
     extra: &[&str],
 ) -> Vec<String> {
-    let fixture = concat!(
+    let fixture = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../topology/tests/fixtures/2numa.xml"
+    ));
+    let mut args = device_plugin_args(
+        node,
+        podresources_socket,
+        kubeconfig,
+        pools,
+        device_plugin_dir,
+        fixture,
     );
-    let mut args: Vec<String> = vec![
-        "--node-name".into(),
-        node.into(),
-        "--podresources-socket".into(),
-        podresources_socket.display().to_string(),
-        "--topology-xml".into(),
-        fixture.into(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--topology-manager-policy".into(),
-        "single-numa-node".into(),
-        "--pools".into(),
-        pools.display().to_string(),
-        "--device-plugin-dir".into(),
-        device_plugin_dir.display().to_string(),
-    ];
+    args.extend(["--topology-manager-policy".into(), "single-numa-node".into()]);
     args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// Arguments of `numaplane-exporter device-plugin` (the allocator's own flags, which `run
+/// --pools` takes too): the node, its kubelet's sockets, the machine's hwloc XML, the
+/// kubeconfig and the pools file.
+pub fn device_plugin_args(
+    node: &str,
+    podresources_socket: &Path,
+    kubeconfig: &Path,
+    pools: &Path,
+    device_plugin_dir: &Path,
+    topology_xml: &Path,
+) -> Vec<String> {
+    let flag = |name: &str, value: &Path| [format!("--{name}"), value.display().to_string()];
+    let mut args = vec!["--node-name".to_owned(), node.to_owned()];
+    args.extend(flag("podresources-socket", podresources_socket));
+    args.extend(flag("topology-xml", topology_xml));
+    args.extend(flag("kubeconfig", kubeconfig));
+    args.extend(flag("pools", pools));
+    args.extend(flag("device-plugin-dir", device_plugin_dir));
     args
 }
 

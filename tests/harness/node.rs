@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use numaplane::proto::podresources::AllocatableResourcesResponse;
 
-use super::{Agent, allocator_exporter_args};
+use super::{Agent, allocator_exporter_args, device_plugin_args};
 use crate::control_plane::HarnessError;
 use crate::fake_device_kubelet::FakeDeviceKubelet;
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
@@ -57,6 +57,27 @@ impl NodeFiles {
     /// The exporter's flags for `node`: [`allocator_exporter_args`] on these files, then `extra`.
     pub fn exporter_args(&self, node: &str, kubeconfig: &Path, extra: &[&str]) -> Vec<String> {
         allocator_exporter_args(node, &self.socket, kubeconfig, &self.pools, &self.plugins, extra)
+    }
+
+    /// The flags of `numaplane-exporter device-plugin` for `node` on these files, with the
+    /// machine `topology_xml`, then `extra`.
+    pub fn device_plugin_args(
+        &self,
+        node: &str,
+        kubeconfig: &Path,
+        topology_xml: &Path,
+        extra: &[&str],
+    ) -> Vec<String> {
+        let mut args = device_plugin_args(
+            node,
+            &self.socket,
+            kubeconfig,
+            &self.pools,
+            &self.plugins,
+            topology_xml,
+        );
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
     }
 
     /// Spawns `numaplane-exporter run` with [`Self::exporter_args`] and waits until it serves.

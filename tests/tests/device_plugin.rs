@@ -9,6 +9,7 @@
 //! delete cycles with no leak and no failed Allocate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -19,8 +20,9 @@ use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
-use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use numaplane_e2e::harness::{Agent, ApiTarget, allocator_exporter_args, metric_value, unique_name};
+use numaplane_e2e::fake_kubelet::FakeKubelet;
+use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::{Agent, ApiTarget, assert_metric, eventually, unique_name};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -31,7 +33,7 @@ struct Env {
     api: ApiTarget,
     ns: String,
     node: String,
-    dir: tempfile::TempDir,
+    files: NodeFiles,
     dp: FakeDeviceKubelet,
     podres: FakeKubelet,
     agent: Agent,
@@ -78,65 +80,22 @@ impl Env {
         let ns = unique_name("np-dp");
         let node = unique_name("np-dp-node");
         api.create_namespace(&ns).await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let pools = dir.path().join("pools.yaml");
         let gpus: Vec<_> = (0..8)
             .map(|i| json!({"id": format!("g{i}"), "numaNode": i / 4}))
             .collect();
-        std::fs::write(
-            &pools,
-            serde_json::to_string(&json!({"pools": [
-                {"resource": GPU, "devices": gpus, "deviceSpecs": [{"containerPath": "/dev/{device}", "hostPath": "/dev/fake-{device}"}]},
-                {"resource": CAM, "capacity": 2, "devices": [{"id": "cam", "numaNode": 0}], "cdiDevices": ["example.com/cam={device}"]}
-            ]}))
-            .unwrap(),
-        )
+        let files = NodeFiles::new(&json!({"pools": [
+            {"resource": GPU, "devices": gpus, "deviceSpecs": [{"containerPath": "/dev/{device}", "hostPath": "/dev/fake-{device}"}]},
+            {"resource": CAM, "capacity": 2, "devices": [{"id": "cam", "numaNode": 0}], "cdiDevices": ["example.com/cam={device}"]}
+        ]}))
         .unwrap();
-        let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir(&plugins).unwrap();
-        let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
-        let podres = FakeKubelet::start(
-            &dir.path().join("podres.sock"),
-            AllocatableResourcesResponse::default(),
-            vec![],
-            FakeKubeletOptions::default(),
-        )
-        .await
-        .unwrap();
-        let mut args: Vec<String> = [
-            "--pools",
-            pools.to_str().unwrap(),
-            "--device-plugin-dir",
-            plugins.to_str().unwrap(),
-            "--node-name",
-            &node,
-            "--kubeconfig",
-            api.kubeconfig().to_str().unwrap(),
-            "--podresources-socket",
-            dir.path().join("podres.sock").to_str().unwrap(),
-            "--resync-interval",
-            opts.resync,
-            "--topology-xml",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../topology/tests/fixtures/2numa.xml"
-            ),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        let (dp, podres) = kubelet(&files).await;
+        let resync = ["--resync-interval", opts.resync];
         let mut agent = if opts.run {
-            let mut args = allocator_exporter_args(
-                &node,
-                &dir.path().join("podres.sock"),
-                api.kubeconfig(),
-                &pools,
-                &plugins,
-                &["--resync-interval", opts.resync],
-            );
+            let mut args = files.exporter_args(&node, api.kubeconfig(), &resync);
             args.extend(opts.extra);
             Agent::spawn_exporter("run", &args).unwrap()
         } else {
+            let mut args = files.device_plugin_args(&node, api.kubeconfig(), &fixture("2numa.xml"), &resync);
             args.extend(opts.extra);
             Agent::spawn_exporter("device-plugin", &args).unwrap()
         };
@@ -147,7 +106,7 @@ impl Env {
             api,
             ns,
             node,
-            dir,
+            files,
             dp,
             podres,
             agent,
@@ -188,6 +147,33 @@ impl Env {
         // (before admitting it).
         self.kubelet_pods.lock().unwrap().insert(self.key(name));
         self.sync_podresources();
+    }
+
+    /// The kubelet admits `container` of pod `name` with `count` of `resource`, aligned to
+    /// `numa`: the devices it gave and the plugin's Allocate answer.
+    async fn admit(
+        &self,
+        name: &str,
+        container: &str,
+        resource: &str,
+        count: usize,
+        numa: Option<&[i64]>,
+    ) -> (
+        Vec<String>,
+        numaplane::proto::deviceplugin::ContainerAllocateResponse,
+    ) {
+        self.dp
+            .admit(&self.key(name), container, resource, count, numa)
+            .await
+            .unwrap()
+    }
+
+    /// The plugin's preference for one GPU among `available` (nothing must be included), and
+    /// how long it took to answer.
+    async fn timed_preference(&self, available: Vec<String>) -> (Vec<String>, Duration) {
+        let t = std::time::Instant::now();
+        let got = self.dp.preferred(GPU, available, vec![], 1).await.unwrap();
+        (got, t.elapsed())
     }
 
     fn key(&self, name: &str) -> String {
@@ -238,6 +224,27 @@ impl Env {
         self.agent.wait_until(condition, WAIT).await.unwrap()
     }
 
+    /// Waits for an `AllocationMismatch` Event of the namespace that `pred` accepts; returns it.
+    async fn mismatch_event(
+        &self,
+        pred: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+    ) -> k8s_openapi::api::events::v1::Event {
+        let pred = &pred;
+        eventually(WAIT, Duration::from_millis(50), || async move {
+            let events = self
+                .api
+                .events_with_reason(&self.ns, "AllocationMismatch")
+                .await
+                .unwrap();
+            let notes: Vec<_> = events.iter().map(|e| e.note.clone()).collect();
+            events
+                .into_iter()
+                .find(pred)
+                .ok_or_else(|| format!("no such AllocationMismatch event: {notes:?}"))
+        })
+        .await
+    }
+
     async fn cleanup(&self) {
         let pods: Api<Pod> = Api::namespaced(self.api.client(), &self.ns);
         let _ = pods
@@ -246,7 +253,6 @@ impl Env {
         let _ = Api::<Namespace>::all(self.api.client())
             .delete(&self.ns, &DeleteParams::default())
             .await;
-        let _ = &self.dir;
     }
 }
 
@@ -267,77 +273,35 @@ async fn registers_with_topology_and_steers_the_kubelet_to_the_recorded_devices(
     // it aligns to zone 0.
     env.pod_with_record("a", &["g3"], 0).await;
     env.pod_with_record("b", &["g2"], 0).await;
-    let (got_a, resp) = env
-        .dp
-        .admit(&env.key("a"), "app", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_a, resp) = env.admit("a", "app", GPU, 1, Some(&[0])).await;
     assert_eq!(got_a, ["g3"]);
     assert_eq!(resp.envs["NUMAPLANE_DEVICES_EXAMPLE_COM_GPU"], "g3");
     assert_eq!(resp.devices[0].host_path, "/dev/fake-g3");
     env.sync_podresources();
-    let (got_b, _) = env
-        .dp
-        .admit(&env.key("b"), "app", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_b, _) = env.admit("b", "app", GPU, 1, Some(&[0])).await;
     assert_eq!(got_b, ["g2"], "ascending fill would have given g0");
     env.sync_podresources();
     // c: no plan fits what is offered: no preference, at once.
     env.pod_with_record("c", &["g6"], 1).await;
-    let (got_c, _) = env
-        .dp
-        .admit(&env.key("c"), "app", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_c, _) = env.admit("c", "app", GPU, 1, Some(&[0])).await;
     assert_eq!(got_c, ["g0"]);
     env.sync_podresources();
-    env.until(&format!(
-        "numaplane_exporter_allocator_preferred_allocations_total{{resource={GPU},outcome=honoured}} == 2"
-    ))
+    env.until("numaplane_exporter_allocator_preferred_allocations_total{resource=example.com/gpu,outcome=honoured} == 2")
     .await;
-    env.until(&format!(
-        "numaplane_exporter_allocator_mismatches_total{{resource={GPU}}} == 1"
-    ))
-    .await;
-    let text = env.agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_allocator_preferred_allocations_total",
-            &[("resource", GPU), ("outcome", "not_honourable")]
-        ),
-        Some(1.0),
-        "{text}"
+    env.until("numaplane_exporter_allocator_mismatches_total{resource=example.com/gpu} == 1")
+        .await;
+    assert_metric(
+        &env.agent.metrics().unwrap(),
+        "numaplane_exporter_allocator_preferred_allocations_total{resource=example.com/gpu,outcome=not_honourable} == 1",
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.api.client(), &env.ns);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        if let Some(e) = list
-            .items
-            .iter()
-            .find(|e| e.reason.as_deref() == Some("AllocationMismatch"))
-        {
-            assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("c"));
-            assert!(e.note.as_deref().unwrap().contains("planned g6"), "{:?}", e.note);
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no AllocationMismatch event"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let e = env.mismatch_event(|_| true).await;
+    assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("c"));
+    assert!(e.note.as_deref().unwrap().contains("planned g6"), "{:?}", e.note);
 
     // The aligned set has exactly the size needed: the kubelet does not ask.
     let before = env.dp.preferred_calls(GPU);
     env.create_pod("d", None).await;
-    let (got_d, _) = env
-        .dp
-        .admit(&env.key("d"), "app", GPU, 4, Some(&[1]))
-        .await
-        .unwrap();
+    let (got_d, _) = env.admit("d", "app", GPU, 4, Some(&[1])).await;
     assert_eq!(got_d, ["g4", "g5", "g6", "g7"]);
     assert_eq!(env.dp.preferred_calls(GPU), before);
     env.cleanup().await;
@@ -350,10 +314,8 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     env.dp.wait_registered(GPU, 2, WAIT).await.unwrap();
     env.dp.wait_registered(CAM, 2, WAIT).await.unwrap();
     assert_eq!(env.dp.devices(GPU).len(), 8);
-    env.until(&format!(
-        "numaplane_exporter_allocator_registrations_total{{resource={GPU},outcome=ok}} >= 2"
-    ))
-    .await;
+    env.until("numaplane_exporter_allocator_registrations_total{resource=example.com/gpu,outcome=ok} >= 2")
+        .await;
 
     // A malformed record and one for another node: ignored, with a metric and an Event.
     env.create_pod("bad", Some("{not json".to_owned())).await;
@@ -371,11 +333,7 @@ async fn registers_again_after_a_kubelet_restart_and_bad_records_are_ignored() {
     env.until("numaplane_exporter_allocator_records_ignored_total{reason=unknown_device} == 1")
         .await;
     // Neither steers: the kubelet's own choice stands and Allocate works.
-    let (got, _) = env
-        .dp
-        .admit(&env.key("other"), "app", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got, _) = env.admit("other", "app", GPU, 1, Some(&[0])).await;
     assert_eq!(got, ["g0"]);
     env.cleanup().await;
 }
@@ -385,11 +343,7 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
     let env = Env::new().await;
     // One long-lived holder keeps a slot; the other slot is reused by pod after pod, each
     // right after the previous one's deletion.
-    let (held, resp) = env
-        .dp
-        .admit(&env.key("long"), "app", CAM, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (held, resp) = env.admit("long", "app", CAM, 1, Some(&[0])).await;
     assert_eq!(resp.cdi_devices[0].name, "example.com/cam=cam");
     // Which slot the fake kubelet hands out is its own bookkeeping; what is judged here is the
     // plugin's published state (its slot gauges), sampled every 100 cycles: both slots used
@@ -421,24 +375,16 @@ async fn slot_pool_survives_1000_cycles_without_leaks_or_failed_allocates() {
     }
     assert_eq!(env.dp.allocate_errors(), 0);
     env.sync_podresources();
-    env.until(&format!(
-        "numaplane_exporter_allocator_slots{{resource={CAM},state=used}} == 1"
-    ))
-    .await;
+    env.until("numaplane_exporter_allocator_slots{resource=example.com/cam,state=used} == 1")
+        .await;
     env.dp.remove_pod(&env.key("long"));
     env.sync_podresources();
-    env.until(&format!(
-        "numaplane_exporter_allocator_slots{{resource={CAM},state=free}} == 2"
-    ))
-    .await;
-    let text = env.agent.metrics().unwrap();
-    let allocates = metric_value(
-        &text,
-        "numaplane_exporter_allocator_allocations_total",
-        &[("resource", CAM), ("outcome", "ok")],
-    )
-    .unwrap();
-    assert_eq!(allocates, 1001.0);
+    env.until("numaplane_exporter_allocator_slots{resource=example.com/cam,state=free} == 2")
+        .await;
+    assert_metric(
+        &env.agent.metrics().unwrap(),
+        "numaplane_exporter_allocator_allocations_total{resource=example.com/cam,outcome=ok} == 1001",
+    );
     env.cleanup().await;
 }
 
@@ -516,29 +462,16 @@ async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is
     // Until the watch has both pods the plugin may wait for them; then never again.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let t = std::time::Instant::now();
-        assert!(
-            env.dp
-                .preferred(GPU, zone0(), vec![], 1)
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        if t.elapsed() < Duration::from_millis(300) {
+        let (got, took) = env.timed_preference(zone0()).await;
+        assert!(got.is_empty());
+        if took < Duration::from_millis(300) {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "every answer waited");
     }
     for _ in 0..5 {
-        let t = std::time::Instant::now();
-        assert!(
-            env.dp
-                .preferred(GPU, zone0(), vec![], 1)
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        let took = t.elapsed();
+        let (got, took) = env.timed_preference(zone0()).await;
+        assert!(got.is_empty());
         assert!(
             took < Duration::from_millis(300),
             "a pod that cannot be ours waited {took:?}"
@@ -572,28 +505,12 @@ async fn pods_that_cannot_be_ours_are_answered_at_once_and_only_a_lagging_pod_is
     // A pod the kubelet lists that never reaches the watch: one wait, then none.
     env.podres
         .set_pods(listed(&env.ns, &["plain", "cam-only", "late", "ghost"]));
-    let t = std::time::Instant::now();
-    assert!(
-        env.dp
-            .preferred(GPU, vec!["g0".into()], vec![], 1)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
-    let t = std::time::Instant::now();
-    assert!(
-        env.dp
-            .preferred(GPU, vec!["g0".into()], vec![], 1)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        t.elapsed() < Duration::from_millis(300),
-        "waited again: {:?}",
-        t.elapsed()
-    );
+    let (got, took) = env.timed_preference(vec!["g0".into()]).await;
+    assert!(got.is_empty());
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    let (got, took) = env.timed_preference(vec!["g0".into()]).await;
+    assert!(got.is_empty());
+    assert!(took < Duration::from_millis(300), "waited again: {took:?}");
     env.cleanup().await;
 }
 
@@ -623,10 +540,8 @@ async fn a_pod_admitted_while_the_pod_watch_relists_is_fetched_and_steered() {
         "answered only after the wait: {:?}",
         t.elapsed()
     );
-    env.until(&format!(
-        "numaplane_exporter_allocator_pod_fetches_total{{resource={GPU},outcome=ok}} >= 1"
-    ))
-    .await;
+    env.until("numaplane_exporter_allocator_pod_fetches_total{resource=example.com/gpu,outcome=ok} >= 1")
+        .await;
     env.cleanup().await;
 }
 
@@ -651,32 +566,16 @@ async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
     env.create_pod_with("two", Some(two.to_string()), &["c1", "c2"])
         .await;
     // a is admitted on NUMA 1, against the prediction: the kubelet picks g4 itself.
-    let (got_a, _) = env
-        .dp
-        .admit(&env.key("a"), "app", GPU, 1, Some(&[1]))
-        .await
-        .unwrap();
+    let (got_a, _) = env.admit("a", "app", GPU, 1, Some(&[1])).await;
     assert_eq!(got_a, ["g4"]);
     env.sync_podresources();
     // b must get its own plan, not a's.
-    let (got_b, _) = env
-        .dp
-        .admit(&env.key("b"), "app", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_b, _) = env.admit("b", "app", GPU, 1, Some(&[0])).await;
     assert_eq!(got_b, ["g2"], "a's unused plan was handed to b");
     env.sync_podresources();
-    let (got_c1, _) = env
-        .dp
-        .admit(&env.key("two"), "c1", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_c1, _) = env.admit("two", "c1", GPU, 1, Some(&[0])).await;
     env.sync_podresources();
-    let (got_c2, _) = env
-        .dp
-        .admit(&env.key("two"), "c2", GPU, 1, Some(&[0]))
-        .await
-        .unwrap();
+    let (got_c2, _) = env.admit("two", "c2", GPU, 1, Some(&[0])).await;
     assert_eq!((got_c1, got_c2), (vec!["g1".to_owned()], vec!["g3".to_owned()]));
     env.cleanup().await;
 }
@@ -686,28 +585,19 @@ async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_only_once_registered_with_the_kubelet() {
     let api = ApiTarget::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let pools = dir.path().join("pools.yaml");
-    std::fs::write(
-        &pools,
-        json!({"pools": [{"resource": GPU, "devices": [{"id": "g0", "numaNode": 0}]}]}).to_string(),
-    )
-    .unwrap();
-    let plugins = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let _podres = FakeKubelet::start(
-        &dir.path().join("podres.sock"),
-        AllocatableResourcesResponse::default(),
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let xml = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/2numa.xml"
-    ));
-    let args = standalone_args(&api, dir.path(), &pools, &plugins, xml, &[]);
+    let files =
+        NodeFiles::new(&json!({"pools": [{"resource": GPU, "devices": [{"id": "g0", "numaNode": 0}]}]}))
+            .unwrap();
+    let _podres = files
+        .podres(AllocatableResourcesResponse::default())
+        .await
+        .unwrap();
+    let args = files.device_plugin_args(
+        &unique_name("np-dp-node"),
+        api.kubeconfig(),
+        &fixture("2numa.xml"),
+        &[],
+    );
     let mut agent = Agent::spawn_exporter("device-plugin", &args).unwrap();
     agent.wait_serving(WAIT).await.unwrap();
     // No kubelet.sock: every registration fails. Not ready, for as long as that lasts.
@@ -720,63 +610,37 @@ async fn ready_only_once_registered_with_the_kubelet() {
     assert!(
         agent
             .wait_until(
-                &format!(
-                    "numaplane_exporter_allocator_registrations_total{{resource={GPU},outcome=error}} >= 1"
-                ),
+                "numaplane_exporter_allocator_registrations_total{resource=example.com/gpu,outcome=error} >= 1",
                 WAIT
             )
             .await
             .is_ok()
     );
-    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
+    let dp = files.device_kubelet().await.unwrap();
     dp.wait_registered(GPU, 1, WAIT).await.unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (code, body) = agent.http_get("/readyz").unwrap();
-        if code == 200 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never ready: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        metric_value(
-            &agent.metrics().unwrap(),
-            "numaplane_exporter_allocator_registered",
-            &[("resource", GPU)]
-        ),
-        Some(1.0)
+    agent.wait_ready().await;
+    assert_metric(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_allocator_registered{resource=example.com/gpu} == 1",
     );
 }
 
-/// Flags of a `device-plugin` set up outside [`Env`]: pod-resources at `<dir>/podres.sock`.
-fn standalone_args(
-    api: &ApiTarget,
-    dir: &std::path::Path,
-    pools: &std::path::Path,
-    plugins: &std::path::Path,
-    xml: &std::path::Path,
-    extra: &[&str],
-) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--pools",
-        pools.to_str().unwrap(),
-        "--device-plugin-dir",
-        plugins.to_str().unwrap(),
-        "--node-name",
-        &unique_name("np-dp-node"),
-        "--kubeconfig",
-        api.kubeconfig().to_str().unwrap(),
-        "--podresources-socket",
-        dir.join("podres.sock").to_str().unwrap(),
-        "--topology-xml",
-        xml.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    args
+/// The kubelet's machine fixture `name`.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../topology/tests/fixtures")
+        .join(name)
+}
+
+/// The node's kubelet on `files`: the device-plugin registry, and pod-resources with nothing
+/// allocatable and no pods.
+async fn kubelet(files: &NodeFiles) -> (FakeDeviceKubelet, FakeKubelet) {
+    let dp = files.device_kubelet().await.unwrap();
+    let podres = files
+        .podres(AllocatableResourcesResponse::default())
+        .await
+        .unwrap();
+    (dp, podres)
 }
 
 /// A PCI-matched device that leaves the machine's inventory (hwloc, re-read at every rescan)
@@ -785,37 +649,15 @@ fn standalone_args(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pci_device_gone_from_the_inventory_turns_unhealthy_and_back() {
     let api = ApiTarget::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/gpu-nic.xml"
-    ))
-    .unwrap();
-    let xml = dir.path().join("machine.xml");
-    std::fs::write(&xml, &fixture).unwrap();
     // The two NVIDIA GPUs of gpu-nic.xml, 0000:b1:00.0 and 0000:ca:00.0, both on NUMA 1.
-    let pools = dir.path().join("pools.yaml");
-    std::fs::write(
-        &pools,
-        json!({"pools": [{"resource": GPU, "match": {"vendor": "10de"}}]}).to_string(),
-    )
-    .unwrap();
-    let plugins = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let _podres = FakeKubelet::start(
-        &dir.path().join("podres.sock"),
-        AllocatableResourcesResponse::default(),
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let dp = FakeDeviceKubelet::start(&plugins).await.unwrap();
-    let args = standalone_args(
-        &api,
-        dir.path(),
-        &pools,
-        &plugins,
+    let files = NodeFiles::new(&json!({"pools": [{"resource": GPU, "match": {"vendor": "10de"}}]})).unwrap();
+    let fixture = std::fs::read_to_string(fixture("gpu-nic.xml")).unwrap();
+    let xml = files.dir.path().join("machine.xml");
+    std::fs::write(&xml, &fixture).unwrap();
+    let (dp, _podres) = kubelet(&files).await;
+    let args = files.device_plugin_args(
+        &unique_name("np-dp-node"),
+        api.kubeconfig(),
         &xml,
         &["--device-rescan-interval", "100ms"],
     );
@@ -912,34 +754,14 @@ async fn init_and_sidecar_container_plans_are_checked_too() {
         "PodDeviceEntries": entries,
         "RegisteredDevices": {GPU: (0..8).map(|i| format!("g{i}")).collect::<Vec<_>>()}}}))
     .unwrap();
-    std::fs::write(
-        env.dir.path().join("device-plugins/kubelet_internal_checkpoint"),
-        checkpoint,
-    )
-    .unwrap();
-    env.until(&format!(
-        "numaplane_exporter_allocator_mismatches_total{{resource={GPU}}} == 2"
-    ))
-    .await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let notes: Vec<String> = env
-            .api
-            .events_with_reason(&env.ns, "AllocationMismatch")
-            .await
-            .unwrap()
-            .into_iter()
-            .filter_map(|e| e.note)
-            .collect();
-        // One Event per pod and reason (the recorder counts repeats in its series): the first
-        // mismatch, in record order, names it.
-        let init = "init container init got example.com/gpu g3 but the scheduler planned g1";
-        if notes.iter().any(|n| n.contains(init)) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{notes:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    std::fs::write(env.files.plugins.join("kubelet_internal_checkpoint"), checkpoint).unwrap();
+    env.until("numaplane_exporter_allocator_mismatches_total{resource=example.com/gpu} == 2")
+        .await;
+    // One Event per pod and reason (the recorder counts repeats in its series): the first
+    // mismatch, in record order, names it.
+    let init = "init container init got example.com/gpu g3 but the scheduler planned g1";
+    env.mismatch_event(|e| e.note.as_deref().is_some_and(|n| n.contains(init)))
+        .await;
     let log = env.agent.stderr();
     assert!(
         log.contains("sidecar container side got example.com/gpu g5 but the scheduler planned g0"),
@@ -948,14 +770,9 @@ async fn init_and_sidecar_container_plans_are_checked_too() {
     assert!(!log.contains("container app got"), "{log}");
     // Reported once each.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let text = env.agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_allocator_mismatches_total",
-            &[("resource", GPU)]
-        ),
-        Some(2.0)
+    assert_metric(
+        &env.agent.metrics().unwrap(),
+        "numaplane_exporter_allocator_mismatches_total{resource=example.com/gpu} == 2",
     );
     env.cleanup().await;
 }

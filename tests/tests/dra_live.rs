@@ -17,7 +17,6 @@ use std::{
 use futures::StreamExt as _;
 use k8s_openapi::api::{
     core::v1::Pod,
-    events::v1::Event,
     resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice},
 };
 use kube::{
@@ -191,17 +190,11 @@ impl Env {
 
     /// The Warning events' notes on `pod` with `reason`.
     async fn notes(&self, pod: &str, reason: &str) -> Vec<String> {
-        let events: Api<Event> = Api::namespaced(self.target.client(), &self.ns);
-        events
-            .list(&ListParams::default())
+        self.target
+            .events_about(&self.ns, pod, reason)
             .await
             .unwrap()
-            .items
             .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-                    && e.reason.as_deref() == Some(reason)
-            })
             .filter_map(|e| e.note)
             .collect()
     }

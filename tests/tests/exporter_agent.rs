@@ -20,7 +20,7 @@ use numaplane::proto::podresources::{
 };
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode, Method};
 use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, unique_name};
+use numaplane_e2e::harness::{Agent, ApiTarget, assert_metric, metric_value, unique_name};
 use numaplane_topology::Machine;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -147,12 +147,12 @@ impl Setup {
 
     /// The default target, a kubelet like today's (Get, no Watch), no pods.
     async fn plain() -> Self {
-        Self::new(
-            ApiTarget::start().await.unwrap(),
-            FakeKubeletOptions::default(),
-            0,
-        )
-        .await
+        Self::with_kubelet(FakeKubeletOptions::default(), 0).await
+    }
+
+    /// The default target, a kubelet answering as `opts` says and listing `pods` pods of 2 CPUs.
+    async fn with_kubelet(opts: FakeKubeletOptions, pods: usize) -> Self {
+        Self::new(ApiTarget::start().await.unwrap(), opts, pods).await
     }
 
     fn notify_file(&self) -> PathBuf {
@@ -211,6 +211,47 @@ impl Setup {
             .unwrap()
     }
 
+    /// Polls the node's NRT until `pred` holds; returns it.
+    async fn nrt_where(&self, pred: impl Fn(&NodeResourceTopology) -> bool) -> NodeResourceTopology {
+        self.api.wait_nrt(&self.node, WAIT, pred).await.unwrap()
+    }
+
+    /// Waits until the NRT carries the kubelet's Topology Manager policy; a failure shows the
+    /// agent's log.
+    async fn kubelet_config_published(&self, agent: &Agent) -> NodeResourceTopology {
+        self.api
+            .wait_nrt(&self.node, WAIT, |n| {
+                n.attribute(numaplane::nrt::attr::TOPOLOGY_MANAGER_POLICY)
+                    .is_some()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", agent.stderr()))
+    }
+
+    /// An agent ([`Self::agent`], no extra flags) once it has published the node with every
+    /// CPU of NUMA node 0 free.
+    async fn published(&self, resync: &str) -> Agent {
+        let agent = self.agent(resync, &[]).await;
+        self.wait_available("node-0", "cpu", "16").await;
+        agent
+    }
+
+    /// Waits until the NRT says where what init containers still hold was read from
+    /// (`cpu=…,devices=…,memory=…`); returns it.
+    async fn init_held_from(&self, sources: &str) -> NodeResourceTopology {
+        self.nrt_where(|n| {
+            node_attribute(n, numaplane::nrt::attr::INIT_HELD_SOURCE).as_deref() == Some(sources)
+        })
+        .await
+    }
+
+    /// [`Self::plain`] and [`Self::published`].
+    async fn running(resync: &str) -> (Self, Agent) {
+        let s = Self::plain().await;
+        let agent = s.published(resync).await;
+        (s, agent)
+    }
+
     fn touch_notify(&self) {
         std::fs::write(self.notify_file(), "").unwrap();
     }
@@ -222,15 +263,10 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
-        FakeKubeletOptions::default(),
-        1,
-    )
-    .await;
+    let s = Setup::with_kubelet(FakeKubeletOptions::default(), 1).await;
     let agent = s.agent("200ms", &["--force-write-interval", "1h"]).await;
 
-    let nrt = s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    let nrt = s.nrt_where(|_| true).await;
     let owners = nrt.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owners.len(), 1, "{owners:?}");
     assert_eq!(
@@ -277,15 +313,7 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
     // Several resyncs later, nothing changed: still exactly one write, the rest skipped.
     agent.until("numaplane_exporter_nrt_write_skips_total >= 4").await;
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_nrt_writes_total",
-            &[("result", "success")]
-        ),
-        Some(1.0),
-        "{text}"
-    );
+    assert_metric(&text, "numaplane_exporter_nrt_writes_total{result=success} == 1");
     let again = s.api.nrt(&s.node).await.unwrap().unwrap();
     assert_eq!(again.metadata.resource_version, rv);
     if let Some(fake) = s.api.fake() {
@@ -307,14 +335,12 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
         );
     }
     // Metrics carry the zones, labelled numa_node as the kubelet does.
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_zone_resource_available",
-            &[("numa_node", "0"), ("resource", "cpu"), ("node", &s.node)]
+    assert_metric(
+        &text,
+        &format!(
+            "numaplane_exporter_zone_resource_available{{numa_node=0,resource=cpu,node={}}} == 14",
+            s.node
         ),
-        Some(14.0),
-        "{text}"
     );
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
     s.cleanup().await;
@@ -324,22 +350,17 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
 async fn recreates_the_object_after_someone_deletes_it() {
     let s = Setup::plain().await;
     let _agent = s.agent("1h", &[]).await;
-    let first = s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    let first = s.nrt_where(|_| true).await;
     s.api.delete_nrt(&s.node).await.unwrap();
     // No timer will fire within the test: only the watch on our own object can bring it back.
-    let back = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| n.metadata.uid != first.metadata.uid)
-        .await
-        .unwrap();
+    let back = s.nrt_where(|n| n.metadata.uid != first.metadata.uid).await;
     assert_eq!(back.zones, first.zones);
     s.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_watch_is_the_fast_path() {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
+    let s = Setup::with_kubelet(
         FakeKubeletOptions {
             watch: true,
             get: GetMode::Offered,
@@ -347,8 +368,7 @@ async fn kubelet_watch_is_the_fast_path() {
         0,
     )
     .await;
-    let agent = s.agent("1h", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let agent = s.published("1h").await;
     agent.until("numaplane_exporter_kubelet_watch_active == 1").await;
     // Only the kubelet knows: no pod event, no timer, no notify file.
     s.kubelet.set_pods(vec![pod(&s.machine, "fast", 4, true)]);
@@ -360,9 +380,7 @@ async fn kubelet_watch_is_the_fast_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
-    let s = Setup::plain().await;
-    let agent = s.agent("1h", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let (s, agent) = Setup::running("1h").await;
     s.kubelet.set_pods(vec![pod(&s.machine, "slow", 4, false)]);
     // Without Watch nothing tells the agent yet.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -387,27 +405,17 @@ async fn without_watch_the_agent_falls_back_to_events_and_says_so_once() {
     );
     assert!(!logs.contains("ERROR"), "{logs}");
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_podresources_requests_total",
-            &[("method", "Watch"), ("code", "UNIMPLEMENTED")]
-        ),
-        Some(1.0),
-        "{text}"
+    assert_metric(
+        &text,
+        "numaplane_exporter_podresources_requests_total{method=Watch,code=UNIMPLEMENTED} == 1",
     );
-    assert_eq!(
-        metric_value(&text, "numaplane_exporter_kubelet_watch_active", &[]),
-        Some(0.0)
-    );
+    assert_metric(&text, "numaplane_exporter_kubelet_watch_active == 0");
     s.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_a_kubelet_restart_and_rereads_allocatable() {
-    let s = Setup::plain().await;
-    let agent = s.agent("300ms", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let (s, agent) = Setup::running("300ms").await;
 
     s.kubelet.stop().await;
     agent.until("numaplane_exporter_stale == 1").await;
@@ -433,19 +441,16 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
     assert!(s.kubelet.calls(Method::GetAllocatableResources) > allocatable_calls);
     agent.until("numaplane_exporter_stale == 0").await;
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
-    let text = agent.metrics().unwrap();
-    assert!(
-        metric_value(&text, "numaplane_exporter_kubelet_reconnects_total", &[]).unwrap_or(0.0) >= 1.0,
-        "{text}"
+    assert_metric(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_kubelet_reconnects_total >= 1",
     );
     s.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
-    let s = Setup::plain().await;
-    let agent = s.agent("1h", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let (s, agent) = Setup::running("1h").await;
     let writes_before = metric_value(
         &agent.metrics().unwrap(),
         "numaplane_exporter_nrt_writes_total",
@@ -462,34 +467,18 @@ async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
     s.touch_notify();
     s.wait_available("node-0", "cpu", "10").await;
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_podresources_requests_total",
-            &[("method", "List"), ("code", "RESOURCE_EXHAUSTED")]
-        ),
-        Some(3.0),
-        "{text}"
+    assert_metric(
+        &text,
+        "numaplane_exporter_podresources_requests_total{method=List,code=RESOURCE_EXHAUSTED} == 3",
     );
-    assert!(
-        metric_value(
-            &text,
-            "numaplane_exporter_scans_total",
-            &[("result", "rate_limited")]
-        )
-        .unwrap_or(0.0)
-            >= 1.0,
-        "{text}"
-    );
+    assert_metric(&text, "numaplane_exporter_scans_total{result=rate_limited} >= 1");
     // Failed scans wrote nothing: exactly one more write, with the final state.
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_nrt_writes_total",
-            &[("result", "success")]
+    assert_metric(
+        &text,
+        &format!(
+            "numaplane_exporter_nrt_writes_total{{result=success}} == {}",
+            writes_before + 1.0
         ),
-        Some(writes_before + 1.0),
-        "{text}"
     );
     s.cleanup().await;
 }
@@ -539,13 +528,9 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
     assert_eq!(code, 503);
     assert_eq!(body.trim(), MISSING);
     assert!(agent.stderr().contains(MISSING), "{}", agent.stderr());
-    assert_eq!(
-        metric_value(
-            &agent.metrics().unwrap(),
-            "numaplane_exporter_nrt_crd_installed",
-            &[]
-        ),
-        Some(0.0)
+    assert_metric(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_nrt_crd_installed == 0",
     );
     assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
     assert!(
@@ -556,16 +541,12 @@ async fn waits_for_the_crd_with_metrics_and_health_up() {
     );
     let fake = s.api.fake().unwrap();
     fake.install_nrt_crd();
-    s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    s.nrt_where(|_| true).await;
     agent.until("numaplane_exporter_stale == 0").await;
     assert_eq!(agent.http_get("/readyz").unwrap().0, 200);
-    assert_eq!(
-        metric_value(
-            &agent.metrics().unwrap(),
-            "numaplane_exporter_nrt_crd_installed",
-            &[]
-        ),
-        Some(1.0)
+    assert_metric(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_nrt_crd_installed == 1",
     );
 }
 
@@ -576,25 +557,16 @@ async fn api_errors_are_retried_and_counted() {
     let fake = s.api.fake().unwrap();
     fake.fail_next("PATCH", "/apis/topology.node.k8s.io/", 500, 2);
     let agent = s.agent("1h", &[]).await;
-    s.api.wait_nrt(&s.node, WAIT, |_| true).await.unwrap();
+    s.nrt_where(|_| true).await;
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_nrt_writes_total",
-            &[("result", "error")]
-        ),
-        Some(2.0),
-        "{text}"
-    );
+    assert_metric(&text, "numaplane_exporter_nrt_writes_total{result=error} == 2");
     assert!(agent.stderr().contains("publish failed"));
 }
 
 /// Get calls per second while 4 pods the kubelet has not admitted wait for 3 s, and the logs,
 /// for a kubelet answering `Get` in `mode`.
 async fn get_rate(mode: GetMode) -> (usize, f64, String) {
-    let s = Setup::new(
-        ApiTarget::start().await.unwrap(),
+    let s = Setup::with_kubelet(
         FakeKubeletOptions {
             watch: false,
             get: mode,
@@ -602,8 +574,7 @@ async fn get_rate(mode: GetMode) -> (usize, f64, String) {
         0,
     )
     .await;
-    let agent = s.agent("1h", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let agent = s.published("1h").await;
     let before = s.kubelet.calls(Method::Get);
     let t0 = std::time::Instant::now();
     for i in 0..4 {
@@ -652,8 +623,7 @@ async fn node_events_are_found_the_way_kubectl_describe_node_looks_them_up() {
     // The kubelet is down at start: a ScanFailed Warning on the Node.
     s.kubelet
         .fail_next(Method::List, 1, tonic::Code::Unavailable, "kubelet restarting");
-    let _agent = s.agent("1h", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let _agent = s.published("1h").await;
     // kubectl describe node (v1.36.2, -v=6) lists core/v1 events twice, by
     // involvedObject.uid = the Node's UID and = its name, each with name and kind.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(s.api.client(), "default");
@@ -692,9 +662,7 @@ async fn node_events_are_found_the_way_kubectl_describe_node_looks_them_up() {
 async fn an_idle_agent_without_resync_stays_live() {
     // `--resync-interval 0` ("off"): on an idle node no trigger arrives. Liveness must outlast
     // the longest silence the probe tolerates (3 × 10 s + API backoff 1 s + call timeout 5 s).
-    let s = Setup::plain().await;
-    let agent = s.agent("0s", &[]).await;
-    s.wait_available("node-0", "cpu", "16").await;
+    let (s, agent) = Setup::running("0s").await;
     tokio::time::sleep(Duration::from_secs(40)).await;
     let (status, body) = agent.http_get("/healthz").unwrap();
     assert_eq!(status, 200, "{body}\n{}", agent.stderr());
@@ -731,20 +699,12 @@ async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
     let has = |name: &'static str, value: &'static str| {
         move |n: &NodeResourceTopology| n.attribute(name) == Some(value)
     };
-    s.api
-        .wait_nrt(
-            &s.node,
-            WAIT,
-            has(attr::TOPOLOGY_MANAGER_POLICY, "single-numa-node"),
-        )
-        .await
-        .unwrap();
+    s.nrt_where(has(attr::TOPOLOGY_MANAGER_POLICY, "single-numa-node"))
+        .await;
     write("kind: KubeletConfiguration\ntopologyManagerPolicy: restricted\ncpuManagerPolicy: static\n");
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
-        .await
-        .unwrap();
+        .nrt_where(has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
+        .await;
     assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
     // A broken file keeps the last good settings, said once, counted.
     write("topologyManagerPolicy: [broken\n");
@@ -753,15 +713,7 @@ async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
     let nrt = s.api.nrt(&s.node).await.unwrap().unwrap();
     assert_eq!(nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY), Some("restricted"));
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_errors_total",
-            &[("kind", "kubelet_config")]
-        ),
-        Some(1.0),
-        "{text}"
-    );
+    assert_metric(&text, "numaplane_exporter_errors_total{kind=kubelet_config} == 1");
     assert_eq!(
         agent
             .stderr()
@@ -778,16 +730,12 @@ async fn a_changed_kubelet_config_reaches_the_object_without_a_restart() {
     )
     .unwrap();
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "best-effort"))
-        .await
-        .unwrap();
+        .nrt_where(has(attr::TOPOLOGY_MANAGER_POLICY, "best-effort"))
+        .await;
     assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
     std::fs::remove_file(&drop_in).unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
-        .await
-        .unwrap();
+    s.nrt_where(has(attr::TOPOLOGY_MANAGER_POLICY, "restricted"))
+        .await;
     s.cleanup().await;
 }
 
@@ -924,13 +872,8 @@ async fn what_init_containers_still_hold_is_published_as_used() {
     let state_dir = state.display().to_string();
     let agent = s.agent("200ms", &["--kubelet-state-dir", &state_dir]).await;
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
-                == Some("cpu=checkpoint,devices=checkpoint,memory=none")
-        })
-        .await
-        .unwrap();
+        .init_held_from("cpu=checkpoint,devices=checkpoint,memory=none")
+        .await;
     let used_cpus = cpus.len() - 3;
     assert_eq!(available(&nrt, "node-0", "cpu"), Some(used_cpus.to_string()));
     assert_eq!(available(&nrt, "node-0", "example.com/nic").as_deref(), Some("0"));
@@ -946,13 +889,8 @@ async fn what_init_containers_still_hold_is_published_as_used() {
     torn["checksum"] = 12345.into();
     std::fs::write(state.join("cpu_manager_state"), torn.to_string()).unwrap();
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
-                == Some("cpu=pod-spec,devices=checkpoint,memory=none")
-        })
-        .await
-        .unwrap();
+        .init_held_from("cpu=pod-spec,devices=checkpoint,memory=none")
+        .await;
     assert_eq!(available(&nrt, "node-0", "cpu"), Some(used_cpus.to_string()));
     agent
         .until(
@@ -960,13 +898,9 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         )
         .await;
     let metrics = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &metrics,
-            "numaplane_exporter_init_held_source",
-            &[("resource", "cpu"), ("source", "pod-spec")]
-        ),
-        Some(1.0)
+    assert_metric(
+        &metrics,
+        "numaplane_exporter_init_held_source{resource=cpu,source=pod-spec} == 1",
     );
 
     // The kubelet accepts a zero checksum for cpu_manager_state only: a device or memory
@@ -978,13 +912,8 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         zero.to_string(),
     )
     .unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
-                == Some("cpu=pod-spec,devices=pod-spec,memory=none")
-        })
-        .await
-        .unwrap();
+    s.init_held_from("cpu=pod-spec,devices=pod-spec,memory=none")
+        .await;
     agent
         .until("numaplane_exporter_kubelet_checkpoint_errors_total{file=device-plugins/kubelet_internal_checkpoint,reason=checksum} >= 1").await;
     let memory_state = serde_json::json!({"policyName": "Static", "entries": {}, "machineState": {
@@ -995,23 +924,13 @@ async fn what_init_containers_still_hold_is_published_as_used() {
         checkpoint::seal_memory_manager_state(memory_state.clone()).unwrap(),
     )
     .unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
-                == Some("cpu=pod-spec,devices=pod-spec,memory=checkpoint")
-        })
-        .await
-        .unwrap();
+    s.init_held_from("cpu=pod-spec,devices=pod-spec,memory=checkpoint")
+        .await;
     let mut zero = memory_state;
     zero["checksum"] = 0.into();
     std::fs::write(state.join("memory_manager_state"), zero.to_string()).unwrap();
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            node_attribute(n, attr::INIT_HELD_SOURCE).as_deref()
-                == Some("cpu=pod-spec,devices=pod-spec,memory=none")
-        })
-        .await
-        .unwrap();
+    s.init_held_from("cpu=pod-spec,devices=pod-spec,memory=none")
+        .await;
     agent
         .until("numaplane_exporter_kubelet_checkpoint_errors_total{file=memory_manager_state,reason=checksum} >= 1").await;
     s.cleanup().await;
@@ -1038,6 +957,13 @@ fn kubelet_configz() -> serde_json::Value {
     })
 }
 
+/// A kubelet HTTPS API answering /configz with [`kubelet_configz`].
+async fn configz_kubelet() -> FakeKubeletHttps {
+    FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
+        .await
+        .unwrap()
+}
+
 /// Flags pointing the agent at a kubelet HTTPS API on 127.0.0.1:`port`.
 fn kubelet_api_flags(port: u16) -> Vec<String> {
     ["--node-address", "127.0.0.1", "--kubelet-port", &port.to_string()]
@@ -1058,18 +984,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 
 /// The node's Warning Events with `reason`, as `kubectl describe node` would show them.
 async fn node_events(s: &Setup, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.api.client(), "default");
-    events
-        .list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&s.node)
-        })
-        .collect()
+    s.api.events_about(NAMESPACE, &s.node, reason).await.unwrap()
 }
 
 const TM_AND_MANAGER_ATTRIBUTES: [&str; 4] = [
@@ -1083,19 +998,11 @@ const TM_AND_MANAGER_ATTRIBUTES: [&str; 4] = [
 async fn the_kubelets_configz_is_published() {
     use numaplane::nrt::attr;
     let s = Setup::plain().await;
-    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
-        .await
-        .unwrap();
+    let kubelet = configz_kubelet().await;
     let agent = s
         .agent("1h", &strs(&with_ca(kubelet_api_flags(kubelet.port()))))
         .await;
-    let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            n.attribute(attr::TOPOLOGY_MANAGER_POLICY).is_some()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", agent.stderr()));
+    let nrt = s.kubelet_config_published(&agent).await;
     for (name, value) in [
         (attr::TOPOLOGY_MANAGER_POLICY, "single-numa-node"),
         (attr::TOPOLOGY_MANAGER_SCOPE, "pod"),
@@ -1112,14 +1019,9 @@ async fn the_kubelets_configz_is_published() {
         Some(vec!["SingleNUMANodePodLevel".to_owned()])
     );
     let text = agent.metrics().unwrap();
-    assert_eq!(
-        metric_value(
-            &text,
-            "numaplane_exporter_kubelet_config_source",
-            &[("source", "configz")]
-        ),
-        Some(1.0),
-        "{text}"
+    assert_metric(
+        &text,
+        "numaplane_exporter_kubelet_config_source{source=configz} == 1",
     );
     // The kubelet authenticates the agent by its own token (in a pod, the ServiceAccount's).
     let requests = kubelet.requests();
@@ -1142,9 +1044,7 @@ async fn the_kubelets_configz_is_published() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelets_certificate_is_verified_unless_told_otherwise() {
     let s = Setup::plain().await;
-    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
-        .await
-        .unwrap();
+    let kubelet = configz_kubelet().await;
     // The fake's CA is not one the agent trusts (as with kubeadm's self-signed certificates).
     let agent = s.agent("1h", &strs(&kubelet_api_flags(kubelet.port()))).await;
     agent
@@ -1188,14 +1088,11 @@ async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_
         .await;
     let text = agent.metrics().unwrap();
     for (source, reason) in [("configz", "unreachable"), ("file", "read")] {
-        assert!(
-            metric_value(
-                &text,
-                "numaplane_exporter_kubelet_config_errors_total",
-                &[("source", source), ("reason", reason)]
-            )
-            .is_some_and(|v| v >= 1.0),
-            "{source} {reason}\n{text}"
+        assert_metric(
+            &text,
+            &format!(
+                "numaplane_exporter_kubelet_config_errors_total{{source={source},reason={reason}}} >= 1"
+            ),
         );
     }
     // One Warning Event on the Node saying what is missing and why.
@@ -1223,12 +1120,8 @@ async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_
         .await
         .unwrap();
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node")
-        })
-        .await
-        .unwrap();
+        .nrt_where(|n| n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node"))
+        .await;
     assert_eq!(nrt.attribute(attr::CPU_MANAGER_POLICY), Some("static"));
     agent
         .until("numaplane_exporter_kubelet_config_source{source=configz} == 1")
@@ -1242,9 +1135,7 @@ async fn a_node_without_a_kubelet_config_source_publishes_warns_and_recovers_at_
 async fn a_slow_configz_does_not_hold_up_publishing() {
     use numaplane::nrt::attr;
     let s = Setup::plain().await;
-    let kubelet = FakeKubeletHttps::start(Answer::Config(kubelet_configz()))
-        .await
-        .unwrap();
+    let kubelet = configz_kubelet().await;
     kubelet.set_delay(Duration::from_secs(120));
     let mut flags = with_ca(kubelet_api_flags(kubelet.port()));
     flags.extend(["--kubelet-config-timeout".to_owned(), "1s".to_owned()]);
@@ -1268,12 +1159,8 @@ async fn a_slow_configz_does_not_hold_up_publishing() {
         .until("numaplane_exporter_scans_total{trigger=notify_file,result=success} >= 1")
         .await;
     kubelet.set_delay(Duration::ZERO);
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node")
-        })
-        .await
-        .unwrap();
+    s.nrt_where(|n| n.attribute(attr::TOPOLOGY_MANAGER_POLICY) == Some("single-numa-node"))
+        .await;
     s.cleanup().await;
 }
 
@@ -1285,13 +1172,7 @@ async fn configz_through_the_api_servers_node_proxy() {
     let fake = s.api.fake().unwrap();
     fake.set_node_configz(&s.node, Some(kubelet_configz()));
     let agent = s.agent("1h", &["--kubelet-configz", "api-server"]).await;
-    let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            n.attribute(attr::TOPOLOGY_MANAGER_POLICY).is_some()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", agent.stderr()));
+    let nrt = s.kubelet_config_published(&agent).await;
     assert_eq!(
         nrt.attribute(attr::TOPOLOGY_MANAGER_POLICY),
         Some("single-numa-node")
@@ -1303,13 +1184,9 @@ async fn configz_through_the_api_servers_node_proxy() {
             .any(|r| r.method == "GET" && r.path == path),
         "no {path}"
     );
-    assert_eq!(
-        metric_value(
-            &agent.metrics().unwrap(),
-            "numaplane_exporter_kubelet_config_source",
-            &[("source", "configz")]
-        ),
-        Some(1.0)
+    assert_metric(
+        &agent.metrics().unwrap(),
+        "numaplane_exporter_kubelet_config_source{source=configz} == 1",
     );
 }
 
@@ -1388,12 +1265,8 @@ async fn dra_devices_are_counted_per_zone_from_the_claims_and_the_node_slices() 
     let agent = s.agent("200ms", &[]).await;
 
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
-            zone_attribute(n, "node-1", attr::DRA_DEVICES).is_some()
-        })
-        .await
-        .unwrap();
+        .nrt_where(|n| zone_attribute(n, "node-1", attr::DRA_DEVICES).is_some())
+        .await;
     assert_eq!(
         zone_attribute(&nrt, "node-0", attr::DRA_DEVICES).as_deref(),
         Some("gpu.example.com=1/2")
@@ -1436,13 +1309,11 @@ async fn dra_devices_are_counted_per_zone_from_the_claims_and_the_node_slices() 
 
     // The pod goes away: every device is free.
     s.kubelet.set_pods(vec![]);
-    s.api
-        .wait_nrt(&s.node, WAIT, |n| {
-            zone_attribute(n, "node-0", attr::DRA_DEVICES).as_deref() == Some("gpu.example.com=2/2")
-                && node_attribute(n, attr::DRA_DEVICES_WITHOUT_NUMA).as_deref() == Some("gpu.example.com=1/1")
-        })
-        .await
-        .unwrap();
+    s.nrt_where(|n| {
+        zone_attribute(n, "node-0", attr::DRA_DEVICES).as_deref() == Some("gpu.example.com=2/2")
+            && node_attribute(n, attr::DRA_DEVICES_WITHOUT_NUMA).as_deref() == Some("gpu.example.com=1/1")
+    })
+    .await;
     // The driver republishes its pool with one GPU less on node 1: the watch follows.
     let mut smaller = slice(serde_json::json!([
         gpu("gpu-0", Some(0)),
@@ -1457,12 +1328,10 @@ async fn dra_devices_are_counted_per_zone_from_the_claims_and_the_node_slices() 
         .await
         .unwrap();
     let nrt = s
-        .api
-        .wait_nrt(&s.node, WAIT, |n| {
+        .nrt_where(|n| {
             zone_attribute(n, "node-1", attr::DRA_DEVICES).as_deref() == Some("gpu.example.com=1/1")
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(node_attribute(&nrt, attr::DRA_DEVICES_WITHOUT_NUMA), None);
     agent
         .wait_metric(

@@ -155,6 +155,20 @@ async fn bound(pods: &Api<Pod>, name: &str, cp: &ControlPlane, ext: &Agent) -> P
     }
 }
 
+/// The pods `victim-*`, those being deleted or those not.
+async fn victims(pods: &Api<Pod>, deleted: bool) -> Vec<Pod> {
+    let mut all = pods.list(&ListParams::default()).await.unwrap().items;
+    all.retain(|p| {
+        let victim = p
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("victim-"));
+        victim && p.metadata.deletion_timestamp.is_some() == deleted
+    });
+    all
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -281,12 +295,9 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
         "info,numaplane_scheduler=debug",
     )
     .unwrap();
+    ext.set_wait(WAIT);
     ext.wait_serving(WAIT).await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    while ext.http_get("/readyz").map(|r| r.0).unwrap_or(0) != 200 {
-        assert!(Instant::now() < deadline, "extender not ready: {}", ext.stderr());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ext.wait_ready().await;
     // kube-scheduler runs with the shipped config since the control plane started (it refused
     // native managedResources once and exited); the extender was down until now, which
     // `ignorable: true` allows.
@@ -344,20 +355,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
     .unwrap();
     let deadline = Instant::now() + WAIT;
     let victim = loop {
-        let evicted: Vec<Pod> = pods
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("victim-"))
-                    && p.metadata.deletion_timestamp.is_some()
-            })
-            .collect();
+        let evicted = victims(&pods, true).await;
         if !evicted.is_empty() {
             assert_eq!(evicted.len(), 1, "one zone is enough");
             break evicted.into_iter().next().unwrap();
@@ -403,20 +401,7 @@ async fn kube_scheduler_with_the_shipped_config_filters_prioritizes_binds_and_pr
         "the preemptor takes the zone its victim freed"
     );
     // The other low-priority pod stays.
-    let survivors = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("victim-"))
-                && p.metadata.deletion_timestamp.is_none()
-        })
-        .count();
+    let survivors = victims(&pods, false).await.len();
     assert_eq!(survivors, 1);
 }
 

@@ -28,7 +28,10 @@ use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
     fake_api::{FakeApiServer, StoreChange},
-    harness::{Agent, ApiTarget, http_post, metric_value, nrt, unique_name},
+    harness::{
+        Agent, ApiTarget, eventually, http_post, kubelet::key_of as key, metric_value, nrt,
+        scheduler_run_args, unique_name,
+    },
 };
 use numaplane_scheduler::{
     cluster::{Cluster, Config},
@@ -37,6 +40,8 @@ use numaplane_scheduler::{
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
+/// The `schedulerName` numaplane serves.
+const SCHEDULER: &str = "numaplane-scheduler";
 const GPU: &str = "example.com/gpu";
 /// CPUs per zone; two zones per node; two GPUs per zone.
 const ZONE_CPUS: i64 = 4;
@@ -56,6 +61,11 @@ impl Env {
     /// [`Self::new`] on the HTTP-level fake, for the faults only it can inject.
     async fn new_fake(n: usize) -> Env {
         Self::on(ApiTarget::start_fake(true).await.unwrap(), n).await
+    }
+
+    /// The fake API server of a [`Self::new_fake`] environment.
+    fn fake(&self) -> &FakeApiServer {
+        self.target.fake().expect("started on the HTTP-level fake")
     }
 
     async fn on(target: ApiTarget, n: usize) -> Env {
@@ -109,27 +119,64 @@ impl Env {
 
     /// Creates pending pods `name-<i>` (Guaranteed: `cpu` CPUs, 1Gi, `gpus` GPUs).
     async fn create_pods(&self, name: &str, count: usize, cpu: u32, gpus: u32) {
-        self.create_pods_for(name, count, cpu, gpus, "numaplane-scheduler")
-            .await;
+        self.create_pods_for(name, count, cpu, gpus, SCHEDULER).await;
     }
 
     /// [`Self::create_pods`] with another `schedulerName`.
     async fn create_pods_for(&self, name: &str, count: usize, cpu: u32, gpus: u32, scheduler: &str) {
-        let pods: Api<Pod> = Api::namespaced(self.target.client(), &self.ns);
+        let limits = json!({"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()});
         for i in 0..count {
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("{name}-{i}"), "labels": {"numaplane.io/e2e": "true"}},
-                "spec": {
-                    "schedulerName": scheduler,
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                        "requests": {"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()},
-                        "limits": {"cpu": cpu.to_string(), "memory": "1Gi", GPU: gpus.to_string()}}}]
-                }
-            }))
-            .unwrap();
-            pods.create(&PostParams::default(), &pod).await.unwrap();
+            self.create_pod(&format!("{name}-{i}"), scheduler, &limits, json!({}))
+                .await;
         }
+    }
+
+    /// Creates the pending pod `name` for `scheduler` (a test object tolerating every taint)
+    /// whose one container `app` is Guaranteed with `limits`; `spec` is merged into its spec.
+    async fn create_pod(
+        &self,
+        name: &str,
+        scheduler: &str,
+        limits: &serde_json::Value,
+        spec: serde_json::Value,
+    ) {
+        let mut pod = json!({
+            "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
+            "spec": {
+                "schedulerName": scheduler,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": limits, "limits": limits}}]
+            }
+        });
+        for (k, v) in spec.as_object().into_iter().flatten() {
+            pod["spec"][k] = v.clone();
+        }
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        Api::<Pod>::namespaced(self.target.client(), &self.ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    /// Creates the pod `gated` ([`Self::create_pod`]) held by the scheduling gate `gate`;
+    /// returns the namespace's pods.
+    async fn create_gated(&self, gate: &str, limits: serde_json::Value) -> Api<Pod> {
+        let spec = json!({"schedulingGates": [{"name": gate}]});
+        self.create_pod("gated", SCHEDULER, &limits, spec).await;
+        Api::namespaced(self.target.client(), &self.ns)
+    }
+
+    /// Removes the scheduling gates of the pod `gated`.
+    async fn ungate(&self) {
+        Api::<Pod>::namespaced(self.target.client(), &self.ns)
+            .patch(
+                "gated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+            )
+            .await
+            .unwrap();
     }
 
     async fn pods(&self) -> Vec<Pod> {
@@ -146,32 +193,19 @@ impl Env {
     }
 
     async fn wait_bound(&self, n: usize, sched: &Agent) -> Vec<Pod> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let bound = self.bound().await;
-            if bound.len() >= n {
-                return bound;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {n} pods bound after {WAIT:?}\n{}",
-                bound.len(),
-                sched.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        sched
+            .eventually(Duration::from_millis(50), || async move {
+                let bound = self.bound().await;
+                match bound.len() {
+                    b if b >= n => Ok(bound),
+                    b => Err(format!("{b} of {n} pods bound")),
+                }
+            })
+            .await
     }
 
     fn args(&self, extra: &[&str]) -> Vec<String> {
-        let mut a = vec![
-            "--kubeconfig".to_owned(),
-            self.target.kubeconfig().display().to_string(),
-            "--leader-elect=false".to_owned(),
-            "--kube-api-qps".to_owned(),
-            "1000".to_owned(),
-            "--kube-api-burst".to_owned(),
-            "1000".to_owned(),
-        ];
+        let mut a = scheduler_run_args(self.target.kubeconfig());
         if extra.iter().any(|e| e.starts_with("--leader-elect")) {
             a.retain(|x| x != "--leader-elect=false");
         }
@@ -180,7 +214,12 @@ impl Env {
     }
 
     async fn start(&self, extra: &[&str]) -> Agent {
-        let mut s = Agent::spawn_scheduler("run", &self.args(extra)).unwrap();
+        self.start_as("run", extra).await
+    }
+
+    /// Starts `numaplane-scheduler <subcommand>` with [`Self::args`]; waits until it serves.
+    async fn start_as(&self, subcommand: &str, extra: &[&str]) -> Agent {
+        let mut s = Agent::spawn_scheduler(subcommand, &self.args(extra)).unwrap();
         s.set_wait(WAIT);
         s.wait_serving(WAIT).await.unwrap();
         s
@@ -190,14 +229,6 @@ impl Env {
     async fn cleanup(&self) {
         self.target.delete_test_objects(&self.ns, &self.nodes).await;
     }
-}
-
-fn key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 fn node_of(p: &Pod) -> String {
@@ -358,74 +389,63 @@ async fn binds_every_pod_that_fits_where_the_model_predicts() {
         .until("numaplane_scheduler_schedule_attempts_total{result=unschedulable} >= 4")
         .await;
     assert!(unschedulable >= 4.0);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let pods = env.pods().await;
-        let conditions: Vec<String> = pods
-            .iter()
-            .filter(|p| node_of(p).is_empty())
-            .filter_map(|p| {
-                p.status
-                    .as_ref()?
-                    .conditions
-                    .as_ref()?
-                    .iter()
-                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    .and_then(|c| {
-                        (c.reason.as_deref() == Some("Unschedulable"))
-                            .then(|| c.message.clone().unwrap_or_default())
-                    })
-            })
-            .collect();
-        if conditions.len() == 4 {
-            assert!(
-                conditions
-                    .iter()
-                    .all(|m| m.starts_with("0/5 nodes are available: ")),
-                "{conditions:?}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "conditions: {conditions:?}\n{}",
-            sched.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let evs = events.list(&ListParams::default()).await.unwrap().items;
-        let failed = evs
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
-            .count();
-        let scheduled = evs
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("Scheduled"))
-            .count();
-        if failed >= 4 && scheduled >= 20 {
-            let e = evs
+    let env = &env;
+    let conditions = sched
+        .eventually(Duration::from_millis(100), || async move {
+            let conditions: Vec<String> = env
+                .pods()
+                .await
                 .iter()
+                .filter(|p| node_of(p).is_empty())
+                .filter_map(|p| {
+                    p.status
+                        .as_ref()?
+                        .conditions
+                        .as_ref()?
+                        .iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                        .and_then(|c| {
+                            (c.reason.as_deref() == Some("Unschedulable"))
+                                .then(|| c.message.clone().unwrap_or_default())
+                        })
+                })
+                .collect();
+            match conditions.len() {
+                4 => Ok(conditions),
+                _ => Err(format!("conditions: {conditions:?}")),
+            }
+        })
+        .await;
+    assert!(
+        conditions
+            .iter()
+            .all(|m| m.starts_with("0/5 nodes are available: ")),
+        "{conditions:?}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
+    let events = &events;
+    let e = eventually(WAIT, Duration::from_millis(100), || async move {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        let of = |reason: &str| evs.iter().filter(|e| e.reason.as_deref() == Some(reason)).count();
+        let (failed, scheduled) = (of("FailedScheduling"), of("Scheduled"));
+        if failed >= 4 && scheduled >= 20 {
+            Ok(evs
+                .into_iter()
                 .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
-                .unwrap();
-            assert_eq!(e.type_.as_deref(), Some("Warning"));
-            assert_eq!(e.reporting_controller.as_deref(), Some("numaplane-scheduler"));
-            assert!(
-                e.note
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains("nodes are available")
-            );
-            break;
+                .unwrap())
+        } else {
+            Err(format!("events: {failed} failed, {scheduled} scheduled"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "events: {failed} failed, {scheduled} scheduled"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.reporting_controller.as_deref(), Some("numaplane-scheduler"));
+    assert!(
+        e.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("nodes are available")
+    );
     assert!(
         unrecorded.lock().unwrap().is_empty(),
         "bound without record: {:?}",
@@ -488,15 +508,13 @@ async fn nrt_showing_the_pods_releases_assumptions_without_double_counting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_and_dropped_watches_lose_nothing_and_double_book_nothing() {
     let env = Env::new_fake(4).await;
-    let Some(fake) = env.target.fake() else {
-        return; // Fault injection needs the fake.
-    };
     env.create_pods("gpu", 20, 2, 1).await;
     // The first bindings fail with 500s and the watches drop while the scheduler works.
-    fake.fail_next("POST", &format!("/api/v1/namespaces/{}/pods/", env.ns), 500, 6);
+    env.fake()
+        .fail_next("POST", &format!("/api/v1/namespaces/{}/pods/", env.ns), 500, 6);
     let sched = env.start(&[]).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    fake.close_watches();
+    env.fake().close_watches();
     let bound = env.wait_bound(16, &sched).await;
     assert_eq!(bound.len(), 16);
     assert_not_oversubscribed(&bound);
@@ -616,9 +634,8 @@ fn bindings_of(fake: &FakeApiServer, ns: &str, name: &str) -> Vec<(u16, String)>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
     let env = Env::new_fake(1).await;
-    let Some(fake) = env.target.fake() else {
-        return; // The races are made by the fake.
-    };
+    // The races are made by the fake.
+    let fake = env.fake();
     let node = env.nodes[0].clone();
     // Room for more at node level than the zones hold: only the zones' accounting keeps the
     // fifth pod off.
@@ -731,20 +748,8 @@ async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gated_pods_wait_for_their_gates_to_be_removed() {
     let env = Env::new(1).await;
-    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
-    let gated: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "gated", "labels": {"numaplane.io/e2e": "true"}},
-        "spec": {
-            "schedulerName": "numaplane-scheduler",
-            "schedulingGates": [{"name": "example.com/wait"}],
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                "requests": {"cpu": "2", "memory": "1Gi", GPU: "1"},
-                "limits": {"cpu": "2", "memory": "1Gi", GPU: "1"}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &gated).await.unwrap();
+    env.create_gated("example.com/wait", json!({"cpu": "2", "memory": "1Gi", GPU: "1"}))
+        .await;
     env.create_pods("free", 1, 2, 1).await;
     let sched = env.start(&[]).await;
     env.wait_bound(1, &sched).await;
@@ -754,13 +759,7 @@ async fn gated_pods_wait_for_their_gates_to_be_removed() {
     if let Some(fake) = env.target.fake() {
         assert_eq!(bindings_of(fake, &env.ns, "gated"), [], "a gated pod was bound");
     }
-    pods.patch(
-        "gated",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
-    )
-    .await
-    .unwrap();
+    env.ungate().await;
     let bound = env.wait_bound(2, &sched).await;
     assert_not_oversubscribed(&bound);
     env.cleanup().await;
@@ -790,26 +789,15 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
         .await;
     let first = Instant::now();
     // The condition the scheduler wrote is on the pod (so its update has been watched).
-    loop {
-        let pods = env.pods().await;
-        let written = pods[0]
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
-            });
-        if written {
-            break;
-        }
-        assert!(
-            first.elapsed() < WAIT,
-            "no PodScheduled condition\n{}",
-            sched.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let env = &env;
+    sched
+        .eventually(Duration::from_millis(50), || async move {
+            match pod_scheduled(&env.pods().await[0]) {
+                Some(c) if c.status == "False" => Ok(()),
+                _ => Err("no PodScheduled condition".to_owned()),
+            }
+        })
+        .await;
     // Well inside the 4 s backoff, the pod was tried once.
     tokio::time::sleep(Duration::from_millis(2500).saturating_sub(first.elapsed())).await;
     assert_eq!(attempts(), 1.0, "retried before its backoff\n{}", sched.stderr());
@@ -830,17 +818,14 @@ async fn own_status_writes_do_not_cut_an_unschedulable_pods_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_event_and_status_writes_are_counted_as_what_they_are() {
     let env = Env::new_fake(1).await;
-    let Some(fake) = env.target.fake() else {
-        return; // Fault injection needs the fake.
-    };
     env.create_pods("big", 1, 5, 0).await;
-    fake.fail_next(
+    env.fake().fail_next(
         "POST",
         &format!("/apis/events.k8s.io/v1/namespaces/{}/events", env.ns),
         500,
         1,
     );
-    fake.fail_next(
+    env.fake().fail_next(
         "PATCH",
         &format!("/api/v1/namespaces/{}/pods/big-0/status", env.ns),
         500,
@@ -938,6 +923,16 @@ async fn post(ext: &Agent, path: &'static str, body: String) -> (u16, serde_json
     (status, value)
 }
 
+/// POSTs the extender arguments `pod` and `nodes` (`nodeCacheCapable: true`) to `path`.
+async fn post_pod(
+    ext: &Agent,
+    path: &'static str,
+    pod: &serde_json::Value,
+    nodes: &[&str],
+) -> (u16, serde_json::Value) {
+    post(ext, path, json!({"Pod": pod, "NodeNames": nodes}).to_string()).await
+}
+
 async fn pod_json(env: &Env, name: &str) -> serde_json::Value {
     let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
     serde_json::to_value(pods.get(name).await.unwrap()).unwrap()
@@ -962,23 +957,12 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     let env = Env::new(2).await;
     let (n0, n1) = (env.nodes[0].clone(), env.nodes[1].clone());
     env.create_pods_for("ext", 5, 3, 1, UNSERVED).await;
-    let mut ext = Agent::spawn_scheduler("extender", &env.args(&[])).unwrap();
-    ext.set_wait(WAIT);
-    ext.wait_serving(WAIT).await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    while ext.http_get("/readyz").map(|r| r.0).unwrap_or(0) != 200 {
-        assert!(Instant::now() < deadline, "not ready: {}", ext.stderr());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let ext = env.start_as("extender", &[]).await;
+    ext.wait_ready().await;
 
     // filter, NodeNames shape (nodeCacheCapable: true).
     let pod0 = pod_json(&env, "ext-0").await;
-    let (status, reply) = post(
-        &ext,
-        "/filter",
-        json!({"Pod": pod0, "NodeNames": [n0, n1]}).to_string(),
-    )
-    .await;
+    let (status, reply) = post_pod(&ext, "/filter", &pod0, &[&n0, &n1]).await;
     assert_eq!(status, 200);
     assert_eq!(reply["NodeNames"], json!([n0, n1]), "{reply}");
     assert_eq!(reply["FailedNodes"], json!({}));
@@ -1001,12 +985,7 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     assert!(reply["NodeNames"].is_null());
 
     // prioritize: one 0..=10 score per candidate, in order.
-    let (status, reply) = post(
-        &ext,
-        "/prioritize",
-        json!({"Pod": pod0, "NodeNames": [n0, n1]}).to_string(),
-    )
-    .await;
+    let (status, reply) = post_pod(&ext, "/prioritize", &pod0, &[&n0, &n1]).await;
     assert_eq!(status, 200);
     let hosts: Vec<&str> = reply
         .as_array()
@@ -1026,12 +1005,7 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     // bind ext-0 and ext-1 to n0: one 3-CPU pod per 4-CPU zone.
     for name in ["ext-0", "ext-1"] {
         let pod = pod_json(&env, name).await;
-        let (_, reply) = post(
-            &ext,
-            "/filter",
-            json!({"Pod": pod, "NodeNames": [n0]}).to_string(),
-        )
-        .await;
+        let (_, reply) = post_pod(&ext, "/filter", &pod, &[&n0]).await;
         assert_eq!(reply["NodeNames"], json!([n0]), "{name}: {reply}");
         let (status, reply) = post(&ext, "/bind", bind_args(&env, &pod, &n0)).await;
         assert_eq!((status, &reply), (200, &json!({"Error": ""})), "{name}");
@@ -1043,12 +1017,7 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
 
     // ext-2: n0 is full by the assumptions alone (its NRT still shows every zone free).
     let pod2 = pod_json(&env, "ext-2").await;
-    let (_, reply) = post(
-        &ext,
-        "/filter",
-        json!({"Pod": pod2, "NodeNames": [n0, n1]}).to_string(),
-    )
-    .await;
+    let (_, reply) = post_pod(&ext, "/filter", &pod2, &[&n0, &n1]).await;
     assert_eq!(reply["NodeNames"], json!([n1]), "{reply}");
     let why = reply["FailedNodes"][&n0].as_str().unwrap();
     assert!(why.contains("cpu"), "{why}");
@@ -1111,20 +1080,17 @@ async fn extender_filters_prioritizes_and_binds_with_the_record() {
     env.cleanup().await;
 }
 
+/// The pod's `PodScheduled` condition, if it has one.
+fn pod_scheduled(p: &Pod) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned())
+}
+
 /// Events of `reason` about the pod `name` (events.k8s.io/v1).
 async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.target.client(), &env.ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        })
-        .collect()
+    env.target.events_about(&env.ns, name, reason).await.unwrap()
 }
 
 /// A gated pod is never decided: no Binding, no `FailedScheduling`, and its
@@ -1134,48 +1100,26 @@ async fn events_about(env: &Env, name: &str, reason: &str) -> Vec<k8s_openapi::a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_pod_gets_its_condition_once_no_event_and_one_decision_once_ungated() {
     let env = Env::new(1).await;
-    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
-    let gated: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "gated", "labels": {"numaplane.io/e2e": "true"}},
-        "spec": {
-            "schedulerName": "numaplane-scheduler",
-            "schedulingGates": [{"name": "example.com/quota"}],
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &gated).await.unwrap();
+    let pods = env
+        .create_gated("example.com/quota", json!({"cpu": "2", "memory": "1Gi"}))
+        .await;
     // A long backoff: were the ungated pod put in backoff, it would not be bound in time.
     let sched = env
         .start(&["--pod-initial-backoff", "20s", "--pod-max-backoff", "60s"])
         .await;
-    let gated_condition = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned())
-    };
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let c = gated_condition(&pods.get("gated").await.unwrap());
-        if let Some(c) = c {
-            assert_eq!(c.status, "False");
-            assert_eq!(c.reason.as_deref(), Some("SchedulingGated"));
-            assert_eq!(
-                c.message.as_deref(),
-                Some("Scheduling is blocked due to non-empty scheduling gates")
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no SchedulingGated condition\n{}",
-            sched.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let pods = &pods;
+    let c = sched
+        .eventually(Duration::from_millis(50), || async move {
+            pod_scheduled(&pods.get("gated").await.unwrap())
+                .ok_or_else(|| "no SchedulingGated condition".to_owned())
+        })
+        .await;
+    assert_eq!(c.status, "False");
+    assert_eq!(c.reason.as_deref(), Some("SchedulingGated"));
+    assert_eq!(
+        c.message.as_deref(),
+        Some("Scheduling is blocked due to non-empty scheduling gates")
+    );
     // Updates while gated: nothing is written again, nothing decided.
     for i in 0..3 {
         pods.patch(
@@ -1211,13 +1155,7 @@ async fn a_gated_pod_gets_its_condition_once_no_event_and_one_decision_once_unga
         assert_eq!(writes, 1, "the SchedulingGated condition is written once");
     }
     let ungated = Instant::now();
-    pods.patch(
-        "gated",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
-    )
-    .await
-    .unwrap();
+    env.ungate().await;
     env.wait_bound(1, &sched).await;
     assert!(
         ungated.elapsed() < Duration::from_secs(10),
@@ -1268,19 +1206,13 @@ async fn storage(env: &Env, class: &str, mode: &str, claim: Option<&str>) {
 
 /// Creates the pod `name` (1 CPU) whose volume uses `claim`.
 async fn create_pod_with_claim(env: &Env, name: &str, claim: &str) {
-    let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
-        "spec": {
-            "schedulerName": "numaplane-scheduler",
-            "tolerations": [{"operator": "Exists"}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    env.create_pod(
+        name,
+        SCHEDULER,
+        &json!({"cpu": "1", "memory": "1Gi"}),
+        json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+    )
+    .await;
 }
 
 async fn delete_class(env: &Env, class: &str) {
@@ -1391,21 +1323,17 @@ async fn csi_attach_limits_from_csinodes_decide_where_claims_go() {
         "the only node with room for a volume"
     );
     create_pod_with_claim(&env, "second", "second").await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let failed = events_about(&env, "second", "FailedScheduling").await;
-        if let Some(e) = failed.first() {
-            let note = e.note.as_deref().unwrap_or_default();
-            assert!(note.contains("2 node(s) exceed max volume count"), "{note}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no FailedScheduling for the second pod\n{}",
-            sched.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let e = sched
+        .eventually(Duration::from_millis(100), || async {
+            let failed = events_about(&env, "second", "FailedScheduling").await;
+            failed
+                .into_iter()
+                .next()
+                .ok_or_else(|| "no FailedScheduling for the second pod".to_owned())
+        })
+        .await;
+    let note = e.note.as_deref().unwrap_or_default();
+    assert!(note.contains("2 node(s) exceed max volume count"), "{note}");
     csi_node(&env, &env.nodes[0], 1).await;
     let bound = env.wait_bound(2, &sched).await;
     let second = bound
@@ -1433,34 +1361,24 @@ async fn a_pod_whose_claim_is_missing_waits_and_binds_once_the_claim_exists() {
     let sched = env.start(&[]).await;
     let reason = "0/1 nodes are available: persistentvolumeclaim \"later\" not found.";
     let pods: Api<Pod> = Api::namespaced(env.target.client(), &env.ns);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let p = pods.get("needs-claim").await.unwrap();
-        let condition = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned());
-        let events = events_about(&env, "needs-claim", "FailedScheduling").await;
-        if let Some(c) = condition
-            && !events.is_empty()
-        {
-            assert_eq!(c.reason.as_deref(), Some("Unschedulable"));
-            assert_eq!(c.message.as_deref(), Some(reason));
-            assert_eq!(events[0].note.as_deref(), Some(reason));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no FailedScheduling\n{}",
-            sched.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (pods, env) = (&pods, &env);
+    let (c, events) = sched
+        .eventually(Duration::from_millis(100), || async move {
+            let condition = pod_scheduled(&pods.get("needs-claim").await.unwrap());
+            let events = events_about(env, "needs-claim", "FailedScheduling").await;
+            match condition {
+                Some(c) if !events.is_empty() => Ok((c, events)),
+                _ => Err("no FailedScheduling".to_owned()),
+            }
+        })
+        .await;
+    assert_eq!(c.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(c.message.as_deref(), Some(reason));
+    assert_eq!(events[0].note.as_deref(), Some(reason));
     assert!(env.bound().await.is_empty());
-    storage(&env, &class, "WaitForFirstConsumer", Some("later")).await;
+    storage(env, &class, "WaitForFirstConsumer", Some("later")).await;
     let bound = env.wait_bound(1, &sched).await;
     assert_eq!(key(&bound[0]), format!("{}/needs-claim", env.ns));
-    delete_class(&env, &class).await;
+    delete_class(env, &class).await;
     env.cleanup().await;
 }
