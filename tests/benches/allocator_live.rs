@@ -28,7 +28,7 @@ use numaplane::proto::podresources::{
 use numaplane_e2e::fake_api::FakeApiServer;
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode};
-use numaplane_e2e::harness::{Agent, allocator_exporter_args};
+use numaplane_e2e::harness::{Agent, allocator_exporter_args, bench};
 use serde_json::json;
 
 const NODE: &str = "bench-node";
@@ -107,21 +107,10 @@ fn free_in(body: &serde_json::Value) -> Vec<String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let calls: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5000);
-    let deletions: usize = args
-        .get(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(100)
-        .min(HOLDERS);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let args = bench::Args::from_env();
+    let calls: usize = args.get(0, 5000);
+    let deletions: usize = args.get(1, 100).min(HOLDERS);
+    let rt = bench::runtime(2);
     rt.block_on(async move {
         let dir = tempfile::tempdir().unwrap();
         let api = FakeApiServer::start().await.unwrap();

@@ -11,9 +11,9 @@
 use std::time::{Duration, Instant};
 
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerResources, PodResources};
-use numaplane_e2e::fake_api::FakeApiServer;
+use numaplane_e2e::fake_api::{FakeApiServer, RecordedRequest};
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, GetMode};
-use numaplane_e2e::harness::Agent;
+use numaplane_e2e::harness::{Agent, bench};
 use serde_json::json;
 
 const NODE: &str = "bench-node";
@@ -129,22 +129,33 @@ async fn reaction(watch: bool, changes: usize) -> Vec<Duration> {
                 "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x"}]},
                 "status": {"phase": if i % 2 == 1 { "Running" } else { "Succeeded" }}}));
         }
-        let write = env
-            .api
-            .wait_for_request(
-                |r| {
-                    r.method == "PATCH"
-                        && r.path.contains("noderesourcetopologies")
-                        && r.body_str().contains(expected)
-                },
-                Duration::from_secs(10),
-            )
-            .await
-            .unwrap_or_else(|| panic!("change {i} never written\n{}", env.agent.stderr()));
+        let write = nrt_write(
+            &env,
+            expected,
+            Duration::from_secs(10),
+            &format!("change {i} never written"),
+        )
+        .await;
         latencies.push(write.at.saturating_duration_since(t0));
     }
     latencies.sort();
     latencies
+}
+
+/// The agent's first NRT write containing `text` within `timeout`; `what` names it when
+/// there is none.
+async fn nrt_write(env: &Env, text: &str, timeout: Duration, what: &str) -> RecordedRequest {
+    env.api
+        .wait_for_request(
+            |r| {
+                r.method == "PATCH"
+                    && r.path.contains("noderesourcetopologies")
+                    && r.body_str().contains(text)
+            },
+            timeout,
+        )
+        .await
+        .unwrap_or_else(|| panic!("{what}\n{}", env.agent.stderr()))
 }
 
 /// A burst of `n` pod creations on the node, admitted by the kubelet 10 ms apart: the kubelet
@@ -191,18 +202,13 @@ async fn burst(n: usize) -> (f64, f64, Duration, Duration) {
     }
     let last = Instant::now();
     let want = numaplane::fingerprint::compute(names.iter().map(|n| ("default", n.as_str())));
-    let write = env
-        .api
-        .wait_for_request(
-            |r| {
-                r.method == "PATCH"
-                    && r.path.contains("noderesourcetopologies")
-                    && r.body_str().contains(&want)
-            },
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap_or_else(|| panic!("the burst never reached the NRT\n{}", env.agent.stderr()));
+    let write = nrt_write(
+        &env,
+        &want,
+        Duration::from_secs(60),
+        "the burst never reached the NRT",
+    )
+    .await;
     let reaction = write.at.saturating_duration_since(last);
     // Keep sampling while the agent catches up (its poller gives up 5 s after a pod appears).
     for _ in 0..60 {
@@ -257,18 +263,11 @@ async fn idle(seconds: u64) -> (u64, u64, f64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let changes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(200);
-    let idle_seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(60);
-    let burst_pods: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let args = bench::Args::from_env();
+    let changes: usize = args.get(0, 200);
+    let idle_seconds: u64 = args.get(1, 60);
+    let burst_pods: usize = args.get(2, 100);
+    let rt = bench::runtime(2);
     rt.block_on(async {
         let modes: &[(bool, &str)] = if changes == 0 {
             &[]

@@ -17,7 +17,10 @@ use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use numaplane_e2e::{fake_api::FakeApiServer, harness::Agent};
+use numaplane_e2e::{
+    fake_api::FakeApiServer,
+    harness::{Agent, bench, nrt},
+};
 use serde_json::json;
 
 /// A keep-alive HTTP/1.1 connection, as Go's `http.Client` keeps to the extender.
@@ -69,12 +72,6 @@ impl Conn {
     }
 }
 
-fn zone(i: usize) -> serde_json::Value {
-    json!({"name": format!("node-{i}"), "type": "Node", "resources": [
-        {"name": "cpu", "capacity": "32", "allocatable": "32", "available": "32"},
-        {"name": "memory", "capacity": "128Gi", "allocatable": "128Gi", "available": "128Gi"}]})
-}
-
 struct Stats(Vec<Duration>);
 
 impl Stats {
@@ -104,35 +101,18 @@ fn pod(i: usize, guaranteed: bool) -> serde_json::Value {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let nodes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(500);
-    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let args = bench::Args::from_env();
+    let nodes: usize = args.get(0, 500);
+    let rounds: usize = args.get(1, 2000);
+    let rt = bench::runtime(1);
     let api = rt.block_on(FakeApiServer::start()).unwrap();
     api.install_nrt_crd();
-    let mut names = Vec::new();
-    for n in 0..nodes {
-        let name = format!("node-{n:04}");
-        api.put(
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}),
-        );
-        api.put(
-            json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": name}, "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                           {"name": "topologyManagerScope", "value": "container"}],
-            "zones": [zone(0), zone(1)]}),
-        );
-        names.push(name);
-    }
+    let names = bench::put_nodes(
+        &api,
+        nodes,
+        "SingleNUMANodeContainerLevel",
+        nrt::attributes("single-numa-node", Some("container"), &[]),
+    );
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = api.write_kubeconfig(dir.path()).unwrap();
     numaplane_e2e::binaries::scheduler();
@@ -146,11 +126,8 @@ fn main() {
     )
     .unwrap();
     rt.block_on(ext.wait_serving(Duration::from_secs(30))).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ext.http_get("/readyz").map(|r| r.0).unwrap_or(0) != 200 {
-        assert!(Instant::now() < deadline, "extender not ready: {}", ext.stderr());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    ext.set_wait(Duration::from_secs(60));
+    rt.block_on(ext.wait_ready());
     let mut conn = Conn::open(ext.addr());
     let mut floor = Stats(Vec::new());
     for _ in 0..rounds {

@@ -10,16 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use numaplane_e2e::{fake_api::FakeApiServer, harness::Agent};
+use numaplane_e2e::{
+    fake_api::FakeApiServer,
+    harness::{Agent, bench, nrt},
+};
 use serde_json::json;
 
 const NS: &str = "bench";
-
-fn zone(i: usize) -> serde_json::Value {
-    json!({"name": format!("node-{i}"), "type": "Node", "resources": [
-        {"name": "cpu", "capacity": "32", "allocatable": "32", "available": "32"},
-        {"name": "memory", "capacity": "128Gi", "allocatable": "128Gi", "available": "128Gi"}]})
-}
 
 /// The `le` upper bound below which a fraction `q` of the histogram's samples fall.
 fn quantile(metrics: &str, name: &str, q: f64) -> Option<f64> {
@@ -43,29 +40,14 @@ fn quantile(metrics: &str, name: &str, q: f64) -> Option<f64> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let nodes: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(500);
-    let pods: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
-    let qps: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);
+    let args = bench::Args::from_env();
+    let nodes: usize = args.get(0, 500);
+    let pods: usize = args.get(1, 2000);
+    let qps: u32 = args.get(2, 50);
     let api = FakeApiServer::start().await.unwrap();
     api.install_nrt_crd();
     api.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
-    for n in 0..nodes {
-        let name = format!("node-{n:04}");
-        api.put(
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}),
-        );
-        api.put(
-            json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": name}, "topologyPolicies": ["None"],
-            "attributes": [{"name": "topologyManagerPolicy", "value": "none"}],
-            "zones": [zone(0), zone(1)]}),
-        );
-    }
+    bench::put_nodes(&api, nodes, "None", nrt::attributes("none", None, &[]));
     for p in 0..pods {
         api.put(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("pod-{p:05}"), "namespace": NS, "uid": format!("uid-{p}"),
