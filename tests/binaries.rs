@@ -79,7 +79,7 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
     let above = profile_dir
         .parent()
         .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
+    let mut cmd = cargo();
     cmd.args(["build", "--quiet", "-p", "numaplane-e2e", "-p", package])
         .args(["--bin", bin, "--profile", profile]);
     let target_dir = if above.join("CACHEDIR.TAG").exists() {
@@ -96,24 +96,36 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
             .ok_or_else(|| format!("no target dir above {}", above.display()))?
             .to_owned()
     };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = cmd
-        .current_dir(&workspace)
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build of {package} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    run_cargo(cmd, &target_dir, &format!("cargo build of {package}"))?;
     let path = profile_dir.join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
     if path.exists() {
         Ok(path)
     } else {
         Err(format!("cargo built, but {} does not exist", path.display()))
+    }
+}
+
+/// The cargo that runs the tests.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
+}
+
+/// Runs `cmd` (a cargo build, `what`) in the workspace into `target_dir`.
+fn run_cargo(mut cmd: Command, target_dir: &Path, what: &str) -> Result<(), String> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = cmd
+        .current_dir(&workspace)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }
 
@@ -146,28 +158,17 @@ fn build_release() -> Result<(PathBuf, PathBuf), String> {
         .find(|d| d.join("CACHEDIR.TAG").exists())
         .ok_or_else(|| format!("no target dir above {}", exe.display()))?
         .to_owned();
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "numaplane-scheduler",
-            "-p",
-            "numaplane-exporter",
-        ])
-        .current_dir(&workspace)
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build --release failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let mut cmd = cargo();
+    cmd.args([
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "numaplane-scheduler",
+        "-p",
+        "numaplane-exporter",
+    ]);
+    run_cargo(cmd, &target_dir, "cargo build --release")?;
     let bin = |name: &str| {
         target_dir
             .join("release")
@@ -230,4 +231,45 @@ pub fn help_flags(binary: &Path, subcommand: &str) -> std::collections::BTreeMap
         binary.display()
     );
     flags
+}
+
+/// Asserts that every environment variable of a container is read by one of `flags` (the
+/// options of `command`) and is set by exactly one of `value` and `valueFrom`; `what` names
+/// the container.
+pub fn assert_env_is_read(
+    what: &str,
+    command: &str,
+    env: &[k8s_openapi::api::core::v1::EnvVar],
+    flags: &std::collections::BTreeMap<String, Flag>,
+) {
+    let read: Vec<&str> = flags.values().filter_map(|f| f.env.as_deref()).collect();
+    for e in env {
+        assert!(
+            read.contains(&e.name.as_str()),
+            "{what}: env {} is not read by `{command}` (it reads {read:?})",
+            e.name
+        );
+        assert!(
+            e.value.is_some() != e.value_from.is_some(),
+            "{what}: env {}: value or valueFrom",
+            e.name
+        );
+    }
+}
+
+/// Asserts that every `--flag` among a container's `args` is one of `flags` (the options of
+/// `command`).
+pub fn assert_args_are_flags(
+    what: &str,
+    command: &str,
+    args: &[String],
+    flags: &std::collections::BTreeMap<String, Flag>,
+) {
+    for a in args.iter().filter(|a| a.starts_with("--")) {
+        let name = a.split('=').next().unwrap_or_default();
+        assert!(
+            flags.contains_key(name),
+            "{what}: {a} is not a flag of `{command}`"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume, VolumeMount};
 use serde_json::Value;
 
 /// The documents of multi-document YAML text (empty documents skipped).
@@ -103,6 +104,67 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
     let mut rel: PathBuf = from[common..].iter().map(|_| Component::ParentDir).collect();
     rel.extend(&to[common..]);
     rel
+}
+
+/// The value of a container's environment variable `name`, when `value` sets it.
+pub fn env_value(c: &Container, name: &str) -> Option<String> {
+    env_var(c, name).and_then(|e| e.value.clone())
+}
+
+/// The field path of a container's environment variable `name`, when a `fieldRef` sets it.
+pub fn env_field(c: &Container, name: &str) -> Option<String> {
+    env_var(c, name)
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone())
+}
+
+fn env_var<'c>(c: &'c Container, name: &str) -> Option<&'c k8s_openapi::api::core::v1::EnvVar> {
+    c.env.iter().flatten().find(|e| e.name == name)
+}
+
+/// The value a container gives flag `name` in its command or arguments (`--flag value` or
+/// `--flag=value`).
+pub fn arg_value(c: &Container, name: &str) -> Option<String> {
+    let args: Vec<&String> = c
+        .command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .collect();
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a.as_str() == name {
+            args.get(i + 1).map(|v| (*v).clone())
+        } else {
+            a.strip_prefix(&format!("{name}=")).map(str::to_owned)
+        }
+    })
+}
+
+/// What a container uses for a flag `name` of its binary (`f`, from its `--help`): its
+/// argument, else its environment variable, else the flag's default.
+pub fn effective(c: &Container, name: &str, f: &crate::binaries::Flag) -> Option<String> {
+    arg_value(c, name)
+        .or_else(|| f.env.as_deref().and_then(|env| env_value(c, env)))
+        .or_else(|| f.default.clone())
+}
+
+/// The container's volume mount that holds `path` (the deepest), with its volume of `spec`.
+pub fn mount_of<'a>(c: &'a Container, spec: &'a PodSpec, path: &str) -> (&'a VolumeMount, &'a Volume) {
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| Path::new(path).starts_with(&m.mount_path))
+        .max_by_key(|m| m.mount_path.len())
+        .unwrap_or_else(|| panic!("no volume mount holds {path}"));
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap_or_else(|| panic!("no volume {}", mount.name));
+    (mount, volume)
 }
 
 #[cfg(test)]

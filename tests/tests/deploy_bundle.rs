@@ -41,13 +41,13 @@ use numaplane::allocation::ANNOTATION;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
-use numaplane_e2e::binaries::Flag;
+use numaplane_e2e::binaries::{Flag, assert_args_are_flags, assert_env_is_read};
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
 use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
 use numaplane_e2e::rbac;
-use numaplane_e2e::render;
+use numaplane_e2e::render::{self, env_field, env_value};
 use numaplane_e2e::rollout::{self, Readiness, Snapshot};
 use serde_json::{Value, json};
 
@@ -165,39 +165,11 @@ fn binary_of(c: &Container) -> String {
     }
 }
 
-fn env_value(c: &Container, name: &str) -> Option<String> {
-    c.env
-        .iter()
-        .flatten()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
-}
-
-fn env_field(c: &Container, name: &str) -> Option<String> {
-    c.env
-        .iter()
-        .flatten()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value_from.as_ref())
-        .and_then(|v| v.field_ref.as_ref())
-        .map(|f| f.field_path.clone())
-}
-
 /// What the container uses for `flag`: its argument, its variable, else the binary's default.
 fn effective(c: &Container, flag: &str) -> Option<String> {
     let flags = help_flags(&binary_of(c), &c.args.as_ref().unwrap()[0]);
     let f = flags.get(flag).unwrap_or_else(|| panic!("no flag {flag}"));
-    let args = c.args.clone().unwrap_or_default();
-    let from_args = args.iter().enumerate().find_map(|(i, a)| {
-        if a == flag {
-            args.get(i + 1).cloned()
-        } else {
-            a.strip_prefix(&format!("{flag}=")).map(str::to_owned)
-        }
-    });
-    from_args
-        .or_else(|| f.env.as_deref().and_then(|e| env_value(c, e)))
-        .or_else(|| f.default.clone())
+    render::effective(c, flag, f)
 }
 
 fn containers(objects: &[Value]) -> Vec<(String, Container, PodSpec)> {
@@ -215,19 +187,7 @@ fn containers(objects: &[Value]) -> Vec<(String, Container, PodSpec)> {
 
 /// The text of the file a container reads at `path` from a ConfigMap volume.
 fn config_file(objects: &[Value], c: &Container, spec: &PodSpec, path: &str) -> String {
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .filter(|m| Path::new(path).starts_with(&m.mount_path))
-        .max_by_key(|m| m.mount_path.len())
-        .unwrap_or_else(|| panic!("no mount holds {path}"));
-    let volume = spec
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == mount.name)
-        .unwrap();
+    let (mount, volume) = render::mount_of(c, spec, path);
     let cm_name = &volume
         .config_map
         .as_ref()
@@ -529,30 +489,10 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
         let args = c.args.clone().unwrap_or_default();
         let sub = args.first().unwrap_or_else(|| panic!("{what}: no subcommand"));
         let flags = help_flags(&binary, sub);
-        let envs: BTreeMap<&str, &str> = flags
-            .iter()
-            .filter_map(|(n, f)| f.env.as_deref().map(|e| (e, n.as_str())))
-            .collect();
-        for e in c.env.iter().flatten() {
-            assert!(
-                envs.contains_key(e.name.as_str()),
-                "{what}: env {} is not read by `{binary} {sub}` (it reads {:?})",
-                e.name,
-                envs.keys().collect::<Vec<_>>()
-            );
-            assert!(
-                e.value.is_some() != e.value_from.is_some(),
-                "{what}: env {}",
-                e.name
-            );
-        }
-        for a in args.iter().skip(1).filter(|a| a.starts_with("--")) {
-            let name = a.split('=').next().unwrap();
-            assert!(
-                flags.contains_key(name),
-                "{what}: {a} is not a flag of `{binary} {sub}`"
-            );
-        }
+        let command = format!("{binary} {sub}");
+        let env = c.env.clone().unwrap_or_default();
+        assert_env_is_read(&what, &command, &env, &flags);
+        assert_args_are_flags(&what, &command, args.get(1..).unwrap_or_default(), &flags);
         for off in [
             "--kubeconfig",
             "--topology-xml",

@@ -19,10 +19,11 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Service, ServiceAccount, 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerResources, PodResources};
-use numaplane_e2e::binaries::{Flag, help_flags};
+use numaplane_e2e::binaries::{Flag, assert_args_are_flags, assert_env_is_read, help_flags};
 use numaplane_e2e::fake_api::{FakeApiServer, RecordedRequest};
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
+use numaplane_e2e::render::{self, arg_value, env_field, env_value};
 use serde_json::{Value, json};
 
 /// What the agent is allowed to do: (API group, resource, verb). The reason of each is in
@@ -113,57 +114,15 @@ fn container(ds: &DaemonSet) -> &Container {
     &containers[0]
 }
 
-/// `--name` (as `--name VALUE` or `--name=VALUE`) in the container's arguments.
-fn arg_value(c: &Container, name: &str) -> Option<String> {
-    let args: Vec<&String> = c
-        .command
-        .iter()
-        .flatten()
-        .chain(c.args.iter().flatten())
-        .collect();
-    args.iter().enumerate().find_map(|(i, a)| {
-        if a.as_str() == name {
-            args.get(i + 1).map(|v| (*v).clone())
-        } else {
-            a.strip_prefix(&format!("{name}=")).map(str::to_owned)
-        }
-    })
-}
-
-fn env_value(c: &Container, name: &str) -> Option<String> {
-    c.env
-        .iter()
-        .flatten()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
-}
-
 /// What the agent in the DaemonSet uses for `flag`: its argument, else its environment
 /// variable, else the binary's default.
 fn effective(c: &Container, name: &str) -> Option<String> {
-    let f = flag(name);
-    arg_value(c, name)
-        .or_else(|| f.env.as_deref().and_then(|env| env_value(c, env)))
-        .or_else(|| f.default.clone())
+    render::effective(c, name, flag(name))
 }
 
 /// The container mount that holds `path`, with its volume.
 fn mount_of<'a>(ds: &'a DaemonSet, path: &str) -> (&'a VolumeMount, &'a Volume) {
-    let c = container(ds);
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .filter(|m| Path::new(path).starts_with(&m.mount_path))
-        .max_by_key(|m| m.mount_path.len())
-        .unwrap_or_else(|| panic!("no volume mount holds {path}"));
-    let volume = pod_spec(ds)
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == mount.name)
-        .unwrap_or_else(|| panic!("no volume {}", mount.name));
-    (mount, volume)
+    render::mount_of(container(ds), pod_spec(ds), path)
 }
 
 /// The metrics port: the port of the effective `--metrics-address`.
@@ -271,32 +230,9 @@ fn daemonset_reads_the_kubelet_config_from_configz_and_mounts_no_kubelet_state()
 fn every_env_var_and_argument_is_a_flag_of_the_binary() {
     let ds = daemonset();
     let c = container(&ds);
-    let envs: BTreeMap<&str, &str> = run_flags()
-        .iter()
-        .filter_map(|(name, f)| f.env.as_deref().map(|e| (e, name.as_str())))
-        .collect();
-    for e in c.env.iter().flatten() {
-        assert!(
-            envs.contains_key(e.name.as_str()),
-            "env {} is not read by `numaplane-exporter run` (it reads {:?})",
-            e.name,
-            envs.keys().collect::<Vec<_>>()
-        );
-        assert!(
-            e.value.is_some() != e.value_from.is_some(),
-            "env {}: value or valueFrom",
-            e.name
-        );
-    }
-    let field = |name: &str| {
-        c.env
-            .iter()
-            .flatten()
-            .find(|e| e.name == name)
-            .and_then(|e| e.value_from.as_ref())
-            .and_then(|v| v.field_ref.as_ref())
-            .map(|f| f.field_path.clone())
-    };
+    let env = c.env.clone().unwrap_or_default();
+    assert_env_is_read("the DaemonSet", "numaplane-exporter run", &env, run_flags());
+    let field = |name: &str| env_field(c, name);
     assert_eq!(flag("--node-name").env.as_deref(), Some("NODE_NAME"));
     assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
     assert_eq!(flag("--pod-name").env.as_deref(), Some("POD_NAME"));
@@ -304,13 +240,12 @@ fn every_env_var_and_argument_is_a_flag_of_the_binary() {
 
     let args = c.args.clone().unwrap_or_default();
     assert_eq!(args.first().map(String::as_str), Some("run"), "args {args:?}");
-    for a in args.iter().skip(1).filter(|a| a.starts_with("--")) {
-        let name = a.split('=').next().unwrap();
-        assert!(
-            run_flags().contains_key(name),
-            "argument {a} is not a flag of run"
-        );
-    }
+    assert_args_are_flags(
+        "the DaemonSet",
+        "numaplane-exporter run",
+        args.get(1..).unwrap_or_default(),
+        run_flags(),
+    );
     for off in ["--once", "--dry-run", "--topology-xml", "--kubeconfig"] {
         assert!(
             arg_value(c, off).is_none() && !args.iter().any(|a| a == off),
