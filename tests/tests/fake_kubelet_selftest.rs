@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use numaplane::proto::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use numaplane::proto::podresources::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
     GetPodResourcesRequest, ListPodResourcesRequest, NumaNode, PodResources, TopologyInfo, WatchPodAction,
@@ -16,6 +17,7 @@ use numaplane_e2e::fake_kubelet::{
     connect, pod_uid, start_not_grpc,
 };
 use tonic::Code;
+use tonic::transport::Channel;
 
 /// Upper bound for anything that should be immediate; keeps a broken fake from hanging CI.
 const SOON: Duration = Duration::from_secs(10);
@@ -51,6 +53,24 @@ const ALL: FakeKubeletOptions = FakeKubeletOptions {
     watch: true,
     get: GetMode::Offered,
 };
+
+/// A kubelet without Watch whose Get answers as `get`, running pod `default/a`, and a client;
+/// the directory holds the socket.
+async fn without_watch(get: GetMode) -> (tempfile::TempDir, FakeKubelet, PodResourcesListerClient<Channel>) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FakeKubeletOptions { watch: false, get };
+    let kubelet = start(dir.path(), vec![pod("default", "a", &[1])], opts).await;
+    let client = connect(kubelet.socket()).await.unwrap();
+    (dir, kubelet, client)
+}
+
+/// A Get request for pod `namespace/name`.
+fn get_request(namespace: &str, name: &str) -> GetPodResourcesRequest {
+    GetPodResourcesRequest {
+        pod_name: name.into(),
+        pod_namespace: namespace.into(),
+    }
+}
 
 async fn start(dir: &Path, pods: Vec<PodResources>, opts: FakeKubeletOptions) -> FakeKubelet {
     FakeKubelet::start(&dir.join("kubelet.sock"), allocatable(), pods, opts)
@@ -104,21 +124,9 @@ async fn list_and_allocatable_round_trip() {
 
 #[tokio::test]
 async fn get_and_watch_answer_unimplemented_like_the_kubelet_when_disabled() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = FakeKubeletOptions {
-        watch: false,
-        get: GetMode::Unimplemented,
-    };
-    let kubelet = start(dir.path(), vec![pod("default", "a", &[1])], opts).await;
-    let mut client = connect(kubelet.socket()).await.unwrap();
+    let (_dir, kubelet, mut client) = without_watch(GetMode::Unimplemented).await;
 
-    let err = client
-        .get(GetPodResourcesRequest {
-            pod_name: "a".into(),
-            pod_namespace: "default".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = client.get(get_request("default", "a")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert_eq!(
         err.message(),
@@ -153,22 +161,10 @@ async fn get_returns_the_pod_or_not_found() {
     let kubelet = start(dir.path(), vec![a.clone(), pod("other", "a", &[2])], ALL).await;
     let mut client = connect(kubelet.socket()).await.unwrap();
 
-    let got = client
-        .get(GetPodResourcesRequest {
-            pod_name: "a".into(),
-            pod_namespace: "default".into(),
-        })
-        .await
-        .unwrap();
+    let got = client.get(get_request("default", "a")).await.unwrap();
     assert_eq!(got.into_inner().pod_resources, Some(a));
 
-    let err = client
-        .get(GetPodResourcesRequest {
-            pod_name: "missing".into(),
-            pod_namespace: "default".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = client.get(get_request("default", "missing")).await.unwrap_err();
     // What a real v1.36.2 kubelet answers: Unknown, not NotFound.
     assert_eq!(err.code(), Code::Unknown);
     assert_eq!(err.message(), "pod missing in namespace default not found");
@@ -180,21 +176,9 @@ async fn get_returns_the_pod_or_not_found() {
 
 #[tokio::test]
 async fn get_gated_off_answers_unknown_disabled_like_kubelets_1_27_to_1_33() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = FakeKubeletOptions {
-        watch: false,
-        get: GetMode::Disabled,
-    };
-    let kubelet = start(dir.path(), vec![pod("default", "a", &[1])], opts).await;
-    let mut client = connect(kubelet.socket()).await.unwrap();
+    let (_dir, kubelet, mut client) = without_watch(GetMode::Disabled).await;
     // Even for a pod the kubelet runs.
-    let err = client
-        .get(GetPodResourcesRequest {
-            pod_name: "a".into(),
-            pod_namespace: "default".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = client.get(get_request("default", "a")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unknown);
     assert_eq!(err.message(), GET_DISABLED_MESSAGE);
     assert_eq!(kubelet.calls_by_code(Method::Get), [(Code::Unknown, 1)]);
