@@ -384,6 +384,29 @@ impl ApiTarget {
     }
 }
 
+/// The spec of a test pod for `scheduler`, tolerating every taint: one container `app`
+/// (pause), Guaranteed with `limits` (its requests).
+pub fn guaranteed_spec(scheduler: &str, limits: &serde_json::Value) -> serde_json::Value {
+    json!({
+        "schedulerName": scheduler,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": limits, "limits": limits}}]
+    })
+}
+
+/// The NUMA affinity a kubelet admitting a container as its allocation record says (the
+/// Topology Manager's hint the scheduler predicted), as the device manager takes it.
+#[allow(clippy::expect_used)]
+pub fn recorded_hint(c: &numaplane::allocation::ContainerAllocation) -> Vec<i64> {
+    c.numa_nodes
+        .as_ref()
+        .expect("a record with a NUMA affinity")
+        .iter()
+        .map(|n| i64::from(*n))
+        .collect()
+}
+
 /// A unique object name for this test run (real clusters are shared between runs).
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())

@@ -20,7 +20,9 @@ use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
 use numaplane_e2e::harness::node::NodeFiles;
-use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
+use numaplane_e2e::harness::{
+    Agent, ApiTarget, metric_value, recorded_hint, scheduler_run_args, unique_name,
+};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -133,13 +135,7 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
         let record = &records[name];
         let c = &record.containers[0];
         let planned = c.devices[GPU].clone();
-        let hint: Vec<i64> = c
-            .numa_nodes
-            .clone()
-            .unwrap()
-            .iter()
-            .map(|n| i64::from(*n))
-            .collect();
+        let hint = recorded_hint(c);
         let key = format!("{ns}/{name}");
         // The kubelet lists the pod it is admitting (devices come after Allocate).
         let mut listed = pod_resources.clone();

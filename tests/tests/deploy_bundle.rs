@@ -45,7 +45,7 @@ use numaplane_e2e::binaries::{Flag, assert_args_are_flags, assert_env_is_read};
 use numaplane_e2e::fake_device_kubelet::FakeDeviceKubelet;
 use numaplane_e2e::fake_kubelet::{FakeKubelet, FakeKubeletOptions, Method};
 use numaplane_e2e::fake_kubelet_https::{Answer, FakeKubeletHttps};
-use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, unique_name};
+use numaplane_e2e::harness::{ApiTarget, free_port, http_get, http_post, recorded_hint, unique_name};
 use numaplane_e2e::rbac;
 use numaplane_e2e::render::{self, env_field, env_value};
 use numaplane_e2e::rollout::{self, Readiness, Snapshot};
@@ -1778,13 +1778,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     // The kubelet admits it on the recorded NUMA node; pod-resources then reports it, so the
     // exporter publishes the license as held here.
     let c = &record.containers[0];
-    let hint: Vec<i64> = c
-        .numa_nodes
-        .clone()
-        .unwrap()
-        .iter()
-        .map(|n| i64::from(*n))
-        .collect();
+    let hint = recorded_hint(c);
     let key = format!("{ns}/fits");
     let (got, _) = dp.admit(&key, "app", GPU, 1, Some(&hint)).await.unwrap();
     let (lic, _) = dp.admit(&key, "app", LICENSE, 1, None).await.unwrap();

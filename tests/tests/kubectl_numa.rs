@@ -21,7 +21,7 @@ use kube::{
 use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
     binaries,
-    harness::{ApiTarget, unique_name},
+    harness::{ApiTarget, guaranteed_spec, unique_name},
 };
 use serde_json::{Value, json};
 
@@ -99,13 +99,7 @@ impl Env {
     /// real cluster leaves it pending), optionally bound with an allocation record.
     async fn pod(&self, name: &str, bound: Option<(&str, Value)>) {
         let mut meta = json!({"name": name, "labels": {"numaplane.io/e2e": "true"}});
-        let mut spec = json!({
-            "schedulerName": "numaplane-e2e-nobody",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                "requests": {"cpu": "2", "memory": "1Gi", GPU: "1"},
-                "limits": {"cpu": "2", "memory": "1Gi", GPU: "1"}}}]
-        });
+        let mut spec = nobodys_pod_spec();
         if let Some((node, record)) = bound {
             spec["nodeName"] = json!(node);
             meta["annotations"] = json!({"numaplane.io/allocation": record.to_string()});
@@ -158,6 +152,26 @@ impl Run {
         assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
     }
 
+    /// Asserts that stdout contains `text`.
+    #[track_caller]
+    fn assert_says(&self, text: &str) {
+        assert!(
+            self.stdout.contains(text),
+            "{text:?} missing from:\n{}",
+            self.stdout
+        );
+    }
+
+    /// Asserts that stdout starts with `text`.
+    #[track_caller]
+    fn assert_starts(&self, text: &str) {
+        assert!(
+            self.stdout.starts_with(text),
+            "{text:?} does not start:\n{}",
+            self.stdout
+        );
+    }
+
     fn assert_ok(&self) {
         assert_eq!(
             self.code,
@@ -168,6 +182,14 @@ impl Run {
         );
         assert!(self.stderr.is_empty(), "{}", self.stderr);
     }
+}
+
+/// The spec of a pod for a scheduler nobody runs, asking for 2 exclusive CPUs and one GPU.
+fn nobodys_pod_spec() -> Value {
+    guaranteed_spec(
+        "numaplane-e2e-nobody",
+        &json!({"cpu": "2", "memory": "1Gi", GPU: "1"}),
+    )
 }
 
 async fn run_with(kubeconfig: &std::path::Path, args: &[&str]) -> Run {
@@ -228,18 +250,10 @@ async fn top_shows_zones_usage_policy_and_freshness() {
 
     let table = env.run(&["top", "--node", &node]).await;
     table.assert_ok();
-    assert!(
-        table.stdout.contains(&format!(
-            "NODE {node}  policy=single-numa-node scope=container updated="
-        )),
-        "{}",
-        table.stdout
-    );
-    assert!(
-        table.stdout.contains(&format!("ago by {MANAGER}")),
-        "{}",
-        table.stdout
-    );
+    table.assert_says(&format!(
+        "NODE {node}  policy=single-numa-node scope=container updated="
+    ));
+    table.assert_says(&format!("ago by {MANAGER}"));
     let cpu_row = table
         .stdout
         .lines()
@@ -271,13 +285,9 @@ async fn explain_pending_pod_gives_every_nodes_verdict() {
 
     let table = env.run(&["explain", &pod]).await;
     table.assert_ok();
-    assert!(
-        table.stdout.starts_with(&format!(
-            "Pod {pod} is pending (schedulerName numaplane-e2e-nobody)."
-        )),
-        "{}",
-        table.stdout
-    );
+    table.assert_starts(&format!(
+        "Pod {pod} is pending (schedulerName numaplane-e2e-nobody)."
+    ));
     let verdict = |node: &str| {
         table
             .stdout
@@ -615,13 +625,7 @@ async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns);
     let pod = |name: &str, extra: Value| -> Pod {
-        let mut spec = json!({
-            "schedulerName": "numaplane-e2e-nobody",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {
-                "requests": {"cpu": "2", "memory": "1Gi", GPU: "1"},
-                "limits": {"cpu": "2", "memory": "1Gi", GPU: "1"}}}]
-        });
+        let mut spec = nobodys_pod_spec();
         for (k, v) in extra.as_object().unwrap() {
             spec[k] = v.clone();
         }
@@ -667,7 +671,7 @@ async fn explain_reads_the_pods_volumes_and_says_a_gated_pod_is_gated() {
 
     let table = env.run(&["explain", &format!("{}/gated", env.ns)]).await;
     table.assert_ok();
-    assert!(table.stdout.contains("-> GATED"), "{}", table.stdout);
+    table.assert_says("-> GATED");
     assert!(
         table
             .stdout

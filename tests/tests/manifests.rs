@@ -453,34 +453,9 @@ fn kustomization_lists_every_manifest() {
 /// The RBAC attributes of a request: (group, resource, verb), or `None` for discovery
 /// (non-resource URLs every authenticated user may GET through `system:discovery`).
 fn rbac_attributes(r: &RecordedRequest) -> Option<(String, String, String)> {
-    let segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
-    let (group, rest) = match segments.as_slice() {
-        ["api", _version, rest @ ..] if !rest.is_empty() => ("", rest),
-        ["apis", group, _version, rest @ ..] if !rest.is_empty() => (*group, rest),
-        _ => return None,
-    };
-    let rest = match rest {
-        ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
-        other => other,
-    };
-    let (resource, named) = match rest {
-        [resource] => (resource.to_string(), false),
-        [resource, _name] => (resource.to_string(), true),
-        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
-        _ => panic!("unexpected path {}", r.path),
-    };
-    let verb = match (r.method.as_str(), named) {
-        ("GET", true) => "get",
-        ("GET", false) if r.is_watch() => "watch",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        (m, _) => panic!("unexpected method {m} {}", r.path),
-    };
-    Some((group.to_owned(), resource, verb.to_owned()))
+    numaplane_e2e::rbac::attributes(r)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|a| a.triple())
 }
 
 struct Killed(Child);

@@ -29,7 +29,7 @@ use numaplane::nrt::NodeResourceTopology;
 use numaplane_e2e::{
     fake_api::{FakeApiServer, StoreChange},
     harness::{
-        Agent, ApiTarget, eventually, http_post, kubelet::key_of as key, metric_value, nrt,
+        Agent, ApiTarget, eventually, guaranteed_spec, http_post, kubelet::key_of as key, metric_value, nrt,
         scheduler_run_args, unique_name,
     },
 };
@@ -142,12 +142,7 @@ impl Env {
     ) {
         let mut pod = json!({
             "metadata": {"name": name, "labels": {"numaplane.io/e2e": "true"}},
-            "spec": {
-                "schedulerName": scheduler,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": limits, "limits": limits}}]
-            }
+            "spec": guaranteed_spec(scheduler, limits),
         });
         for (k, v) in spec.as_object().into_iter().flatten() {
             pod["spec"][k] = v.clone();
