@@ -25,9 +25,11 @@
 //! `pods.json` and the JSON reports there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
@@ -237,11 +239,7 @@ fn pct(a: usize, b: usize) -> f64 {
 
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    let keep = raw
-        .iter()
-        .position(|a| a == "--keep")
-        .and_then(|i| raw.get(i + 1))
-        .map(PathBuf::from);
+    let keep = common::keep_dir(&raw);
     let nodes = raw
         .iter()
         .filter_map(|a| a.parse::<usize>().ok())

@@ -10,8 +10,10 @@
 //! `numaplane-scheduler simulate --cluster DIR/cluster.yaml --pods DIR/pods.yaml` by hand.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -73,29 +75,12 @@ fn node(i: usize, zones: usize) -> Value {
 fn nrt(i: usize, zones: usize) -> Value {
     let zone_list: Vec<Value> = (0..zones)
         .map(|z| {
-            let costs: Vec<Value> = (0..zones)
-                .map(|t| json!({"name": format!("node-{t}"), "value": if t == z { 10 } else if t / 2 == z / 2 { 12 } else { 21 }}))
-                .collect();
             // The two running pods of this node hold 2 CPUs and 4Gi in zone 0.
             let (cpu, mem) = if z == 0 { ("14", "60Gi") } else { ("16", "64Gi") };
-            json!({"name": format!("node-{z}"), "type": "Node", "costs": costs,
-                "attributes": [
-                    {"name": "numaplane.io/free-devices.nvidia.com/gpu", "value": format!("gpu-{z}")},
-                    {"name": "numaplane.io/free-devices.example.com/nic", "value": format!("nic-{z}a,nic-{z}b")}],
-                "resources": [
-                    {"name": "cpu", "capacity": "16", "allocatable": "16", "available": cpu},
-                    {"name": "memory", "capacity": "64Gi", "allocatable": "64Gi", "available": mem},
-                    {"name": "hugepages-1Gi", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"},
-                    {"name": "nvidia.com/gpu", "capacity": "1", "allocatable": "1", "available": "1"},
-                    {"name": "example.com/nic", "capacity": "2", "allocatable": "2", "available": "2"}]})
+            common::zone(z, zones, cpu, mem)
         })
         .collect();
-    let policy = [
-        "single-numa-node",
-        "restricted",
-        "best-effort",
-        "single-numa-node",
-    ][i % 4];
+    let policy = common::policy(i);
     json!({
         "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
         "metadata": {"name": format!("node-{i:05}"), "resourceVersion": (200_000 + i).to_string(),
@@ -169,11 +154,7 @@ fn hwm_kib(pid: u32) -> Option<u64> {
 
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    let keep = raw
-        .iter()
-        .position(|a| a == "--keep")
-        .and_then(|i| raw.get(i + 1))
-        .map(PathBuf::from);
+    let keep = common::keep_dir(&raw);
     let nums: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
     let nodes = nums.first().copied().unwrap_or(5000);
     let zones = nums.get(1).copied().unwrap_or(8);

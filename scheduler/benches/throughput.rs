@@ -14,6 +14,8 @@
 //! ResourceClaim, allocated as the live loop does (the allocation held in flight).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -37,31 +39,10 @@ fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
             "nvidia.com/gpu": (zones).to_string(), "example.com/nic": (2 * zones).to_string()}}
     }))
     .unwrap();
-    let zone_list: Vec<_> = (0..zones)
-        .map(|z| {
-            let costs: Vec<_> = (0..zones)
-                .map(|t| json!({"name": format!("node-{t}"), "value": if t == z { 10 } else if t / 2 == z / 2 { 12 } else { 21 }}))
-                .collect();
-            json!({"name": format!("node-{z}"), "type": "Node", "costs": costs,
-                "attributes": [
-                    {"name": "numaplane.io/free-devices.nvidia.com/gpu", "value": format!("gpu-{z}")},
-                    {"name": "numaplane.io/free-devices.example.com/nic", "value": format!("nic-{z}a,nic-{z}b")}],
-                "resources": [
-                    {"name": "cpu", "capacity": "16", "allocatable": "16", "available": "16"},
-                    {"name": "memory", "capacity": "64Gi", "allocatable": "64Gi", "available": "64Gi"},
-                    {"name": "hugepages-1Gi", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"},
-                    {"name": "nvidia.com/gpu", "capacity": "1", "allocatable": "1", "available": "1"},
-                    {"name": "example.com/nic", "capacity": "2", "allocatable": "2", "available": "2"}]})
-        })
-        .collect();
+    let zone_list: Vec<_> = (0..zones).map(|z| common::zone(z, zones, "16", "64Gi")).collect();
     // By node index (names all have the same length): half single-numa-node, a quarter
     // restricted, a quarter best-effort.
-    let policy = [
-        "single-numa-node",
-        "restricted",
-        "best-effort",
-        "single-numa-node",
-    ][index % 4];
+    let policy = common::policy(index);
     let nrt: NodeResourceTopology = serde_json::from_value(json!({
         "metadata": {"name": name},
         "attributes": [{"name": "topologyManagerPolicy", "value": policy},

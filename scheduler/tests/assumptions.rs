@@ -4,8 +4,10 @@
 //! and the cached aggregate message of a pod that fits nowhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use k8s_openapi::api::core::v1::{Node, Pod};
-use numaplane::{fingerprint, nrt::NodeResourceTopology};
+use numaplane::nrt::NodeResourceTopology;
 use numaplane_scheduler::{
     cluster::{Cluster, Config, TopologyState},
     pod::PodSpec,
@@ -36,20 +38,7 @@ fn nrt(cpu: [i64; 2], free: [&[&str]; 2], pods: &[&str]) -> NodeResourceTopology
             "attributes": [{"name": "numaplane.io/free-devices.example.com/gpu", "value": free[i].join(",")}]
         })
     };
-    let fp = fingerprint::compute(pods.iter().map(|k| k.split_once('/').unwrap()));
-    serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-        "metadata": {"name": NODE},
-        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-            {"name": "topologyManagerScope", "value": "container"},
-            {"name": "nodeTopologyPodsFingerprint", "value": fp},
-            {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
-        ],
-        "zones": [zone(0), zone(1)]
-    }))
-    .unwrap()
+    common::single_numa_node_nrt(NODE, vec![zone(0), zone(1)], pods)
 }
 
 fn pod_json(name: &str, cpu: &str, gpus: &str) -> Value {
@@ -300,18 +289,25 @@ fn a_relist_keeps_the_assumptions_of_bindings_in_flight() {
     assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
 }
 
-/// A pod deleted and recreated under its name while its first placement is still assumed:
-/// the new pod is decided against zones that still hold the old placement, and its own
-/// placement must be assumed where it was decided (where its record says), not re-predicted
-/// after the old one is dropped.
-#[test]
-fn a_recreated_pod_is_assumed_where_it_was_decided() {
+/// [`setup`], then pod `a` placed (zone 0), deleted and recreated under its name (UID
+/// `uid-a-2`) while that placement is still assumed, and placed again (zone 1).
+fn a_recreated_while_assumed() -> (Cluster, Config) {
     let (mut c, cfg) = setup();
     let old = pod_json("a", "8", "2");
     assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
     let mut new = old.clone();
     new["metadata"]["uid"] = json!("uid-a-2");
     assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    (c, cfg)
+}
+
+/// A pod deleted and recreated under its name while its first placement is still assumed:
+/// the new pod is decided against zones that still hold the old placement, and its own
+/// placement must be assumed where it was decided (where its record says), not re-predicted
+/// after the old one is dropped.
+#[test]
+fn a_recreated_pod_is_assumed_where_it_was_decided() {
+    let (c, _) = a_recreated_while_assumed();
     assert_eq!(zones(&c), [(8, ids(&["g0", "g1"])), (0, vec![])]);
 }
 
@@ -320,12 +316,7 @@ fn a_recreated_pod_is_assumed_where_it_was_decided() {
 /// pod's placement only; the new pod's zones stay taken.
 #[test]
 fn a_late_failure_of_a_stale_binding_keeps_the_new_pods_placement() {
-    let (mut c, cfg) = setup();
-    let old = pod_json("a", "8", "2");
-    assert_eq!(place(&mut c, &cfg, &old, 0), ids(&["g0", "g1"]));
-    let mut new = old.clone();
-    new["metadata"]["uid"] = json!("uid-a-2");
-    assert_eq!(place(&mut c, &cfg, &new, 1), ids(&["g2", "g3"]));
+    let (mut c, cfg) = a_recreated_while_assumed();
     c.forget("ns/a", Some("uid-a"));
     assert!(c.is_assumed("ns/a"), "the new pod's placement stays");
     assert_eq!(c.assumption_stats.forgotten, 0);

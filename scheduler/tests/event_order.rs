@@ -11,10 +11,12 @@
 //! outcome depends on what the index knew when it arrived: always the safe side.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use numaplane::{fingerprint, nrt::NodeResourceTopology};
+use numaplane::nrt::NodeResourceTopology;
 use numaplane_scheduler::{
     cluster::{Cluster, Config, TopologyState},
     pod::PodSpec,
@@ -40,20 +42,7 @@ fn nrt(name: &str, free: [i64; 2], pods: &[&str]) -> NodeResourceTopology {
             ]
         })
     };
-    let fp = fingerprint::compute(pods.iter().map(|k| k.split_once('/').unwrap()));
-    serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-        "metadata": {"name": name},
-        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-            {"name": "topologyManagerScope", "value": "container"},
-            {"name": "nodeTopologyPodsFingerprint", "value": fp},
-            {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"}
-        ],
-        "zones": [zone(0), zone(1)]
-    }))
-    .unwrap()
+    common::single_numa_node_nrt(name, vec![zone(0), zone(1)], pods)
 }
 
 /// A Guaranteed pod of `cpu` CPUs and 1Gi, bound to `node` (if any) in `phase`.

@@ -5,6 +5,10 @@
 //! them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Rng;
+
 use k8s_openapi::api::core::v1::{Node, Pod};
 use numaplane::nrt::NodeResourceTopology;
 use numaplane_scheduler::{
@@ -13,27 +17,6 @@ use numaplane_scheduler::{
     score::{Scorer, Strategy, weights_from_names},
 };
 use serde_json::{Value, json};
-
-/// xorshift64: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
 
 const POLICIES: &[&str] = &["none", "best-effort", "restricted", "single-numa-node"];
 

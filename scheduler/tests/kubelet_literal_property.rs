@@ -16,6 +16,10 @@
 //! device spans two nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Rng;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -27,23 +31,6 @@ use numaplane_scheduler::{
     resources::Resources,
 };
 use serde_json::{Value, json};
-
-/// xorshift64: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 const RESOURCES: [&str; 2] = ["example.com/gpu", "example.com/nic"];
 
@@ -118,6 +105,23 @@ type Admission = Result<(Option<Vec<u32>>, Vec<Option<Vec<u32>>>), &'static str>
 struct Hint {
     mask: Option<Mask>,
     preferred: bool,
+}
+
+impl Hint {
+    /// A hint for `mask`, not (yet) preferred.
+    fn not_preferred(mask: Mask) -> Hint {
+        Hint {
+            mask: Some(mask),
+            preferred: false,
+        }
+    }
+}
+
+/// Marks preferred the hints as narrow as `min_affinity` nodes, as every hint provider does.
+fn prefer_narrowest(hints: &mut [Hint], min_affinity: u32) {
+    for h in hints {
+        h.preferred = h.mask.map(count) == Some(min_affinity);
+    }
 }
 
 fn count(m: Mask) -> u32 {
@@ -198,15 +202,10 @@ impl<'a> Kubelet<'a> {
             }
             let matching = self.cpus_to_reuse.len() + self.m.free_cpus.iter().filter(|c| in_mask(c)).count();
             if matching >= request as usize {
-                hints.push(Hint {
-                    mask: Some(mask),
-                    preferred: false,
-                });
+                hints.push(Hint::not_preferred(mask));
             }
         }
-        for h in &mut hints {
-            h.preferred = h.mask.map(count) == Some(min_affinity);
-        }
+        prefer_narrowest(&mut hints, min_affinity);
         Some(hints)
     }
 
@@ -247,15 +246,10 @@ impl<'a> Kubelet<'a> {
                     .filter(|d| node_of(d).is_some_and(|n| mask & (1 << n) != 0))
                     .count();
             if matching >= request as usize {
-                hints.push(Hint {
-                    mask: Some(mask),
-                    preferred: false,
-                });
+                hints.push(Hint::not_preferred(mask));
             }
         }
-        for h in &mut hints {
-            h.preferred = h.mask.map(count) == Some(min_affinity);
-        }
+        prefer_narrowest(&mut hints, min_affinity);
         if hints.is_empty() {
             self.empty_with_devices.set(self.empty_with_devices.get() + 1);
         }
@@ -526,14 +520,9 @@ impl<'a> Kubelet<'a> {
             if nodes(mask).map(|i| self.mem_free[i]).sum::<u32>() < request {
                 continue;
             }
-            hints.push(Hint {
-                mask: Some(mask),
-                preferred: false,
-            });
+            hints.push(Hint::not_preferred(mask));
         }
-        for h in &mut hints {
-            h.preferred = h.mask.map(count) == Some(min_affinity);
-        }
+        prefer_narrowest(&mut hints, min_affinity);
         hints
     }
 
@@ -749,7 +738,7 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
     let mut free_devices: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
     for z in 0..zones {
         for _ in 0..(2 + rng.below(5)) {
-            if !rng.chance(3) {
+            if !rng.one_in(3) {
                 free_cpus.insert(cpu_node.len());
             }
             cpu_node.push(z);
@@ -759,7 +748,7 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
             let most = if k == 1 && zones == 8 { 0 } else { 3 };
             for d in 0..rng.below(most + 1) {
                 let id = format!("{}-{z}-{d}", &r[12..]);
-                if !rng.chance(3) {
+                if !rng.one_in(3) {
                     free_devices.entry(r).or_default().insert(id.clone());
                 }
                 devices.entry(r).or_default().push((id, z));
@@ -773,10 +762,10 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
         devices.entry(r).or_default();
         free_devices.entry(r).or_default();
         let list = unaligned.entry(r).or_default();
-        if rng.chance(2) {
+        if rng.one_in(2) {
             for d in 0..1 + rng.below(2) {
                 let id = format!("{}-x-{d}", &r[12..]);
-                if !rng.chance(3) {
+                if !rng.one_in(3) {
                     free_devices.entry(r).or_default().insert(id.clone());
                 }
                 list.push(id);
@@ -797,10 +786,10 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
         unaligned,
         free_devices,
         policy,
-        pod_scope: rng.chance(3),
-        publish_ids: !rng.chance(3),
+        pod_scope: rng.one_in(3),
+        publish_ids: !rng.one_in(3),
         // Memory only below 8 zones: a third provider makes the literal product 255³ there.
-        memory: if zones < 8 && rng.chance(2) {
+        memory: if zones < 8 && rng.one_in(2) {
             (0..zones).map(|_| 2 + rng.below(7) as u32).collect()
         } else {
             Vec::new()
@@ -809,27 +798,27 @@ fn random_machine(rng: &mut Rng, zones: u32) -> Machine {
 }
 
 fn random_pod(rng: &mut Rng, zones: u32) -> PodDef {
-    let guaranteed = !rng.chance(4);
+    let guaranteed = !rng.one_in(4);
     let ctr = |name: String, sidecar: bool, rng: &mut Rng| {
         let mut devices = BTreeMap::new();
-        if rng.chance(2) {
+        if rng.one_in(2) {
             devices.insert(RESOURCES[0], 1 + rng.below(2) as u32);
         }
-        if zones < 8 && rng.chance(4) {
+        if zones < 8 && rng.one_in(4) {
             devices.insert(RESOURCES[1], 1);
         }
         Ctr {
             name,
             sidecar,
             cpus: 1 + rng.below(5) as u32,
-            half: rng.chance(8),
+            half: rng.one_in(8),
             mem: 1 + rng.below(6) as u32,
             devices,
         }
     };
     let init = (0..rng.below(3))
         .map(|i| {
-            let sidecar = rng.chance(3);
+            let sidecar = rng.one_in(3);
             ctr(format!("init{i}"), sidecar, rng)
         })
         .collect();
@@ -972,13 +961,7 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
         assert_eq!(fast, model.is_ok(), "admits vs predict: {}", ctx());
         match (&model, &literal) {
             (Ok(p), Ok((pod_mask, masks))) => {
-                if machine.pod_scope && machine.policy != Policy::None {
-                    assert_eq!(&p.pod_numa_nodes, pod_mask, "{}", ctx());
-                } else {
-                    let got: Vec<Option<Vec<u32>>> =
-                        p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
-                    assert_eq!(&got, masks, "{}", ctx());
-                }
+                assert_same_affinity(&machine, p, (pod_mask, masks), &ctx());
                 admitted += 1;
             }
             (Err(r), Err(reason)) => {
@@ -1004,6 +987,37 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
     );
 }
 
+/// Asserts that the model places as the literal kubelet admitted (`literal`: the pod's mask,
+/// each container's): the pod's affinity under pod scope with a policy, else each container's.
+fn assert_same_affinity(
+    machine: &Machine,
+    p: &numaplane_scheduler::admission::Placement,
+    literal: (&Option<Vec<u32>>, &Vec<Option<Vec<u32>>>),
+    ctx: &str,
+) {
+    let (pod_mask, masks) = literal;
+    if machine.pod_scope && machine.policy != Policy::None {
+        assert_eq!(&p.pod_numa_nodes, pod_mask, "{ctx}");
+    } else {
+        let got: Vec<Option<Vec<u32>>> = p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
+        assert_eq!(&got, masks, "{ctx}");
+    }
+}
+
+/// A cluster index of one node `n` with room for anything at node level and `machine`'s NRT.
+fn cluster_of(machine: &Machine) -> numaplane_scheduler::cluster::Cluster {
+    let mut c = numaplane_scheduler::cluster::Cluster::new();
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "n"},
+        "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
+            "example.com/gpu": "1000", "example.com/nic": "1000"}}
+    }))
+    .unwrap();
+    c.apply_node(&node).unwrap();
+    c.apply_nrt(&nrt_of(machine)).unwrap();
+    c
+}
+
 /// The next pod after an assumed one: on random 2- and 4-zone machines under the Static memory
 /// manager, a first pod is scheduled through the cluster index and its placement assumed (no
 /// NRT shows it yet); the second pod's prediction on the node as the index then sees it must
@@ -1012,7 +1026,7 @@ fn model_matches_a_literal_kubelet_on_random_pods_with_init_containers_sidecars_
 /// second decision only through the assumption.
 #[test]
 fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
-    use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
+    use numaplane_scheduler::cluster::{Config, TopologyState};
     let mut rng = Rng(0x9e6c_63d0_676a_9a99);
     let (mut compared, mut grouped) = (0, 0);
     for round in 0..1500 {
@@ -1027,15 +1041,7 @@ fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
         };
         let first = no_init(random_pod(&mut rng, zones));
         let second = no_init(random_pod(&mut rng, zones));
-        let mut c = Cluster::new();
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-            "metadata": {"name": "n"},
-            "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
-                "example.com/gpu": "1000", "example.com/nic": "1000"}}
-        }))
-        .unwrap();
-        c.apply_node(&node).unwrap();
-        c.apply_nrt(&nrt_of(&machine)).unwrap();
+        let mut c = cluster_of(&machine);
         let cfg = Config::default();
         let p1 = pod_of(&mut c.res, &first);
         let d1 = c.schedule(&cfg, &p1, false);
@@ -1065,13 +1071,7 @@ fn the_pod_after_an_assumed_one_matches_a_literal_kubelet() {
         };
         match (&model, &literal2) {
             (Ok(p), Ok((pod_mask, masks))) => {
-                if machine.pod_scope && machine.policy != Policy::None {
-                    assert_eq!(&p.pod_numa_nodes, pod_mask, "{}", ctx());
-                } else {
-                    let got: Vec<Option<Vec<u32>>> =
-                        p.containers.iter().map(|c| c.numa_nodes.clone()).collect();
-                    assert_eq!(&got, masks, "{}", ctx());
-                }
+                assert_same_affinity(&machine, p, (pod_mask, masks), &ctx());
             }
             (Err(r), Err(reason)) => assert_eq!(r.kubelet_reason, *reason, "{}", ctx()),
             _ => panic!("verdicts differ: {}", ctx()),
@@ -1093,7 +1093,7 @@ fn machine_with_devices_without_numa(rng: &mut Rng, zones: u32, policy: Policy, 
     m.pod_scope = pod_scope;
     // The Static memory manager on half the 2-zone machines (a third provider on 4 zones makes
     // the literal product too large).
-    m.memory = if zones == 2 && rng.chance(2) {
+    m.memory = if zones == 2 && rng.one_in(2) {
         (0..zones).map(|_| 2 + rng.below(7) as u32).collect()
     } else {
         Vec::new()
@@ -1110,12 +1110,12 @@ fn machine_with_devices_without_numa(rng: &mut Rng, zones: u32, policy: Policy, 
             .collect();
         let mut free = BTreeSet::new();
         for (id, _) in &devices {
-            if rng.chance(4) {
+            if rng.one_in(4) {
                 free.insert(id.clone());
             }
         }
         for id in &unaligned {
-            if !rng.chance(4) {
+            if !rng.one_in(4) {
                 free.insert(id.clone());
             }
         }
@@ -1134,7 +1134,7 @@ fn machine_with_devices_without_numa(rng: &mut Rng, zones: u32, policy: Policy, 
 /// could serve a container) often enough to count as covered.
 #[test]
 fn devices_without_numa_node_match_a_literal_kubelet_under_every_policy_and_scope() {
-    use numaplane_scheduler::cluster::{Cluster, Config, TopologyState};
+    use numaplane_scheduler::cluster::{Config, TopologyState};
     let mut rng = Rng(0x5851_f42d_4c95_7f2d);
     for policy in [
         Policy::None,
@@ -1147,15 +1147,7 @@ fn devices_without_numa_node_match_a_literal_kubelet_under_every_policy_and_scop
             for round in 0..150 {
                 let zones = [2, 4][round % 2];
                 let machine = machine_with_devices_without_numa(&mut rng, zones, policy, pod_scope);
-                let mut c = Cluster::new();
-                let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-                    "metadata": {"name": "n"},
-                    "status": {"allocatable": {"cpu": "1000", "memory": "1000Gi", "pods": "110",
-                        "example.com/gpu": "1000", "example.com/nic": "1000"}}
-                }))
-                .unwrap();
-                c.apply_node(&node).unwrap();
-                c.apply_nrt(&nrt_of(&machine)).unwrap();
+                let mut c = cluster_of(&machine);
                 let cfg = Config::default();
                 let mut m = machine.clone();
                 let mut kubelet = Kubelet::new(&mut m);

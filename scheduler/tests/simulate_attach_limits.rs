@@ -2,7 +2,7 @@
 //! does (CSINodes read from the cluster input), and counts pod-level `spec.resources` in node fit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common;
 
 /// n1 allows 2 volumes of `csi.example.com` and holds 2 (one pod using c1 and c2); n2 allows 1
 /// and holds none; n3 has no CSINode (no limit) but a taint no test pod tolerates.
@@ -85,21 +85,7 @@ fn claims(names: &[&str]) -> String {
 }
 
 fn run(pods: &str) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster.yaml");
-    let pods_path = dir.path().join("pods.yaml");
-    std::fs::write(&cluster, CLUSTER).unwrap();
-    std::fs::write(&pods_path, pods).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_numaplane-scheduler"))
-        .args(["simulate", "--cluster"])
-        .arg(&cluster)
-        .arg("--pods")
-        .arg(&pods_path)
-        .args(["--explain", "all", "-o", "json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::simulate_json(CLUSTER, pods, "all")
 }
 
 fn verdict<'a>(result: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {

@@ -4,7 +4,7 @@
 //! the model does not enforce.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common;
 
 const CLUSTER: &str = r#"
 apiVersion: v1
@@ -73,21 +73,7 @@ fn claim(name: &str) -> String {
 }
 
 fn run(pods: &str, explain: &str) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster.yaml");
-    let pods_path = dir.path().join("pods.yaml");
-    std::fs::write(&cluster, CLUSTER).unwrap();
-    std::fs::write(&pods_path, pods).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_numaplane-scheduler"))
-        .args(["simulate", "--cluster"])
-        .arg(&cluster)
-        .arg("--pods")
-        .arg(&pods_path)
-        .args(["--explain", explain, "-o", "json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::simulate_json(CLUSTER, pods, explain)
 }
 
 fn result<'a>(report: &'a serde_json::Value, pod: &str) -> &'a serde_json::Value {
