@@ -58,10 +58,15 @@ fn linux_cores(node_index: u32, cores_per_node: u32, total_cores: u32) -> Vec<Ve
         .collect()
 }
 
-/// Give every node its SLIT row from `matrix` (rows and columns in `nodes` order).
-fn set_distances(spec: &mut MachineSpec, matrix: &[&[u64]]) {
-    let ids: Vec<u32> = spec.numa_nodes.iter().map(|node| node.id).collect();
-    for (node, row) in spec.numa_nodes.iter_mut().zip(matrix) {
+/// A machine of `numa_nodes` and `pci_devices` whose node distances are the rows of `matrix`
+/// (in the nodes' order).
+fn machine_spec(
+    mut numa_nodes: Vec<NumaNodeSpec>,
+    pci_devices: Vec<PciDeviceSpec>,
+    matrix: Vec<Vec<u64>>,
+) -> MachineSpec {
+    let ids: Vec<u32> = numa_nodes.iter().map(|node| node.id).collect();
+    for (node, row) in numa_nodes.iter_mut().zip(&matrix) {
         node.distances = ids
             .iter()
             .zip(row.iter())
@@ -71,6 +76,32 @@ fn set_distances(spec: &mut MachineSpec, matrix: &[&[u64]]) {
             })
             .collect();
     }
+    MachineSpec {
+        numa_nodes,
+        pci_devices,
+    }
+}
+
+/// `count` nodes numbered as Linux does, `cores_per_node` cores of two threads and `memory`
+/// bytes each.
+fn linux_nodes(count: u32, cores_per_node: u32, memory: u64) -> Vec<NumaNodeSpec> {
+    (0..count)
+        .map(|n| node_spec(n, linux_cores(n, cores_per_node, count * cores_per_node), memory))
+        .collect()
+}
+
+/// Huge pages of 2 MiB and 1 GiB, `two_mib` and `one_gib` of them.
+fn hugepage_pools(two_mib: u64, one_gib: u64) -> Vec<HugepagePool> {
+    vec![
+        HugepagePool {
+            page_size_bytes: 2 * MIB,
+            count: two_mib,
+        },
+        HugepagePool {
+            page_size_bytes: GIB,
+            count: one_gib,
+        },
+    ]
 }
 
 fn device(bus_id: &str, vendor_id: u16, device_id: u16, class_id: u16, numa_nodes: &[u32]) -> PciDeviceSpec {
@@ -84,118 +115,72 @@ fn device(bus_id: &str, vendor_id: u16, device_id: u16, class_id: u16, numa_node
 }
 
 fn spec_2numa() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: (0..2)
-            .map(|n| node_spec(n, linux_cores(n, 8, 16), 64 * GIB))
-            .collect(),
-        pci_devices: Vec::new(),
-    };
-    set_distances(&mut spec, &[&[10, 21], &[21, 10]]);
-    spec
+    let nodes = linux_nodes(2, 8, 64 * GIB);
+    machine_spec(nodes, Vec::new(), slit(2, 1, 0, 21))
 }
 
 /// Round-robin BIOS numbering: CPU `c` is on node `c % 4`.
 fn spec_4numa() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: (0..4)
+    machine_spec(
+        (0..4)
             .map(|n| {
                 let cores = (0..4).map(|k| vec![4 * k + n, 16 + 4 * k + n]).collect();
                 node_spec(n, cores, 32 * GIB)
             })
             .collect(),
-        pci_devices: Vec::new(),
-    };
-    set_distances(
-        &mut spec,
-        &[
-            &[10, 12, 32, 32],
-            &[12, 10, 32, 32],
-            &[32, 32, 10, 12],
-            &[32, 32, 12, 10],
-        ],
-    );
-    spec
+        Vec::new(),
+        slit(4, 2, 12, 32),
+    )
 }
 
 /// Two sockets × 4 NUMA nodes (NPS4-like) × 32 cores × 2 threads = 512 CPUs.
 fn spec_8numa_512cpu() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: (0..8)
-            .map(|n| node_spec(n, linux_cores(n, 32, 256), 96 * GIB))
-            .collect(),
-        pci_devices: Vec::new(),
-    };
-    let rows: Vec<Vec<u64>> = (0..8u32)
-        .map(|from| (0..8u32).map(|to| slit_8numa(from, to)).collect())
-        .collect();
-    let rows: Vec<&[u64]> = rows.iter().map(Vec::as_slice).collect();
-    set_distances(&mut spec, &rows);
-    spec
+    let nodes = linux_nodes(8, 32, 96 * GIB);
+    machine_spec(nodes, Vec::new(), slit(8, 4, 12, 32))
 }
 
-fn slit_8numa(from: u32, to: u32) -> u64 {
-    if from == to {
-        10
-    } else if from / 4 == to / 4 {
-        12
-    } else {
-        32
-    }
+/// The SLIT of `nodes` nodes in groups of `group` (a socket, a pair): 10 to itself, `near`
+/// within its group, `far` across.
+fn slit(nodes: u32, group: u32, near: u64, far: u64) -> Vec<Vec<u64>> {
+    let distance = |from: u32, to: u32| match (from == to, from / group == to / group) {
+        (true, _) => 10,
+        (false, true) => near,
+        (false, false) => far,
+    };
+    (0..nodes)
+        .map(|from| (0..nodes).map(|to| distance(from, to)).collect())
+        .collect()
 }
 
 fn spec_holes() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: [0, 1, 4, 5]
+    machine_spec(
+        [0, 1, 4, 5]
             .into_iter()
             .zip(0..)
             .map(|(id, index)| node_spec(id, linux_cores(index, 4, 16), 16 * GIB))
             .collect(),
-        pci_devices: Vec::new(),
-    };
-    set_distances(
-        &mut spec,
-        &[
-            &[10, 11, 21, 21],
-            &[11, 10, 21, 21],
-            &[21, 21, 10, 11],
-            &[21, 21, 11, 10],
-        ],
-    );
-    spec
+        Vec::new(),
+        slit(4, 2, 11, 21),
+    )
 }
 
 fn spec_hugepages() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: (0..2)
-            .map(|n| node_spec(n, linux_cores(n, 4, 8), 32 * GIB))
-            .collect(),
-        pci_devices: Vec::new(),
-    };
+    let nodes = linux_nodes(2, 4, 32 * GIB);
+    let mut spec = machine_spec(nodes, Vec::new(), slit(2, 1, 0, 20));
     // Node 0 uses the resource-name map, node 1 the page-count list: both spec spellings.
     spec.numa_nodes[0].hugepages_total_bytes = BTreeMap::from([
         ("hugepages-2Mi".to_owned(), 2 * GIB),
         ("hugepages-1Gi".to_owned(), 4 * GIB),
     ]);
-    spec.numa_nodes[1].hugepages = vec![
-        HugepagePool {
-            page_size_bytes: 2 * MIB,
-            count: 512,
-        },
-        HugepagePool {
-            page_size_bytes: GIB,
-            count: 8,
-        },
-    ];
-    set_distances(&mut spec, &[&[10, 20], &[20, 10]]);
+    spec.numa_nodes[1].hugepages = hugepage_pools(512, 8);
     spec
 }
 
 fn spec_gpu_nic() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: (0..2)
-            .map(|n| node_spec(n, linux_cores(n, 8, 16), 128 * GIB))
-            .collect(),
-        pci_devices: vec![
+    let nodes = linux_nodes(2, 8, 128 * GIB);
+    machine_spec(
+        nodes,
+        vec![
             device("0000:17:00.0", 0x15b3, 0x101b, 0x0200, &[0]),
             device("0000:17:00.1", 0x15b3, 0x101b, 0x0200, &[0]),
             device("0000:4b:00.0", 0x8086, 0x159b, 0x0200, &[0]),
@@ -203,15 +188,14 @@ fn spec_gpu_nic() -> MachineSpec {
             device("0000:ca:00.0", 0x10de, 0x20b5, 0x0302, &[1]),
             device("0000:c3:00.0", 0x144d, 0xa80a, 0x0108, &[]),
         ],
-    };
-    set_distances(&mut spec, &[&[10, 21], &[21, 10]]);
-    spec
+        slit(2, 1, 0, 21),
+    )
 }
 
 /// Two CPU nodes plus a CPU-less CXL memory expander (node 2).
 fn spec_memory_only() -> MachineSpec {
-    let mut spec = MachineSpec {
-        numa_nodes: vec![
+    machine_spec(
+        vec![
             node_spec(0, linux_cores(0, 4, 8), 64 * GIB),
             node_spec(1, linux_cores(1, 4, 8), 64 * GIB),
             NumaNodeSpec {
@@ -220,10 +204,9 @@ fn spec_memory_only() -> MachineSpec {
                 ..NumaNodeSpec::default()
             },
         ],
-        pci_devices: Vec::new(),
-    };
-    set_distances(&mut spec, &[&[10, 21, 14], &[21, 10, 24], &[14, 24, 10]]);
-    spec
+        Vec::new(),
+        vec![vec![10, 21, 14], vec![21, 10, 24], vec![14, 24, 10]],
+    )
 }
 
 fn generated_fixtures() -> Vec<(&'static str, MachineSpec)> {
@@ -368,15 +351,25 @@ fn fixture_1numa_real_capture() {
     assert_eq!(machine.distance(0, 0), None);
 }
 
+/// The two nodes of a 2-NUMA fixture as they must be read: `per_node` cores each of threads `c`
+/// and `c + 2 × per_node`, `memory` bytes each, at distance `far` from each other.
+fn two_nodes(per_node: u32, memory: u64, far: u64) -> Vec<NumaNode> {
+    let cores = |first: u32| {
+        (first..first + per_node)
+            .map(|c| vec![c, c + 2 * per_node])
+            .collect::<Vec<_>>()
+    };
+    vec![
+        numa_node(0, cores(0), memory, &[(0, 10), (1, far)]),
+        numa_node(1, cores(per_node), memory, &[(0, far), (1, 10)]),
+    ]
+}
+
 #[test]
 fn fixture_2numa() {
     let machine = load("2numa.xml");
-    let cores = |first: u32| (first..first + 8).map(|c| vec![c, c + 16]).collect::<Vec<_>>();
     let expected = Machine {
-        numa_nodes: vec![
-            numa_node(0, cores(0), 64 * GIB, &[(0, 10), (1, 21)]),
-            numa_node(1, cores(8), 64 * GIB, &[(0, 21), (1, 10)]),
-        ],
+        numa_nodes: two_nodes(8, 64 * GIB, 21),
         pci_devices: Vec::new(),
         pci_locality: Vec::new(),
     };
@@ -490,31 +483,11 @@ fn fixture_numa_id_holes() {
 #[test]
 fn fixture_hugepages_two_sizes() {
     let machine = load("hugepages-2sizes.xml");
-    let cores = |first: u32| (first..first + 4).map(|c| vec![c, c + 8]).collect::<Vec<_>>();
-    let mut node0 = numa_node(0, cores(0), 32 * GIB, &[(0, 10), (1, 20)]);
-    node0.hugepages = vec![
-        HugepagePool {
-            page_size_bytes: 2 * MIB,
-            count: 1024,
-        },
-        HugepagePool {
-            page_size_bytes: GIB,
-            count: 4,
-        },
-    ];
-    let mut node1 = numa_node(1, cores(4), 32 * GIB, &[(0, 20), (1, 10)]);
-    node1.hugepages = vec![
-        HugepagePool {
-            page_size_bytes: 2 * MIB,
-            count: 512,
-        },
-        HugepagePool {
-            page_size_bytes: GIB,
-            count: 8,
-        },
-    ];
+    let mut numa_nodes = two_nodes(4, 32 * GIB, 20);
+    numa_nodes[0].hugepages = hugepage_pools(1024, 4);
+    numa_nodes[1].hugepages = hugepage_pools(512, 8);
     let expected = Machine {
-        numa_nodes: vec![node0, node1],
+        numa_nodes,
         pci_devices: Vec::new(),
         pci_locality: Vec::new(),
     };
@@ -531,12 +504,8 @@ fn fixture_hugepages_two_sizes() {
 #[test]
 fn fixture_gpu_nic() {
     let machine = load("gpu-nic.xml");
-    let cores = |first: u32| (first..first + 8).map(|c| vec![c, c + 16]).collect::<Vec<_>>();
     let expected = Machine {
-        numa_nodes: vec![
-            numa_node(0, cores(0), 128 * GIB, &[(0, 10), (1, 21)]),
-            numa_node(1, cores(8), 128 * GIB, &[(0, 21), (1, 10)]),
-        ],
+        numa_nodes: two_nodes(8, 128 * GIB, 21),
         pci_devices: vec![
             pci("0000:17:00.0", 0x15b3, 0x101b, 0x0200, "network", &[0]),
             pci("0000:17:00.1", 0x15b3, 0x101b, 0x0200, "network", &[0]),

@@ -22,7 +22,7 @@ fn round_trip(spec: &MachineSpec) -> Machine {
 #[test]
 fn conformance_style_json_description() {
     // Field spellings used by the exporter conformance descriptions, plus an unknown field.
-    let spec: MachineSpec = serde_json::from_str(
+    let machine = round_trip(&parse(
         r#"{
           "name": "ignored by the spec",
           "numa_nodes": [
@@ -40,9 +40,7 @@ fn conformance_style_json_description() {
             {"bus_id": "0000:18:00.0", "vendor_id": 32902, "device_id": 5531, "class_id": 512, "numa_nodes": [0]}
           ]
         }"#,
-    )
-    .unwrap();
-    let machine = round_trip(&spec);
+    ));
 
     assert_eq!(machine.numa_ids(), vec![0, 1]);
     let node0 = machine.node(0).unwrap();
@@ -83,11 +81,9 @@ fn conformance_style_json_description() {
 
 #[test]
 fn cpus_without_smt_information_are_single_thread_cores() {
-    let spec: MachineSpec = serde_json::from_str(
+    let machine = round_trip(&parse(
         r#"{"numa_nodes": [{"id": 0, "cpus": [0, 2, 4, 6]}, {"id": 1, "cpus": [7, 5, 3, 1]}]}"#,
-    )
-    .unwrap();
-    let machine = round_trip(&spec);
+    ));
     assert_eq!(
         machine.node(0).unwrap().cores,
         vec![vec![0], vec![2], vec![4], vec![6]]
@@ -120,16 +116,14 @@ fn partial_smt_information_and_odd_core_shapes() {
 
 #[test]
 fn holes_and_cpu_less_nodes() {
-    let spec: MachineSpec = serde_json::from_str(
+    let machine = round_trip(&parse(
         r#"{"numa_nodes": [
             {"id": 6, "memory_bytes": 1073741824},
             {"id": 0, "cpus": [0, 1], "memory_bytes": 2147483648},
             {"id": 3, "cpus": [2, 3], "memory_bytes": 2147483648},
             {"id": 9}
         ]}"#,
-    )
-    .unwrap();
-    let machine = round_trip(&spec);
+    ));
     assert_eq!(machine.numa_ids(), vec![0, 3, 6, 9]);
     assert!(machine.node(6).unwrap().cpus.is_empty());
     assert!(machine.node(6).unwrap().cores.is_empty());
@@ -145,11 +139,9 @@ fn holes_and_cpu_less_nodes() {
 fn memory_only_node_next_to_a_single_cpu_node() {
     // The memory-only node (lower id) and the CPU node cover the same CPUs in hwloc: the CPU
     // node is attached deeper, so it owns them.
-    let spec: MachineSpec = serde_json::from_str(
+    let machine = round_trip(&parse(
         r#"{"numa_nodes": [{"id": 0, "memory_bytes": 4096}, {"id": 1, "cpus": [0, 1]}]}"#,
-    )
-    .unwrap();
-    let machine = round_trip(&spec);
+    ));
     assert!(machine.node(0).unwrap().cpus.is_empty());
     assert_eq!(machine.node(1).unwrap().cpus, vec![0, 1]);
 }
