@@ -276,59 +276,47 @@ fn nrt_resource() -> ResourceDef {
     def
 }
 
+/// (group, plural, kind, namespaced, short names, a `/status` subresource) of a resource of v1.
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    bool,
+);
+
 fn builtin_resources() -> Vec<ResourceDef> {
-    vec![
-        ResourceDef::new("", "v1", "pods", "Pod", true)
-            .with_short_names(&["po"])
-            .with_status(),
-        ResourceDef::new("", "v1", "nodes", "Node", false)
-            .with_short_names(&["no"])
-            .with_status(),
-        ResourceDef::new("", "v1", "namespaces", "Namespace", false)
-            .with_short_names(&["ns"])
-            .with_status(),
-        ResourceDef::new("", "v1", "events", "Event", true).with_short_names(&["ev"]),
-        ResourceDef::new("events.k8s.io", "v1", "events", "Event", true).with_short_names(&["ev"]),
-        ResourceDef::new("coordination.k8s.io", "v1", "leases", "Lease", true),
-        ResourceDef::new("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true)
-            .with_short_names(&["pvc"])
-            .with_status(),
-        ResourceDef::new("", "v1", "persistentvolumes", "PersistentVolume", false)
-            .with_short_names(&["pv"])
-            .with_status(),
-        ResourceDef::new("storage.k8s.io", "v1", "storageclasses", "StorageClass", false)
-            .with_short_names(&["sc"]),
-        ResourceDef::new("storage.k8s.io", "v1", "csinodes", "CSINode", false),
-        ResourceDef::new("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false),
-        ResourceDef::new("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false),
-        ResourceDef::new("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true).with_status(),
-        ResourceDef::new(
-            "resource.k8s.io",
-            "v1",
-            "resourceclaimtemplates",
-            "ResourceClaimTemplate",
-            true,
-        ),
-        ResourceDef::new(
-            "policy",
-            "v1",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            true,
-        )
-        .with_short_names(&["pdb"])
-        .with_status(),
-        ResourceDef::new(
-            "apiextensions.k8s.io",
-            "v1",
-            "customresourcedefinitions",
-            "CustomResourceDefinition",
-            false,
-        )
-        .with_short_names(&["crd", "crds"])
-        .with_status(),
-        nrt_resource(),
-    ]
+    const NAMESPACED: bool = true;
+    const STATUS: bool = true;
+    #[rustfmt::skip]
+    let builtin: [Builtin; 16] = [
+        ("", "pods", "Pod", NAMESPACED, &["po"], STATUS),
+        ("", "nodes", "Node", !NAMESPACED, &["no"], STATUS),
+        ("", "namespaces", "Namespace", !NAMESPACED, &["ns"], STATUS),
+        ("", "events", "Event", NAMESPACED, &["ev"], !STATUS),
+        ("events.k8s.io", "events", "Event", NAMESPACED, &["ev"], !STATUS),
+        ("coordination.k8s.io", "leases", "Lease", NAMESPACED, &[], !STATUS),
+        ("", "persistentvolumeclaims", "PersistentVolumeClaim", NAMESPACED, &["pvc"], STATUS),
+        ("", "persistentvolumes", "PersistentVolume", !NAMESPACED, &["pv"], STATUS),
+        ("storage.k8s.io", "storageclasses", "StorageClass", !NAMESPACED, &["sc"], !STATUS),
+        ("storage.k8s.io", "csinodes", "CSINode", !NAMESPACED, &[], !STATUS),
+        ("resource.k8s.io", "deviceclasses", "DeviceClass", !NAMESPACED, &[], !STATUS),
+        ("resource.k8s.io", "resourceslices", "ResourceSlice", !NAMESPACED, &[], !STATUS),
+        ("resource.k8s.io", "resourceclaims", "ResourceClaim", NAMESPACED, &[], STATUS),
+        ("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", NAMESPACED, &[], !STATUS),
+        ("policy", "poddisruptionbudgets", "PodDisruptionBudget", NAMESPACED, &["pdb"], STATUS),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", !NAMESPACED, &["crd", "crds"], STATUS),
+    ];
+    let mut defs: Vec<ResourceDef> = builtin
+        .into_iter()
+        .map(|(group, plural, kind, namespaced, short_names, status)| {
+            let def = ResourceDef::new(group, "v1", plural, kind, namespaced).with_short_names(short_names);
+            if status { def.with_status() } else { def }
+        })
+        .collect();
+    defs.push(nrt_resource());
+    defs
 }
 
 /// Handle on a running fake API server; clones share it, the server stops with the last one.

@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use numaplane::proto::podresources::AllocatableResourcesResponse;
+use numaplane::proto::podresources::{
+    AllocatableResourcesResponse, ContainerDevices, NumaNode, TopologyInfo,
+};
+use serde_json::{Value, json};
 
 use super::{Agent, allocator_exporter_args, device_plugin_args};
 use crate::control_plane::HarnessError;
@@ -92,4 +95,27 @@ impl NodeFiles {
         exporter.wait_serving(timeout).await?;
         Ok(exporter)
     }
+}
+
+/// A pool of the `--pools` file: `resource` with the devices `ids`, each on NUMA node `numa(id)`.
+pub fn pool(resource: &str, ids: &[String], numa: impl Fn(&str) -> i64) -> Value {
+    let devices: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "numaNode": numa(id)}))
+        .collect();
+    json!({"resource": resource, "devices": devices})
+}
+
+/// The devices `ids` of `resource` as pod-resources reports them allocatable, each on NUMA node
+/// `numa(id)`.
+pub fn podres_devices(resource: &str, ids: &[String], numa: impl Fn(&str) -> i64) -> Vec<ContainerDevices> {
+    ids.iter()
+        .map(|id| ContainerDevices {
+            resource_name: resource.into(),
+            device_ids: vec![id.clone()],
+            topology: Some(TopologyInfo {
+                nodes: vec![NumaNode { id: numa(id) }],
+            }),
+        })
+        .collect()
 }

@@ -19,7 +19,7 @@ use numaplane::nrt::NodeResourceTopology;
 use numaplane::proto::podresources::{
     AllocatableResourcesResponse, ContainerDevices, ContainerResources, NumaNode, PodResources, TopologyInfo,
 };
-use numaplane_e2e::harness::node::NodeFiles;
+use numaplane_e2e::harness::node::{NodeFiles, podres_devices, pool};
 use numaplane_e2e::harness::{
     Agent, ApiTarget, metric_value, recorded_hint, scheduler_run_args, unique_name,
 };
@@ -55,23 +55,12 @@ async fn scheduler_choice_is_what_the_pod_gets_and_what_the_nrt_shows() {
     // The kubelet: pod-resources (allocatable GPUs with topology, CPUs of 2numa.xml) and the
     // device-plugin side.
     let ids: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
-    let devices: Vec<_> = ids
-        .iter()
-        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
-        .collect();
-    let files = NodeFiles::new(&json!({"pools": [{"resource": GPU, "devices": devices}]})).unwrap();
+    let files = NodeFiles::new(&json!({"pools": [pool(GPU, &ids, numa_of)]})).unwrap();
     let dp = files.device_kubelet().await.unwrap();
     dp.set_fill_descending(true);
     let allocatable = AllocatableResourcesResponse {
         cpu_ids: (0..32).collect(),
-        devices: ids
-            .iter()
-            .map(|id| ContainerDevices {
-                resource_name: GPU.into(),
-                device_ids: vec![id.clone()],
-                topology: topo(numa_of(id)),
-            })
-            .collect(),
+        devices: podres_devices(GPU, &ids, numa_of),
         memory: vec![],
     };
     let podres = files.podres(allocatable).await.unwrap();

@@ -20,10 +20,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use numaplane::allocation::{ANNOTATION, Allocation};
 use numaplane::nrt::{NodeResourceTopology, attr};
-use numaplane::proto::podresources::{
-    AllocatableResourcesResponse, ContainerDevices, NumaNode, TopologyInfo,
-};
-use numaplane_e2e::harness::node::NodeFiles;
+use numaplane::proto::podresources::{AllocatableResourcesResponse, ContainerDevices};
+use numaplane_e2e::harness::node::{NodeFiles, podres_devices, pool};
 use numaplane_e2e::harness::{Agent, ApiTarget, metric_value, scheduler_run_args, unique_name};
 use serde_json::json;
 use tokio::time::Instant;
@@ -40,15 +38,7 @@ fn numa_of(id: &str) -> i64 {
 }
 
 fn devices(resource: &str, ids: &[String]) -> Vec<ContainerDevices> {
-    ids.iter()
-        .map(|id| ContainerDevices {
-            resource_name: resource.into(),
-            device_ids: vec![id.clone()],
-            topology: Some(TopologyInfo {
-                nodes: vec![NumaNode { id: numa_of(id) }],
-            }),
-        })
-        .collect()
+    podres_devices(resource, ids, numa_of)
 }
 
 fn zone_count(nrt: &NodeResourceTopology, resource: &str) -> usize {
@@ -58,6 +48,26 @@ fn zone_count(nrt: &NodeResourceTopology, resource: &str) -> usize {
         .filter(|r| r.name == resource)
         .map(|r| r.allocatable.0.parse::<usize>().unwrap_or(0))
         .sum()
+}
+
+/// Waits until the node's NRT satisfies `pred`, and asserts that it did within a second of
+/// `since` (the instant and what happened then).
+async fn shown_within_a_second(
+    api: &ApiTarget,
+    node: &str,
+    since: (Instant, &str),
+    exporter: &Agent,
+    pred: impl Fn(&NodeResourceTopology) -> bool,
+) -> NodeResourceTopology {
+    let nrt = api.wait_nrt(node, WAIT, pred).await.unwrap();
+    let took = since.0.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the NRT showed it {took:?} after {}\n{}",
+        since.1,
+        exporter.stderr()
+    );
+    nrt
 }
 
 async fn set_node_allocatable(nodes: &Api<Node>, node: &str, extra: &[(&str, usize)]) {
@@ -100,11 +110,7 @@ async fn a_late_plugins_devices_reach_the_nrt_within_a_second_and_pods_wait_for_
 
     // The kubelet before any device plugin: CPUs only, no registration socket yet.
     let gpus: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
-    let pool_devices: Vec<_> = gpus
-        .iter()
-        .map(|id| json!({"id": id, "numaNode": numa_of(id)}))
-        .collect();
-    let files = NodeFiles::new(&json!({"pools": [{"resource": GPU, "devices": pool_devices}]})).unwrap();
+    let files = NodeFiles::new(&json!({"pools": [pool(GPU, &gpus, numa_of)]})).unwrap();
     let cpus_only = AllocatableResourcesResponse {
         cpu_ids: (0..32).collect(),
         devices: vec![],
@@ -182,16 +188,14 @@ async fn a_late_plugins_devices_reach_the_nrt_within_a_second_and_pods_wait_for_
     );
 
     // The NRT lists the devices within a second of their delivery to the kubelet.
-    let caught_up = api
-        .wait_nrt(&node, WAIT, |n| zone_count(n, GPU) == 4)
-        .await
-        .unwrap();
-    let took = delivered.elapsed();
-    assert!(
-        took < Duration::from_secs(1),
-        "the NRT showed the GPUs {took:?} after the plugin's first list\n{}",
-        exporter.stderr()
-    );
+    let caught_up = shown_within_a_second(
+        &api,
+        &node,
+        (delivered, "the plugin's first list"),
+        &exporter,
+        |n| zone_count(n, GPU) == 4,
+    )
+    .await;
     assert_eq!(caught_up.node_level_resources(), Some(vec![]));
     lag.await.unwrap();
 
@@ -230,15 +234,10 @@ async fn a_late_plugins_devices_reach_the_nrt_within_a_second_and_pods_wait_for_
     let mut all = with_gpus.clone();
     all.devices.extend(devices(NIC, &nics));
     podres.set_allocatable(all);
-    api.wait_nrt(&node, WAIT, |n| zone_count(n, NIC) == 2)
-        .await
-        .unwrap();
-    let took = changed.elapsed();
-    assert!(
-        took < Duration::from_secs(1),
-        "the NRT showed the NICs {took:?} after the Node did\n{}",
-        exporter.stderr()
-    );
+    shown_within_a_second(&api, &node, (changed, "the Node changed"), &exporter, |n| {
+        zone_count(n, NIC) == 2
+    })
+    .await;
 
     // A Node resource no device is behind is named node-level once the wait for it runs out.
     set_node_allocatable(&nodes, &node, &[(GPU, 4), (NIC, 2), ("vendor.example/dongle", 1)]).await;
