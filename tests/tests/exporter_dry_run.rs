@@ -7,7 +7,7 @@
 //! The binary comes from [`numaplane_e2e::binaries::exporter`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -192,6 +192,50 @@ fn setup(machine: &Value) -> Setup {
         socket,
         rounded,
     }
+}
+
+/// The vector case `name` and its [`setup`].
+fn case_setup(name: &str) -> (Value, Setup) {
+    let root = vectors::embedded().unwrap();
+    let case = vectors::find_case(&root, name).unwrap().clone();
+    let s = setup(&case["machine"]);
+    (case, s)
+}
+
+/// The hwloc fixture `name` and a directory for the kubelet's socket.
+fn fixture_setup(name: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let xml = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../topology/tests/fixtures")
+        .join(name);
+    let socket = dir.path().join("kubelet.sock");
+    Setup {
+        dir,
+        xml,
+        socket,
+        rounded: Vec::new(),
+    }
+}
+
+/// A fake kubelet on `s`'s socket.
+async fn start_kubelet(
+    s: &Setup,
+    allocatable: AllocatableResourcesResponse,
+    pods: Vec<PodResources>,
+    opts: FakeKubeletOptions,
+) -> FakeKubelet {
+    FakeKubelet::start(&s.socket, allocatable, pods, opts)
+        .await
+        .unwrap()
+}
+
+/// A fake kubelet on `s`'s socket offering `cpu_ids` and nothing else, no pods.
+async fn cpu_kubelet(s: &Setup, cpu_ids: Vec<i64>) -> FakeKubelet {
+    let allocatable = AllocatableResourcesResponse {
+        cpu_ids,
+        ..Default::default()
+    };
+    start_kubelet(s, allocatable, vec![], FakeKubeletOptions::default()).await
 }
 
 /// The case's `config` as flags; the fake API server when it names terminal pods (kept alive
@@ -416,11 +460,9 @@ async fn every_case_through_the_binary() {
 async fn once_reads_only_list_and_allocatable_even_where_watch_and_get_are_offered() {
     // `--once` is one scan: its object depends on List and GetAllocatableResources alone, so
     // it must not spend the kubelet's shared request budget on Watch or Get.
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-pod-fingerprint").unwrap();
-    let s = setup(&case["machine"]);
-    let kubelet = FakeKubelet::start(
-        &s.socket,
+    let (case, s) = case_setup("rte-pod-fingerprint");
+    let kubelet = start_kubelet(
+        &s,
         vectors::allocatable(&case["allocatable"]).unwrap(),
         vectors::pods(&case["list"]).unwrap(),
         FakeKubeletOptions {
@@ -428,9 +470,8 @@ async fn once_reads_only_list_and_allocatable_even_where_watch_and_get_are_offer
             get: GetMode::Offered,
         },
     )
-    .await
-    .unwrap();
-    let (flags, _api) = config_flags(case, s.dir.path()).await.unwrap();
+    .await;
+    let (flags, _api) = config_flags(&case, s.dir.path()).await.unwrap();
     let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
     args.extend(flags);
     let run = run_exporter(args, s.dir.path()).await;
@@ -444,23 +485,20 @@ async fn once_reads_only_list_and_allocatable_even_where_watch_and_get_are_offer
 
 /// A fake kubelet for `case` in `s`, for the tests that are about something else.
 async fn kubelet_for(case: &Value, s: &Setup) -> FakeKubelet {
-    FakeKubelet::start(
-        &s.socket,
+    start_kubelet(
+        s,
         vectors::allocatable(&case["allocatable"]).unwrap(),
         vectors::pods(&case["list"]).unwrap(),
         FakeKubeletOptions::default(),
     )
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_kubelet_config_is_a_warning_and_its_attributes_are_left_out() {
     // Distributions keep the file elsewhere or have none: never a failed (crash-looping) run.
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
-    let kubelet = kubelet_for(case, &s).await;
+    let (case, s) = case_setup("rte-no-pods");
+    let kubelet = kubelet_for(&case, &s).await;
 
     let missing = s.dir.path().join("no-such-kubelet-config.yaml");
     for config in [missing.clone(), s.dir.path().to_owned()] {
@@ -499,10 +537,8 @@ async fn an_unreadable_kubelet_config_is_a_warning_and_its_attributes_are_left_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_topology_xml_exits_64_with_one_line() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
-    let kubelet = kubelet_for(case, &s).await;
+    let (case, s) = case_setup("rte-no-pods");
+    let kubelet = kubelet_for(&case, &s).await;
     std::fs::write(&s.xml, "<topology version=\"2.0\"><object").unwrap();
     let run = run_exporter(base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK), s.dir.path()).await;
     run.one_line_failure(EXIT_CONFIG, "truncated --topology-xml");
@@ -511,10 +547,8 @@ async fn bad_topology_xml_exits_64_with_one_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_flag_values_exit_64_with_one_line() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
-    let kubelet = kubelet_for(case, &s).await;
+    let (case, s) = case_setup("rte-no-pods");
+    let kubelet = kubelet_for(&case, &s).await;
     for bad in [
         ["--pods-fingerprint-method", "sometimes"],
         ["--exclude-resource", "no-equals-sign"],
@@ -531,9 +565,7 @@ async fn bad_flag_values_exit_64_with_one_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_that_is_not_grpc_exits_1_naming_the_socket() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
+    let (_, s) = case_setup("rte-no-pods");
     let server = start_not_grpc(&s.socket).await.unwrap();
     let run = run_exporter(base_args(&s.socket, &s.xml, "2s"), s.dir.path()).await;
     server.abort();
@@ -546,9 +578,7 @@ async fn socket_that_is_not_grpc_exits_1_naming_the_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_socket_exits_1_within_the_timeout() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
+    let (_, s) = case_setup("rte-no-pods");
     let run = run_exporter(base_args(&s.socket, &s.xml, "2s"), s.dir.path()).await;
     run.one_line_failure(EXIT_KUBELET, "no socket");
     // 2s of waiting plus process start-up on a loaded machine; a retry loop that ignores the
@@ -564,9 +594,7 @@ async fn missing_socket_exits_1_within_the_timeout() {
 /// log line, never a crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suspicious_kubelet_data_gives_output_and_a_log_line() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
+    let (_, s) = case_setup("rte-no-pods");
     let on = |node: i64| {
         Some(TopologyInfo {
             nodes: vec![NumaNode { id: node }],
@@ -594,14 +622,13 @@ async fn suspicious_kubelet_data_gives_output_and_a_log_line() {
         }],
         ..PodResources::default()
     }];
-    let kubelet = FakeKubelet::start(
-        &s.socket,
+    let kubelet = start_kubelet(
+        &s,
         allocatable.clone(),
         pods.clone(),
         FakeKubeletOptions::default(),
     )
-    .await
-    .unwrap();
+    .await;
     let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
     args.extend(os(&["--pods-fingerprint-method", "none"]));
     let run = run_exporter(args, s.dir.path()).await;
@@ -646,20 +673,10 @@ async fn suspicious_kubelet_data_gives_output_and_a_log_line() {
     );
 }
 
-fn node_attributes(nrt: &NodeResourceTopology) -> BTreeMap<String, String> {
-    nrt.attributes
-        .iter()
-        .flatten()
-        .map(|a| (a.name.clone(), a.value.clone()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_config_file_sets_topology_manager_attributes() {
-    let root = vectors::embedded().unwrap();
-    let case = vectors::find_case(&root, "rte-no-pods").unwrap();
-    let s = setup(&case["machine"]);
-    let kubelet = kubelet_for(case, &s).await;
+    let (case, s) = case_setup("rte-no-pods");
+    let kubelet = kubelet_for(&case, &s).await;
     let config = s.dir.path().join("kubelet-config.yaml");
     std::fs::write(
         &config,
@@ -674,19 +691,13 @@ async fn kubelet_config_file_sets_topology_manager_attributes() {
     args.extend(os(&["--pods-fingerprint-method", "none", "--kubelet-config"]));
     args.push(config.into());
     let printed = run_exporter(args, s.dir.path()).await.nrt("kubelet config");
-    let attrs = node_attributes(&printed);
     assert_eq!(
-        attrs.get(attr::TOPOLOGY_MANAGER_POLICY).map(String::as_str),
+        printed.attribute(attr::TOPOLOGY_MANAGER_POLICY),
         Some("single-numa-node")
     );
+    assert_eq!(printed.attribute(attr::TOPOLOGY_MANAGER_SCOPE), Some("pod"));
     assert_eq!(
-        attrs.get(attr::TOPOLOGY_MANAGER_SCOPE).map(String::as_str),
-        Some("pod")
-    );
-    assert_eq!(
-        attrs
-            .get(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES)
-            .map(String::as_str),
+        printed.attribute(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES),
         Some("10")
     );
     assert_eq!(
@@ -708,16 +719,12 @@ async fn kubelet_config_file_sets_topology_manager_attributes() {
         "container",
     ]));
     let printed = run_exporter(args, s.dir.path()).await.nrt("flags");
-    let attrs = node_attributes(&printed);
     assert_eq!(
-        attrs.get(attr::TOPOLOGY_MANAGER_POLICY).map(String::as_str),
+        printed.attribute(attr::TOPOLOGY_MANAGER_POLICY),
         Some("restricted")
     );
-    assert_eq!(
-        attrs.get(attr::TOPOLOGY_MANAGER_SCOPE).map(String::as_str),
-        Some("container")
-    );
-    assert!(!attrs.contains_key(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES));
+    assert_eq!(printed.attribute(attr::TOPOLOGY_MANAGER_SCOPE), Some("container"));
+    assert_eq!(printed.attribute(attr::TOPOLOGY_MANAGER_MAX_NUMA_NODES), None);
     assert_eq!(
         printed.topology_policies,
         Some(vec!["RestrictedContainerLevel".to_owned()])
@@ -729,24 +736,9 @@ async fn kubelet_config_file_sets_topology_manager_attributes() {
 async fn a_single_numa_machine_publishes_its_local_cost() {
     // hwloc reports no distance matrix for one NUMA node (the real capture in 1numa.xml has
     // none); RTE and NFD publish `node-0: 10`, and so must we.
-    let dir = tempfile::tempdir().unwrap();
-    let xml = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/1numa.xml"
-    ));
-    let socket = dir.path().join("kubelet.sock");
-    let kubelet = FakeKubelet::start(
-        &socket,
-        AllocatableResourcesResponse {
-            cpu_ids: vec![0, 1],
-            ..Default::default()
-        },
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let run = run_exporter(base_args(&socket, &xml, CALL_TIMEOUT_OK), dir.path()).await;
+    let s = fixture_setup("1numa.xml");
+    let kubelet = cpu_kubelet(&s, vec![0, 1]).await;
+    let run = run_exporter(base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK), s.dir.path()).await;
     let nrt = run.nrt("1numa.xml");
     assert_eq!(nrt.zones.len(), 1);
     let costs = nrt.zones[0].costs.as_ref().expect("costs published");
@@ -757,24 +749,9 @@ async fn a_single_numa_machine_publishes_its_local_cost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
-    let dir = tempfile::tempdir().unwrap();
-    let xml = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/2numa.xml"
-    ));
-    let socket = dir.path().join("kubelet.sock");
-    let kubelet = FakeKubelet::start(
-        &socket,
-        AllocatableResourcesResponse {
-            cpu_ids: (0..32).collect(),
-            ..Default::default()
-        },
-        vec![],
-        FakeKubeletOptions::default(),
-    )
-    .await
-    .unwrap();
-    let config = dir.path().join("config.yaml");
+    let s = fixture_setup("2numa.xml");
+    let kubelet = cpu_kubelet(&s, (0..32).collect()).await;
+    let config = s.dir.path().join("config.yaml");
     std::fs::write(
         &config,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -784,10 +761,10 @@ async fn every_topology_manager_setting_of_the_kubelet_config_is_published() {
          reservedSystemCPUs: \"0\"\nmemoryManagerPolicy: Static\n",
     )
     .unwrap();
-    let mut args = base_args(&socket, &xml, CALL_TIMEOUT_OK);
+    let mut args = base_args(&s.socket, &s.xml, CALL_TIMEOUT_OK);
     args.push("--kubelet-config".into());
     args.push(config.into());
-    let nrt = run_exporter(args, dir.path()).await.nrt("kubelet config");
+    let nrt = run_exporter(args, s.dir.path()).await.nrt("kubelet config");
     for (name, value) in [
         (attr::TOPOLOGY_MANAGER_POLICY, "restricted"),
         (attr::TOPOLOGY_MANAGER_SCOPE, "pod"),

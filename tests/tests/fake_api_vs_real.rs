@@ -31,6 +31,29 @@ struct Shape {
 }
 
 /// The answer to one request: an error's `Status`, or a success's status code and `Status`.
+/// Creates [`pending_pod`] `name` through `pods`.
+async fn create_pending(pods: &Api<Pod>, name: &str, gated: bool) -> Pod {
+    let pod = serde_json::from_value(pending_pod(name, gated)).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap()
+}
+
+/// A server-side apply of `body` at `path` as field manager `manager`.
+async fn apply_as(client: &Client, path: &str, manager: &str, body: Value) -> (u16, Value) {
+    let path = format!("{path}?fieldManager={manager}");
+    request(client, "PATCH", &path, "application/apply-patch+yaml", Some(body)).await
+}
+
+/// The [`Shape`] of the answer to a [`json_request`].
+async fn answer(client: &Client, method: &str, path: &str, body: Option<Value>) -> Shape {
+    let (code, v) = json_request(client, method, path, body).await;
+    shape(code, &v, &[])
+}
+
+/// [`request`] with a JSON body (or none).
+async fn json_request(client: &Client, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    request(client, method, path, "application/json", body).await
+}
+
 async fn request(
     client: &Client,
     method: &str,
@@ -112,34 +135,18 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
     let base = format!("/api/v1/namespaces/{ns}/pods");
 
     // A missing object.
-    let (code, v) = request(
-        &client,
-        "GET",
-        &format!("{base}/missing"),
-        "application/json",
-        None,
-    )
-    .await;
-    out.insert("get a missing pod", shape(code, &v, &[]));
+    out.insert(
+        "get a missing pod",
+        answer(&client, "GET", &format!("{base}/missing"), None).await,
+    );
 
     // Create twice.
-    let created = pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(pending_pod("b", false)).unwrap(),
-        )
-        .await
-        .unwrap();
+    let created = create_pending(&pods, "b", false).await;
     let uid = created.metadata.uid.clone().unwrap();
-    let (code, v) = request(
-        &client,
-        "POST",
-        &base,
-        "application/json",
-        Some(pending_pod("b", false)),
-    )
-    .await;
-    out.insert("create an existing pod", shape(code, &v, &[]));
+    out.insert(
+        "create an existing pod",
+        answer(&client, "POST", &base, Some(pending_pod("b", false))).await,
+    );
 
     // A write from a stale resourceVersion.
     pods.patch(
@@ -149,15 +156,16 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
     )
     .await
     .unwrap();
-    let (code, v) = request(
-        &client,
-        "PUT",
-        &format!("{base}/b"),
-        "application/json",
-        Some(serde_json::to_value(&created).unwrap()),
-    )
-    .await;
-    out.insert("replace from a stale resourceVersion", shape(code, &v, &[]));
+    out.insert(
+        "replace from a stale resourceVersion",
+        answer(
+            &client,
+            "PUT",
+            &format!("{base}/b"),
+            Some(serde_json::to_value(&created).unwrap()),
+        )
+        .await,
+    );
 
     // Bindings: another UID, success, already assigned, gated.
     let binding = |uid: &str, node: &str| {
@@ -166,14 +174,7 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
     };
     let binding_path = format!("{base}/b/binding");
-    let (code, v) = request(
-        &client,
-        "POST",
-        &binding_path,
-        "application/json",
-        Some(binding("not-the-uid", "n1")),
-    )
-    .await;
+    let (code, v) = json_request(&client, "POST", &binding_path, Some(binding("not-the-uid", "n1"))).await;
     // The storage error names the key and a version: the head and the precondition's words
     // are compared.
     let mut s = shape(code, &v, &[(&uid, "<uid>"), (&ns, "<ns>")]);
@@ -184,49 +185,27 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
         s.message = format!("{head}: .. {tail}");
     }
     out.insert("bind with another UID", s);
-    let (code, v) = request(
-        &client,
-        "POST",
-        &binding_path,
-        "application/json",
-        Some(binding(&uid, "n1")),
-    )
-    .await;
-    out.insert("bind", shape(code, &v, &[]));
-    let (code, v) = request(
-        &client,
-        "POST",
-        &binding_path,
-        "application/json",
-        Some(binding(&uid, "n2")),
-    )
-    .await;
-    out.insert("bind a bound pod", shape(code, &v, &[]));
-    let gated = pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(pending_pod("g", true)).unwrap(),
-        )
-        .await
-        .unwrap();
+    out.insert(
+        "bind",
+        answer(&client, "POST", &binding_path, Some(binding(&uid, "n1"))).await,
+    );
+    out.insert(
+        "bind a bound pod",
+        answer(&client, "POST", &binding_path, Some(binding(&uid, "n2"))).await,
+    );
+    let gated = create_pending(&pods, "g", true).await;
     let mut body = binding(gated.metadata.uid.as_deref().unwrap(), "n1");
     body["metadata"]["name"] = json!("g");
-    let (code, v) = request(
-        &client,
-        "POST",
-        &format!("{base}/g/binding"),
-        "application/json",
-        Some(body),
-    )
-    .await;
-    out.insert("bind a gated pod", shape(code, &v, &[]));
+    out.insert(
+        "bind a gated pod",
+        answer(&client, "POST", &format!("{base}/g/binding"), Some(body)).await,
+    );
 
     // A watch from a version older than any the server keeps: 200, then one ERROR event.
-    let (code, v) = request(
+    let (code, v) = json_request(
         &client,
         "GET",
         &format!("{base}?watch=true&resourceVersion=1&timeoutSeconds=1"),
-        "application/json",
         None,
     )
     .await;
@@ -247,15 +226,16 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
         "eventTime": "2026-11-25T10:00:00.000000Z", "reportingController": "numaplane.io/scheduler",
         "action": "Scheduling", "reason": "FailedScheduling", "type": "Warning",
         "regarding": {"kind": "Pod", "namespace": ns, "name": "b"}});
-    let (code, v) = request(
-        &client,
-        "POST",
-        &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
-        "application/json",
-        Some(event),
-    )
-    .await;
-    out.insert("an Event without reportingInstance", shape(code, &v, &[]));
+    out.insert(
+        "an Event without reportingInstance",
+        answer(
+            &client,
+            "POST",
+            &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
+            Some(event),
+        )
+        .await,
+    );
 
     // Leases: create twice.
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
@@ -263,26 +243,28 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
         "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}))
     .unwrap();
     leases.create(&PostParams::default(), &lease).await.unwrap();
-    let (code, v) = request(
-        &client,
-        "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"),
-        "application/json",
-        Some(serde_json::to_value(&lease).unwrap()),
-    )
-    .await;
-    out.insert("create an existing Lease", shape(code, &v, &[]));
+    out.insert(
+        "create an existing Lease",
+        answer(
+            &client,
+            "POST",
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"),
+            Some(serde_json::to_value(&lease).unwrap()),
+        )
+        .await,
+    );
 
     // An unsupported field selector.
-    let (code, v) = request(
-        &client,
-        "GET",
-        &format!("{base}?fieldSelector=spec.priority%3D1"),
-        "application/json",
-        None,
-    )
-    .await;
-    out.insert("an unsupported field selector", shape(code, &v, &[]));
+    out.insert(
+        "an unsupported field selector",
+        answer(
+            &client,
+            "GET",
+            &format!("{base}?fieldSelector=spec.priority%3D1"),
+            None,
+        )
+        .await,
+    );
 
     // NRTs: a bad quantity, then a field another manager owns.
     let node = unique_name("np-fake-vs-real-node");
@@ -293,15 +275,7 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
                 {"name": "cpu", "capacity": capacity, "allocatable": "4", "available": "4"}]}]})
     };
     let nrt_path = format!("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{node}");
-    let apply = "application/apply-patch+yaml";
-    let (code, v) = request(
-        &client,
-        "PATCH",
-        &format!("{nrt_path}?fieldManager=numaplane-exporter"),
-        apply,
-        Some(nrt("x4", "None")),
-    )
-    .await;
+    let (code, v) = apply_as(&client, &nrt_path, "numaplane-exporter", nrt("x4", "None")).await;
     let mut s = shape(code, &v, &[(&node, "<node>")]);
     // The pattern's text is the CRD's: only the part before it is compared.
     s.message = s
@@ -311,21 +285,13 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
         .unwrap_or_default()
         .to_owned();
     out.insert("an NRT with a bad quantity", s);
-    let (code, _) = request(
-        &client,
-        "PATCH",
-        &format!("{nrt_path}?fieldManager=numaplane-exporter"),
-        apply,
-        Some(nrt("4", "None")),
-    )
-    .await;
+    let (code, _) = apply_as(&client, &nrt_path, "numaplane-exporter", nrt("4", "None")).await;
     assert_eq!(code, 201);
-    let (code, v) = request(
+    let (code, v) = apply_as(
         &client,
-        "PATCH",
-        &format!("{nrt_path}?fieldManager=someone-else"),
-        apply,
-        Some(nrt("4", "SingleNUMANodeContainerLevel")),
+        &nrt_path,
+        "someone-else",
+        nrt("4", "SingleNUMANodeContainerLevel"),
     )
     .await;
     let mut s = shape(code, &v, &[(&node, "<node>")]);
@@ -345,8 +311,7 @@ async fn answers(target: &ApiTarget) -> BTreeMap<&'static str, Shape> {
 /// A resource whose CRD is not installed: the NRT on the fake without its CRD, a group nobody
 /// serves on the real server.
 async fn not_installed(client: &Client, path: &str) -> Shape {
-    let (code, v) = request(client, "GET", path, "application/json", None).await;
-    shape(code, &v, &[])
+    answer(client, "GET", path, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

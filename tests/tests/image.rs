@@ -61,6 +61,18 @@ fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// Asserts that the command `what` succeeded; a failure shows its output and containerd's log.
+#[track_caller]
+fn assert_ran(what: &str, out: &Output, containerd_log: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}\ncontainerd log:\n{containerd_log}",
+        out.status,
+        stdout(out),
+        String::from_utf8_lossy(&out.stderr),
+    );
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -417,14 +429,7 @@ impl Containerd {
     /// Runs `ctr …`; panics with ctr's and containerd's output unless it succeeds.
     fn ctr_ok(&self, args: &[&str]) -> Output {
         let out = self.ctr().args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "ctr {args:?} failed ({}):\nstdout: {}\nstderr: {}\ncontainerd log:\n{}",
-            out.status,
-            stdout(&out),
-            String::from_utf8_lossy(&out.stderr),
-            self.log_text()
-        );
+        assert_ran(&format!("ctr {args:?}"), &out, &self.log_text());
         out
     }
 
@@ -518,14 +523,7 @@ fn containerd_imports_and_runs(dir: &Path, archive: &Path, tag: &str) {
     };
     let ran = |n: usize, args: &[&str], read_only: bool| {
         let (out, id) = container(n, args, read_only);
-        assert!(
-            out.status.success(),
-            "container {id} {args:?} failed ({}):\nstdout: {}\nstderr: {}\ncontainerd log:\n{}",
-            out.status,
-            stdout(&out),
-            String::from_utf8_lossy(&out.stderr),
-            daemon.log_text()
-        );
+        assert_ran(&format!("container {id} {args:?}"), &out, &daemon.log_text());
         stdout(&out)
     };
     for (n, bin) in BINARIES.iter().enumerate() {
