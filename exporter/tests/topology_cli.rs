@@ -1,7 +1,10 @@
 //! `numaplane-exporter topology` end to end: the real binary, real hwloc, every XML fixture.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
 
 use numaplane_topology::Machine;
 
@@ -21,14 +24,31 @@ fn exporter() -> Command {
     Command::new(env!("CARGO_BIN_EXE_numaplane-exporter"))
 }
 
+/// The fixture `name` (one of [`fixtures`]).
+fn fixture(name: &str) -> PathBuf {
+    fixtures().into_iter().find(|p| p.ends_with(name)).unwrap()
+}
+
+/// What `numaplane-exporter topology -o <format>` prints for the fixture `name`; it must succeed.
+fn printed(format: &str, name: &str) -> String {
+    let out = topology(format, &fixture(name));
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `numaplane-exporter topology -o <format>` of the machine `xml`.
+fn topology(format: &str, xml: &Path) -> Output {
+    exporter()
+        .args(["topology", "-o", format, "--topology-xml"])
+        .arg(xml)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn json_output_reports_exactly_the_fixture_machine() {
     for xml in fixtures() {
-        let out = exporter()
-            .args(["topology", "-o", "json", "--topology-xml"])
-            .arg(&xml)
-            .output()
-            .unwrap();
+        let out = topology("json", &xml);
         assert!(
             out.status.success(),
             "{}: {}",
@@ -49,17 +69,7 @@ fn json_output_reports_exactly_the_fixture_machine() {
 
 #[test]
 fn gpu_nic_fixture_shows_locality_in_the_table() {
-    let xml = fixtures()
-        .into_iter()
-        .find(|p| p.ends_with("gpu-nic.xml"))
-        .unwrap();
-    let out = exporter()
-        .args(["topology", "-o", "table", "--topology-xml"])
-        .arg(&xml)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = printed("table", "gpu-nic.xml");
     let gpu_line = table
         .lines()
         .find(|l| l.contains("10de:20b5"))
@@ -73,17 +83,7 @@ fn gpu_nic_fixture_shows_locality_in_the_table() {
 
 #[test]
 fn yaml_output_parses_back() {
-    let xml = fixtures()
-        .into_iter()
-        .find(|p| p.ends_with("hugepages-2sizes.xml"))
-        .unwrap();
-    let out = exporter()
-        .args(["topology", "-o", "yaml", "--topology-xml"])
-        .arg(&xml)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = printed("yaml", "hugepages-2sizes.xml");
     assert!(
         text.contains("page_size_bytes") || text.contains("hugepages"),
         "{text}"

@@ -21,6 +21,11 @@ const GPU: &str = "example.com/gpu";
 
 /// Two zones of 8 CPUs; `cpu` free CPUs per zone; `gpus` the free GPU IDs per zone (also the
 /// zone's GPU capacity when `capacity` is `None`); `ids` publishes the free IDs.
+/// Two nodes of 8 free CPUs under single-numa-node at container scope, nothing else.
+fn two_free_nodes() -> NodeResourceTopology {
+    nrt("single-numa-node", "container", [8, 8], [&[], &[]], None, false)
+}
+
 fn nrt(
     policy: &str,
     scope: &str,
@@ -191,11 +196,7 @@ fn sidecar_cpus_are_not_reusable_and_a_sidecar_consumes_reusable_ones_rule_2_7()
         &[container("side", 2, 0, true)],
         &[container("app", 2, 0, false)],
     );
-    let (out, cpus) = predict(
-        &mut res,
-        &nrt("single-numa-node", "container", [8, 8], [&[], &[]], None, false),
-        &p,
-    );
+    let (out, cpus) = predict(&mut res, &two_free_nodes(), &p);
     out.unwrap();
     assert_eq!(cpus, vec![4, 8]);
     // Init 4 on node 0, sidecar 2 reuses 2 of them, app 4 must keep the other 2 in its mask and
@@ -206,11 +207,7 @@ fn sidecar_cpus_are_not_reusable_and_a_sidecar_consumes_reusable_ones_rule_2_7()
         &[container("init", 4, 0, false), container("side", 2, 0, true)],
         &[container("app", 4, 0, false)],
     );
-    let (out, cpus) = predict(
-        &mut res,
-        &nrt("single-numa-node", "container", [8, 8], [&[], &[]], None, false),
-        &p,
-    );
+    let (out, cpus) = predict(&mut res, &two_free_nodes(), &p);
     let placed = out.unwrap();
     assert_eq!(numa(&placed, "side"), Some(vec![0]));
     assert_eq!(numa(&placed, "app"), Some(vec![0]));
@@ -223,11 +220,7 @@ fn sidecar_cpus_are_not_reusable_and_a_sidecar_consumes_reusable_ones_rule_2_7()
         &[container("init", 4, 0, false), container("side", 4, 0, true)],
         &[container("app", 6, 0, false)],
     );
-    let (out, cpus) = predict(
-        &mut res,
-        &nrt("single-numa-node", "container", [8, 8], [&[], &[]], None, false),
-        &p,
-    );
+    let (out, cpus) = predict(&mut res, &two_free_nodes(), &p);
     assert_eq!(numa(&out.unwrap(), "app"), Some(vec![1]));
     assert_eq!(cpus, vec![4, 2]);
 }

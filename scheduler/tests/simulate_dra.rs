@@ -29,6 +29,15 @@ fn claim(name: &str, count: i64) -> Value {
            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": count}}]}}})
 }
 
+/// [`pod`] `name` whose claim `gpu` is the ResourceClaim `claim`.
+fn pod_with_claim(name: &str, claim: &str) -> Value {
+    pod(
+        name,
+        json!([{"name": "gpu", "resourceClaimName": claim}]),
+        json!({}),
+    )
+}
+
 fn pod(name: &str, claims: Value, status: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"},
            "spec": {"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}], "resourceClaims": claims},
@@ -67,18 +76,7 @@ fn claims_are_allocated_on_the_chosen_node_and_held_for_later_pods() {
             claim("a", 1),
             claim("b", 1),
         ],
-        vec![
-            pod(
-                "p1",
-                json!([{"name": "gpu", "resourceClaimName": "a"}]),
-                json!({}),
-            ),
-            pod(
-                "p2",
-                json!([{"name": "gpu", "resourceClaimName": "b"}]),
-                json!({}),
-            ),
-        ],
+        vec![pod_with_claim("p1", "a"), pod_with_claim("p2", "b")],
     );
     let r = json_of(&report);
     let first = &r["results"][0];
@@ -156,11 +154,7 @@ fn missing_claims_and_bad_classes_name_the_claim_and_the_rule() {
                 json!([{"name": "gpu", "resourceClaimTemplateName": "t"}]),
                 json!({}),
             ),
-            pod(
-                "missing",
-                json!([{"name": "gpu", "resourceClaimName": "nope"}]),
-                json!({}),
-            ),
+            pod_with_claim("missing", "nope"),
         ],
     );
     let r = json_of(&report);
@@ -185,11 +179,7 @@ fn missing_claims_and_bad_classes_name_the_claim_and_the_rule() {
     bad["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = json!("no-such-class");
     let report = run(
         vec![node("n1"), slice("n1", &["gpu-0"]), class(), bad],
-        vec![pod(
-            "p",
-            json!([{"name": "gpu", "resourceClaimName": "bad"}]),
-            json!({}),
-        )],
+        vec![pod_with_claim("p", "bad")],
     );
     let r = json_of(&report);
     let e = r["results"][0]["claimsError"].as_str().unwrap();

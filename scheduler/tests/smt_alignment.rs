@@ -49,6 +49,11 @@ fn nrt(smt: bool, free_cores: Option<[i64; 2]>) -> NodeResourceTopology {
     .unwrap()
 }
 
+/// The node a decision (not assumed) gives `pod`.
+fn node_for(c: &mut Cluster, pod: &PodSpec) -> Option<String> {
+    c.schedule(&Config::default(), pod, false).node
+}
+
 fn guaranteed(c: &mut Cluster, cpus: &str) -> PodSpec {
     let r = json!({"cpu": cpus, "memory": "1Gi"});
     let pod: Pod = serde_json::from_value(json!({
@@ -79,10 +84,7 @@ fn an_odd_cpu_count_is_rejected_under_full_pcpus_only_and_an_even_one_fits() {
         "{reason}"
     );
     let two = guaranteed(&mut c, "2");
-    assert_eq!(
-        c.schedule(&Config::default(), &two, false).node.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(node_for(&mut c, &two), Some("n1".to_owned()));
 }
 
 #[test]
@@ -95,20 +97,14 @@ fn whole_cores_must_be_free_on_the_node() {
     let reason = d.nodes[0].reasons.join("; ");
     assert!(reason.contains("whole cores"), "{reason}");
     let two = guaranteed(&mut c, "2");
-    assert_eq!(
-        c.schedule(&Config::default(), &two, false).node.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(node_for(&mut c, &two), Some("n1".to_owned()));
 }
 
 #[test]
 fn without_the_attributes_nothing_changes() {
     let mut c = cluster(false, Some([0, 0]));
     let one = guaranteed(&mut c, "1");
-    assert_eq!(
-        c.schedule(&Config::default(), &one, false).node.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(node_for(&mut c, &one), Some("n1".to_owned()));
 }
 
 #[test]
@@ -158,10 +154,7 @@ fn earlier_containers_of_the_pod_take_their_cores_first() {
     assert!(reason.contains("earlier containers took 1"), "{reason}");
     let mut c = cluster(true, Some([2, 0]));
     let two_by_two = guaranteed_containers(&mut c, "two", &[], &["2", "2"]);
-    assert_eq!(
-        c.schedule(&Config::default(), &two_by_two, false).node.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(node_for(&mut c, &two_by_two), Some("n1".to_owned()));
 }
 
 /// An app container that reuses an init container's CPUs is still checked against the pool
@@ -180,8 +173,5 @@ fn reused_init_cpus_do_not_count_as_free_whole_cores() {
     );
     let mut c = cluster(true, Some([2, 0]));
     let pod = guaranteed_containers(&mut c, "init", &["2"], &["2"]);
-    assert_eq!(
-        c.schedule(&Config::default(), &pod, false).node.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(node_for(&mut c, &pod), Some("n1".to_owned()));
 }
