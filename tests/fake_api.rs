@@ -1696,7 +1696,12 @@ fn resource_request(
             body: Bytes::from_static(b"404 page not found\n"),
         });
     }
-    let reply = resource_verb(shared, ctx, group, version, rest)?;
+    let (target, watch_path) = {
+        let st = shared.lock();
+        parse_target(&st.defs, group, version, rest)
+    }
+    .ok_or_else(ApiError::path_not_found)?;
+    let reply = resource_verb(shared, ctx, target, watch_path)?;
     Ok(if ctx.metadata_only() {
         reply.into_partial()
     } else {
@@ -1704,18 +1709,13 @@ fn resource_request(
     })
 }
 
+/// The verb of `ctx` on `target` (`watch_path`: the URL had the legacy `/watch/` prefix).
 fn resource_verb(
     shared: &Arc<Shared>,
     ctx: &Ctx,
-    group: &str,
-    version: &str,
-    rest: &[&str],
+    target: Target,
+    watch_path: bool,
 ) -> Result<Reply, ApiError> {
-    let (target, watch_path) = {
-        let st = shared.lock();
-        parse_target(&st.defs, group, version, rest)
-    }
-    .ok_or_else(ApiError::path_not_found)?;
     let status_only = match target.sub.as_deref() {
         None => false,
         Some("status") if target.def.status_subresource => true,
