@@ -16,6 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
+pub mod dra;
 pub mod kubelet;
 pub mod node;
 pub mod nrt;
