@@ -8,7 +8,8 @@
 //! The kubelet here chooses the NUMA node on its own: the Topology Manager's merged hint for a
 //! container whose only hint provider is the CPU manager is the lowest NUMA node with enough free
 //! CPUs (single-NUMA hints are all preferred, and of equal width the lower mask wins), and DRA
-//! devices give no hint. It never reads the scheduler's allocation record.
+//! devices give no hint. It never reads the scheduler's allocation record. Its CPU books are its
+//! own rather than [`crate::whole_system`]'s ledger: the harness sits below that module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,10 +23,23 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use numaplane::proto::podresources::{AllocatableResourcesResponse, ClaimResource, DynamicResource};
 use serde_json::{Value, json};
 
+use numaplane::proto::podresources::{ContainerResources, PodResources};
+use numaplane::quantity::Quantity;
+
 use super::kubelet::{key_of, mark_running};
 use super::{Agent, HarnessError};
 use crate::fake_kubelet::{FakeKubelet, FakeKubeletOptions};
-use crate::whole_system::{CONTAINER, Ledger, NodeKind, Shape, ZONES, zone_cpus};
+
+/// The container name of every pod.
+pub const CONTAINER: &str = "app";
+/// NUMA nodes of the machine.
+pub const ZONES: u32 = 2;
+
+/// Logical CPUs of `zone` in `gpu-nic.xml`: 0-7,16-23 and 8-15,24-31.
+pub fn zone_cpus(zone: u32) -> Vec<i64> {
+    let base = i64::from(zone) * 8;
+    (base..base + 8).chain(base + 16..base + 24).collect()
+}
 
 /// The DRA driver of the GPUs.
 pub const DRIVER: &str = "gpu.example.com";
@@ -228,9 +242,28 @@ pub struct DraKubelet {
 
 #[derive(Default)]
 struct State {
-    ledger: Ledger,
+    /// Exclusive CPUs per admitted pod (`namespace/name`).
+    cpus: BTreeMap<String, Vec<i64>>,
+    /// Claims per admitted pod.
     claims: BTreeMap<String, Vec<DynamicResource>>,
     outcomes: Vec<Outcome>,
+}
+
+impl State {
+    /// CPUs of `zone` no pod holds, ascending.
+    fn free_cpus(&self, zone: u32) -> Vec<i64> {
+        let used: BTreeSet<i64> = self.cpus.values().flatten().copied().collect();
+        zone_cpus(zone)
+            .into_iter()
+            .filter(|c| !used.contains(c))
+            .collect()
+    }
+
+    /// The NUMA node the Topology Manager gives a container of `cpus` exclusive CPUs: the
+    /// lowest one with that many free.
+    fn hint(&self, cpus: usize) -> Option<u32> {
+        (0..ZONES).find(|z| self.free_cpus(*z).len() >= cpus)
+    }
 }
 
 impl DraKubelet {
@@ -243,10 +276,7 @@ impl DraKubelet {
         Ok(DraKubelet {
             node: node.to_owned(),
             podres,
-            state: Mutex::new(State {
-                ledger: Ledger::new(NodeKind::PodScope),
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             _dir: dir,
         })
     }
@@ -284,12 +314,6 @@ impl DraKubelet {
         self.state().outcomes.iter().find(|o| o.pod() == key).cloned()
     }
 
-    /// The NUMA node the Topology Manager gives a container of `cpus` exclusive CPUs: the lowest
-    /// one with that many free.
-    fn hint(ledger: &Ledger, cpus: usize) -> Option<u32> {
-        (0..ZONES).find(|z| ledger.free_cpus(*z).len() >= cpus)
-    }
-
     /// Admits a pod bound here: its CPUs pinned on the NUMA node of the kubelet's own hint, its
     /// claims' devices read from their allocation, both reported through pod-resources.
     pub async fn admit(&self, claims: &Api<ResourceClaim>, pod: &Pod) -> Outcome {
@@ -298,9 +322,9 @@ impl DraKubelet {
             pod: key.clone(),
             why,
         };
-        let shape = match Shape::from_pod(pod) {
-            Ok(s) => s,
-            Err(v) => return refused(v.to_string()),
+        let wanted = match exclusive_cpus(pod) {
+            Ok(n) => n,
+            Err(why) => return refused(why),
         };
         // The kubelet prepares the claims named in the pod's status (the resourceclaim
         // controller's generated names) from their allocation.
@@ -348,19 +372,17 @@ impl DraKubelet {
             });
         }
         let mut st = self.state();
-        let Some(zone) = Self::hint(&st.ledger, shape.cpus) else {
+        if st.cpus.contains_key(&key) {
+            return refused("admitted twice".to_owned());
+        }
+        let Some(zone) = st.hint(wanted) else {
             return refused(format!(
-                "TopologyAffinityError: no NUMA node has {} free CPUs",
-                shape.cpus
+                "TopologyAffinityError: no NUMA node has {wanted} free CPUs"
             ));
         };
-        let cpus = match st
-            .ledger
-            .commit(&key, zone, shape.cpus, shape.memory_gib, BTreeMap::new())
-        {
-            Ok(held) => held.cpus.clone(),
-            Err(v) => return refused(v.to_string()),
-        };
+        // The static CPU manager packs: the lowest free CPUs of the NUMA node.
+        let cpus: Vec<i64> = st.free_cpus(zone).into_iter().take(wanted).collect();
+        st.cpus.insert(key.clone(), cpus.clone());
         st.claims.insert(key.clone(), dynamic);
         self.report(&st);
         Outcome::Admitted(Admission {
@@ -371,17 +393,26 @@ impl DraKubelet {
         })
     }
 
-    /// Tells pod-resources the admitted pods: the ledger's CPUs, plus each pod's claims.
+    /// Tells pod-resources the admitted pods: each one's CPUs and claims.
     fn report(&self, st: &State) {
-        let mut pods = st.ledger.pod_resources();
-        for p in &mut pods {
-            let key = format!("{}/{}", p.namespace, p.name);
-            if let Some(d) = st.claims.get(&key) {
-                for c in &mut p.containers {
-                    c.dynamic_resources.clone_from(d);
+        let pods = st
+            .cpus
+            .iter()
+            .map(|(key, cpus)| {
+                let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                PodResources {
+                    name: name.to_owned(),
+                    namespace: ns.to_owned(),
+                    containers: vec![ContainerResources {
+                        name: CONTAINER.to_owned(),
+                        cpu_ids: cpus.clone(),
+                        dynamic_resources: st.claims.get(key).cloned().unwrap_or_default(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
                 }
-            }
-        }
+            })
+            .collect();
         self.podres.set_pods(pods);
     }
 
@@ -417,6 +448,27 @@ impl Outcome {
             Outcome::Admitted(a) => &a.pod,
             Outcome::Refused { pod, .. } => pod,
         }
+    }
+}
+
+/// The exclusive CPUs of a Guaranteed pod's one container: its whole-number CPU limit, equal
+/// to its request.
+fn exclusive_cpus(pod: &Pod) -> Result<usize, String> {
+    let c = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .ok_or("no container")?;
+    let r = c.resources.as_ref().ok_or("no resources")?;
+    let cpu = |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+        m.and_then(|m| m.get("cpu"))
+            .and_then(|q| Quantity::parse(&q.0).ok())
+            .and_then(|q| q.as_i64_exact())
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    match (cpu(r.requests.as_ref()), cpu(r.limits.as_ref())) {
+        (Some(req), Some(lim)) if req == lim && lim > 0 => Ok(lim),
+        other => Err(format!("not a whole number of exclusive CPUs: {other:?}")),
     }
 }
 

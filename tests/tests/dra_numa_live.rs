@@ -111,11 +111,13 @@ impl Env {
             .create(&PostParams::default(), &t)
             .await
             .unwrap();
-        // Each exporter's NRT carries the machine's PCI locality, which places gpu-1 and gpu-3,
-        // and counts every GPU free.
+        // Each exporter's NRT carries the machine's PCI locality (its host bridges), which
+        // places gpu-1 and gpu-3, and each exporter counts every GPU free.
         for (node, exporter) in nodes.iter().zip(&exporters) {
             target
-                .wait_nrt(node, WAIT, |n| n.attribute(attr::PCI_LOCALITY).is_some())
+                .wait_nrt(node, WAIT, |n| {
+                    n.attribute(attr::PCI_LOCALITY) == Some("0000:17=0,0000:4b=0,0000:b1=1,0000:ca=1")
+                })
                 .await
                 .unwrap();
             for zone in 0..2 {
