@@ -56,6 +56,32 @@ fn provide_bin(
     }
 }
 
+/// The cargo that runs this test, without the variables cargo sets for the test process
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, …). Build scripts track some of them
+/// (`rerun-if-env-changed`, as ring's does), and cargo reads a tracked variable from its own
+/// environment: inherited, they would differ from the `cargo test` that built this binary, and
+/// every run would rebuild ring, kube and the binaries, then the test binary after it.
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd
+}
+
 /// Builds binary `bin` of `package` next to this test binary (see the module comment) and
 /// returns its path.
 fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
@@ -79,7 +105,7 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
     let above = profile_dir
         .parent()
         .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
+    let mut cmd = cargo();
     cmd.args(["build", "--quiet", "-p", "numaplane-e2e", "-p", package])
         .args(["--bin", bin, "--profile", profile]);
     let target_dir = if above.join("CACHEDIR.TAG").exists() {
@@ -147,7 +173,7 @@ fn build_release() -> Result<(PathBuf, PathBuf), String> {
         .ok_or_else(|| format!("no target dir above {}", exe.display()))?
         .to_owned();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
+    let out = cargo()
         .args([
             "build",
             "--quiet",
