@@ -199,6 +199,9 @@ pub struct Engine {
     gated_written: HashMap<String, Option<String>>,
     /// Pods checked for unenforced fields, with their UID.
     warned: HashMap<String, Option<String>>,
+    /// Per ResourceSlice, its devices whose NUMA attribute is malformed (they count as
+    /// devices without NUMA node): logged when they change, summed in a gauge.
+    slices_numa_invalid: BTreeMap<String, Vec<String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -308,6 +311,7 @@ impl Engine {
             last_gauges: None,
             gated_written: HashMap::new(),
             warned: HashMap::new(),
+            slices_numa_invalid: BTreeMap::new(),
             cfg,
         }
     }
