@@ -986,7 +986,10 @@ impl Engine {
                     self.metrics.attempt("unschedulable", &profile);
                     // Every attempt, unlike the event below: how often a pod is retried shows.
                     tracing::debug!(pod = %q.key, "unschedulable attempt");
-                    self.queue.unschedulable(&q.key, now);
+                    // The backoff counts from the end of the attempt, as kube-scheduler's
+                    // queue stamps a pod when it is put back: a slow decision must not
+                    // shorten it.
+                    self.queue.unschedulable(&q.key, Instant::now());
                     self.release_unschedulable_claims(&q.key);
                     let message = match self.after_unschedulable(&q.key, hold) {
                         preemption::Outcome::None => decision.message,
