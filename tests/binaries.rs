@@ -56,6 +56,32 @@ fn provide_bin(
     }
 }
 
+/// The cargo that runs this test, without the variables cargo sets for the test process
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, …). Build scripts track some of them
+/// (`rerun-if-env-changed`, as ring's does), and cargo reads a tracked variable from its own
+/// environment: inherited, they would differ from the `cargo test` that built this binary, and
+/// every run would rebuild ring, kube and the binaries, then the test binary after it.
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd
+}
+
 /// Builds binary `bin` of `package` next to this test binary (see the module comment) and
 /// returns its path.
 fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
@@ -103,11 +129,6 @@ fn build(package: &str, bin: &str, env: &str) -> Result<PathBuf, String> {
     } else {
         Err(format!("cargo built, but {} does not exist", path.display()))
     }
-}
-
-/// The cargo that runs the tests.
-fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()))
 }
 
 /// Runs `cmd` (a cargo build, `what`) in the workspace into `target_dir`.

@@ -399,6 +399,15 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
     for c in &cluster_inputs.device_classes {
         cluster.dra.apply_class(c.clone());
     }
+    let dra_numa = cfg_file.dra_numa.resolve(None);
+    for slice in &cluster_inputs.resource_slices {
+        for e in crate::dra::numa::invalid_device_numa(slice, &dra_numa.driver_attributes) {
+            warnings.push(format!(
+                "ResourceSlice {}: {e}; the device is allocated as one without NUMA node",
+                slice.metadata.name.as_deref().unwrap_or("<unnamed>")
+            ));
+        }
+    }
     cluster.dra.set_slices(cluster_inputs.resource_slices.clone());
     for c in &cluster_inputs.resource_claims {
         cluster.dra.apply_claim(c.clone());
@@ -456,7 +465,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             weights: crate::score::weights_from_names(&mut cluster.res, &weights),
         },
         no_topology: cfg_file.no_topology,
-        dra_numa: cfg_file.dra_numa.resolve(None),
+        dra_numa,
     };
     let mut results = Vec::new();
     for p in &pods {

@@ -17,6 +17,7 @@ use numaplane::nrt::NodeResourceTopology;
 use serde_json::json;
 
 pub mod bench;
+pub mod dra;
 pub mod kubelet;
 pub mod node;
 pub mod nrt;

@@ -23,9 +23,9 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim};
+use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim, ResourceSlice};
 use numaplane::{
-    device_numa::{DriverNumaAttributes, device_numa},
+    device_numa::{DeviceNumaError, DriverNumaAttributes, device_numa},
     pci_locality::PciBusRange,
 };
 use serde::Serialize;
@@ -246,6 +246,24 @@ pub struct NodeNuma<'a> {
     pub driver_attributes: &'a DriverNumaAttributes,
     /// The node's PCI locality.
     pub pci_locality: &'a [PciBusRange],
+}
+
+/// The devices of a slice whose NUMA attribute (standard or driver-specific) is present but not
+/// a NUMA node id. The allocation treats them as devices without NUMA node; this is how the
+/// driver's bug is reported (a log line and a gauge in the live scheduler, a warning in
+/// `simulate`). PCI locality is not needed: only attributes can be malformed.
+pub fn invalid_device_numa(
+    slice: &ResourceSlice,
+    driver_attributes: &DriverNumaAttributes,
+) -> Vec<DeviceNumaError> {
+    let driver = slice.spec.driver.as_str();
+    slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .filter_map(|d| device_numa(driver, d, driver_attributes, &[]).err())
+        .collect()
 }
 
 impl NodeNuma<'_> {
@@ -803,5 +821,37 @@ mod tests {
             requirement_reason(&resolved, &t),
             "claim gpu: fewer than 2 free devices of class gpu.example.com on NUMA nodes 0,1, where the kubelet will pin cpu and memory"
         );
+    }
+
+    #[test]
+    fn malformed_numa_attributes_of_a_slice_are_reported_per_device() {
+        let slice: ResourceSlice = serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "node-a-gpu"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": "ok", "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}}},
+                    {"name": "negative", "attributes": {"resource.kubernetes.io/numaNode": {"int": -1}}},
+                    {"name": "driver-string", "attributes": {"numa": {"string": "zero"}}},
+                    {"name": "unplaced"}
+                ]}
+        }))
+        .unwrap();
+        let attrs = numaplane::device_numa::default_driver_numa_attributes();
+        let errors = invalid_device_numa(&slice, &attrs);
+        let named: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.device.as_str(), e.attribute.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("negative", "resource.kubernetes.io/numaNode"),
+                ("driver-string", "numa")
+            ]
+        );
+        // Without the driver's attribute configured, its string is not read at all.
+        assert_eq!(invalid_device_numa(&slice, &DriverNumaAttributes::new()).len(), 1);
     }
 }

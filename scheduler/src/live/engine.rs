@@ -199,6 +199,9 @@ pub struct Engine {
     gated_written: HashMap<String, Option<String>>,
     /// Pods checked for unenforced fields, with their UID.
     warned: HashMap<String, Option<String>>,
+    /// Per ResourceSlice, its devices whose NUMA attribute is malformed (they count as
+    /// devices without NUMA node): logged when they change, summed in a gauge.
+    slices_numa_invalid: BTreeMap<String, Vec<String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -308,6 +311,7 @@ impl Engine {
             last_gauges: None,
             gated_written: HashMap::new(),
             warned: HashMap::new(),
+            slices_numa_invalid: BTreeMap::new(),
             cfg,
         }
     }
@@ -982,7 +986,10 @@ impl Engine {
                     self.metrics.attempt("unschedulable", &profile);
                     // Every attempt, unlike the event below: how often a pod is retried shows.
                     tracing::debug!(pod = %q.key, "unschedulable attempt");
-                    self.queue.unschedulable(&q.key, now);
+                    // The backoff counts from the end of the attempt, as kube-scheduler's
+                    // queue stamps a pod when it is put back: a slow decision must not
+                    // shorten it.
+                    self.queue.unschedulable(&q.key, Instant::now());
                     self.release_unschedulable_claims(&q.key);
                     let message = match self.after_unschedulable(&q.key, hold) {
                         preemption::Outcome::None => decision.message,

@@ -236,3 +236,34 @@ fn alignment_chooses_the_node_and_the_fast_path_agrees_with_the_explained_one() 
         }
     }
 }
+
+#[test]
+fn a_malformed_numa_attribute_is_a_warning_and_the_device_counts_as_unplaced() {
+    let cluster = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let pods = std::fs::read_to_string(example("pods.yaml")).unwrap();
+    let broken = cluster.replace(
+        "resource.kubernetes.io/numaNode: {int: 0}",
+        "resource.kubernetes.io/numaNode: {int: -3}",
+    );
+    assert_ne!(broken, cluster);
+    let report = run_texts(&broken, &pods, DraNumaAlignment::Required);
+    let warned: Vec<&String> = report
+        .warnings
+        .iter()
+        .filter(|w| w.contains("gpu-0") && w.contains("resource.kubernetes.io/numaNode"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", report.warnings);
+    assert!(warned[0].contains("without NUMA node"), "{}", warned[0]);
+    // gpu-0 has no NUMA node now: the first pod still takes the aligned gpu-1, and the second,
+    // rejected on the intact cluster, takes gpu-0 as a device without NUMA affinity.
+    assert_eq!(devices(&report.results[0]), vec!["gpu-1"]);
+    assert_eq!(devices(&report.results[1]), vec!["gpu-0"]);
+    let numa = report.results[1].claims[0].numa.as_ref().unwrap();
+    assert_eq!(numa.devices[0].numa_nodes, None);
+    let intact = run(DraNumaAlignment::Required);
+    assert!(
+        intact.warnings.iter().all(|w| !w.contains("NUMA")),
+        "{:?}",
+        intact.warnings
+    );
+}

@@ -8,6 +8,7 @@
 //! kube-scheduler's Unreserve and PostFilter do; so does an unschedulable pod whose claim this
 //! scheduler allocated and nobody else uses.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::resource::v1::{
@@ -835,16 +836,25 @@ impl Apply for ResourceSlice {
         }
     }
     fn apply(self, e: &mut Engine, _: Stream) {
+        e.check_slice_numa(&self);
         e.cluster.dra.apply_slice(self);
         e.dra_changed();
     }
     fn delete(self, e: &mut Engine, _: Stream) {
         if let Some(name) = self.metadata.name.as_deref() {
             e.cluster.dra.delete_slice(name);
+            e.slices_numa_invalid.remove(name);
+            e.publish_slices_numa_invalid();
         }
         e.dra_changed();
     }
     fn reset(e: &mut Engine, _: Stream, all: Vec<Self>) {
+        let names: BTreeSet<&str> = all.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+        e.slices_numa_invalid
+            .retain(|name, _| names.contains(name.as_str()));
+        for slice in &all {
+            e.check_slice_numa(slice);
+        }
         e.cluster.dra.set_slices(all);
     }
 }
@@ -886,6 +896,42 @@ impl Engine {
     /// its claim to be created included).
     fn dra_changed(&mut self) {
         self.queue.cluster_changed(Instant::now());
+    }
+
+    /// Logs the devices of `slice` whose NUMA attribute is malformed when they differ from what
+    /// the slice had before, and updates the gauge. The allocation itself treats them as devices
+    /// without NUMA node.
+    fn check_slice_numa(&mut self, slice: &ResourceSlice) {
+        let Some(name) = slice.metadata.name.as_deref() else {
+            return;
+        };
+        let errors = crate::dra::numa::invalid_device_numa(slice, &self.model.dra_numa.driver_attributes);
+        let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let before = self.slices_numa_invalid.get(name).map_or(&[][..], Vec::as_slice);
+        if now.as_slice() != before {
+            for message in &now {
+                tracing::warn!(
+                    resource_slice = name,
+                    driver = %slice.spec.driver,
+                    node = slice.spec.node_name.as_deref().unwrap_or_default(),
+                    error = %message,
+                    "malformed NUMA attribute: the device is allocated as one without NUMA node"
+                );
+            }
+        }
+        if now.is_empty() {
+            self.slices_numa_invalid.remove(name);
+        } else {
+            self.slices_numa_invalid.insert(name.to_owned(), now);
+        }
+        self.publish_slices_numa_invalid();
+    }
+
+    fn publish_slices_numa_invalid(&self) {
+        let devices: usize = self.slices_numa_invalid.values().map(Vec::len).sum();
+        self.metrics
+            .dra_devices_numa_invalid
+            .set(i64::try_from(devices).unwrap_or(i64::MAX));
     }
 }
 
