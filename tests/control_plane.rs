@@ -49,6 +49,17 @@ pub struct Options {
     pub without_nrt_crd: bool,
 }
 
+impl Options {
+    /// A control plane whose kube-controller-manager runs `controllers` only (e.g.
+    /// `resourceclaim-controller` for the DRA tests).
+    pub fn with_controllers(controllers: &str) -> Options {
+        Options {
+            controllers: Some(controllers.to_owned()),
+            ..Options::default()
+        }
+    }
+}
+
 /// A running control plane started from the kit.
 #[derive(Debug)]
 pub struct ControlPlane {

@@ -35,10 +35,7 @@ const DRIVER: &str = "gpu.example.com";
 const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 
 fn options() -> Options {
-    Options {
-        controllers: Some("resourceclaim-controller".to_owned()),
-        ..Options::default()
-    }
+    Options::with_controllers("resourceclaim-controller")
 }
 
 /// A namespace, nodes with two GPUs each (one ResourceSlice per node), a DeviceClass selecting
@@ -49,6 +46,9 @@ struct Env {
     nodes: Vec<String>,
     class: String,
     scheduler: Agent,
+    /// The test namespace's pods and claims.
+    pods: Api<Pod>,
+    claims: Api<ResourceClaim>,
 }
 
 impl Env {
@@ -119,20 +119,14 @@ impl Env {
         let mut scheduler = Agent::spawn_scheduler("run", &args).unwrap();
         scheduler.wait_serving(WAIT).await.unwrap();
         Env {
+            pods: Api::namespaced(target.client(), &ns),
+            claims: Api::namespaced(target.client(), &ns),
             target,
             ns,
             nodes,
             class,
             scheduler,
         }
-    }
-
-    fn claims(&self) -> Api<ResourceClaim> {
-        Api::namespaced(self.target.client(), &self.ns)
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.target.client(), &self.ns)
     }
 
     async fn template(&self, name: &str, count: i64) {
@@ -150,7 +144,7 @@ impl Env {
         let c: ResourceClaim = serde_json::from_value(json!({"metadata": {"name": name},
             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": self.class}}]}}}))
         .unwrap();
-        self.claims().create(&PostParams::default(), &c).await.unwrap();
+        self.claims.create(&PostParams::default(), &c).await.unwrap();
     }
 
     /// A pod claiming `source` (`{"resourceClaimName": …}` or `{"resourceClaimTemplateName": …}`).
@@ -169,7 +163,7 @@ impl Env {
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": name,
             "labels": {"numaplane.io/e2e": "true"}}, "spec": spec}))
         .unwrap();
-        self.pods().create(&PostParams::default(), &p).await.unwrap();
+        self.pods.create(&PostParams::default(), &p).await.unwrap();
     }
 
     async fn until<F: AsyncFnMut() -> bool>(&self, what: &str, mut f: F) {
@@ -185,7 +179,7 @@ impl Env {
     }
 
     async fn node_of(&self, pod: &str) -> Option<String> {
-        self.pods().get(pod).await.unwrap().spec.and_then(|s| s.node_name)
+        self.pods.get(pod).await.unwrap().spec.and_then(|s| s.node_name)
     }
 
     /// The Warning events' notes on `pod` with `reason`.
@@ -202,7 +196,7 @@ impl Env {
     async fn cleanup(self) {
         let client = self.target.client();
         let _ = self
-            .pods()
+            .pods
             .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
             .await;
         for n in &self.nodes {
@@ -228,7 +222,7 @@ impl Seen {
     fn start(env: &Env) -> Seen {
         let seen = Seen::default();
         let claims = seen.claims.clone();
-        let api = env.claims();
+        let api = env.claims.clone();
         tokio::spawn(async move {
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
             while let Some(Ok(c)) = s.next().await {
@@ -236,7 +230,7 @@ impl Seen {
             }
         });
         let pods = seen.pods.clone();
-        let api = env.pods();
+        let api = env.pods.clone();
         tokio::spawn(async move {
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
             while let Some(Ok(p)) = s.next().await {
@@ -291,7 +285,7 @@ async fn a_template_claim_is_created_allocated_reserved_and_bound_in_kube_schedu
         .await;
     env.until("p is bound", async || env.node_of("p").await.is_some())
         .await;
-    let pod = env.pods().get("p").await.unwrap();
+    let pod = env.pods.get("p").await.unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
     // The controller's claim: generated name, owned by the pod, named in the pod's status.
@@ -306,7 +300,7 @@ async fn a_template_claim_is_created_allocated_reserved_and_bound_in_kube_schedu
         .clone()
         .unwrap();
     assert!(name.starts_with("p-gpu-"), "{name}");
-    let claim = env.claims().get(&name).await.unwrap();
+    let claim = env.claims.get(&name).await.unwrap();
     assert_eq!(
         claim.metadata.owner_references.as_ref().unwrap()[0].uid,
         uid,
@@ -383,12 +377,12 @@ async fn a_shared_claim_is_allocated_once_and_reserved_for_each_pod() {
     .await;
     let (na, nb) = (env.node_of("a").await.unwrap(), env.node_of("b").await.unwrap());
     assert_eq!(na, nb, "the claim's devices are on one node");
-    let claim = env.claims().get("shared").await.unwrap();
+    let claim = env.claims.get("shared").await.unwrap();
     let mut uids = reserved_uids(&claim);
     uids.sort();
     let mut want = Vec::new();
     for p in ["a", "b"] {
-        want.push(env.pods().get(p).await.unwrap().metadata.uid.unwrap());
+        want.push(env.pods.get(p).await.unwrap().metadata.uid.unwrap());
     }
     want.sort();
     assert_eq!(uids, want);
@@ -405,7 +399,7 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
     let (n0, n1) = (env.nodes[0].clone(), env.nodes[1].clone());
     // A claim a driver's controller allocated on n0 (not numaplane), reserved for nobody.
     env.claim("foreign").await;
-    let mut c = env.claims().get("foreign").await.unwrap();
+    let mut c = env.claims.get("foreign").await.unwrap();
     c.status = Some(
         serde_json::from_value(json!({"allocation": {
             "devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": n0, "device": "gpu-0"}]},
@@ -417,7 +411,7 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
         field_manager: Some("e2e-driver".to_owned()),
         ..PostParams::default()
     };
-    let before = env.claims().replace_status("foreign", &pp, &c).await.unwrap();
+    let before = env.claims.replace_status("foreign", &pp, &c).await.unwrap();
     // Its pod may only go to n1, where the claim's devices are not: unschedulable.
     env.pod("stuck", json!({"resourceClaimName": "foreign"}), Some(&n1))
         .await;
@@ -440,17 +434,17 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
             .any(|n| n.contains("cannot allocate all claims")),
         "{greedy_notes:?}"
     );
-    let after = env.claims().get("foreign").await.unwrap();
+    let after = env.claims.get("foreign").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, before.metadata.resource_version,
         "a claim numaplane did not allocate is left alone"
     );
-    let greedy = env.pods().get("greedy").await.unwrap();
+    let greedy = env.pods.get("greedy").await.unwrap();
     let name = greedy.status.unwrap().resource_claim_statuses.unwrap()[0]
         .resource_claim_name
         .clone()
         .unwrap();
-    let claim = env.claims().get(&name).await.unwrap();
+    let claim = env.claims.get(&name).await.unwrap();
     assert!(
         allocation(&claim).is_none() && !has_finalizer(&claim),
         "{claim:?}"
@@ -469,7 +463,7 @@ async fn binding_conditions_are_waited_for_within_the_timeout() {
     env.pod("p", json!({"resourceClaimName": "attach"}), None).await;
     // Reserved, not bound: the device is not attached.
     env.until("the claim is reserved", async || {
-        let c = env.claims().get("attach").await.unwrap();
+        let c = env.claims.get("attach").await.unwrap();
         !reserved_uids(&c).is_empty()
     })
     .await;
@@ -486,7 +480,7 @@ async fn binding_conditions_are_waited_for_within_the_timeout() {
     // Retried: reserved again; once the driver reports the device attached, the pod is bound.
     let deadline = Instant::now() + WAIT;
     loop {
-        let mut c = env.claims().get("attach").await.unwrap();
+        let mut c = env.claims.get("attach").await.unwrap();
         if !reserved_uids(&c).is_empty() {
             let (pool, device) = devices(&c)[0].clone();
             c.status.as_mut().unwrap().devices = Some(vec![
@@ -496,7 +490,7 @@ async fn binding_conditions_are_waited_for_within_the_timeout() {
                 .unwrap(),
             ]);
             if env
-                .claims()
+                .claims
                 .replace_status("attach", &PostParams::default(), &c)
                 .await
                 .is_ok()
@@ -547,7 +541,7 @@ async fn a_conflict_on_the_claims_status_write_is_retried_before_the_binding() {
         ("POST".to_owned(), binding, 201),
     ];
     assert_eq!(steps, want);
-    let claim = env.claims().get("c").await.unwrap();
+    let claim = env.claims.get("c").await.unwrap();
     assert!(has_finalizer(&claim));
     assert_eq!(reserved_uids(&claim).len(), 1);
     assert_eq!(devices(&claim).len(), 1);
