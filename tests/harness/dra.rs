@@ -81,6 +81,21 @@ pub fn gpus_on(zone: u32) -> usize {
     GPUS.iter().filter(|(_, z, _)| *z == zone).count()
 }
 
+/// Deletes the ResourceSlices `<node>-gpus` of `nodes` and the DeviceClass `class`, ignoring
+/// what is already gone: the DRA part of a test's cleanup.
+pub async fn delete_gpu_objects(client: &kube::Client, nodes: &[String], class: &str) {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+    use kube::api::DeleteParams;
+    for n in nodes {
+        let _ = Api::<ResourceSlice>::all(client.clone())
+            .delete(&format!("{n}-gpus"), &DeleteParams::default())
+            .await;
+    }
+    let _ = Api::<DeviceClass>::all(client.clone())
+        .delete(class, &DeleteParams::default())
+        .await;
+}
+
 /// The ResourceSlice `<node>-gpus` publishing [`GPUS`] in pool `node`.
 pub fn slice(node: &str) -> Value {
     let devices: Vec<Value> = GPUS

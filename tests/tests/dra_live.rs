@@ -199,15 +199,10 @@ impl Env {
             .pods
             .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
             .await;
+        numaplane_e2e::harness::dra::delete_gpu_objects(&client, &self.nodes, &self.class).await;
         for n in &self.nodes {
-            let _ = Api::<ResourceSlice>::all(client.clone())
-                .delete(&format!("{n}-gpus"), &DeleteParams::default())
-                .await;
             self.target.cleanup(n, &self.ns).await;
         }
-        let _ = Api::<DeviceClass>::all(client)
-            .delete(&self.class, &DeleteParams::default())
-            .await;
     }
 }
 

@@ -221,14 +221,7 @@ impl Env {
             .pods()
             .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
             .await;
-        for n in &self.nodes {
-            let _ = Api::<ResourceSlice>::all(client.clone())
-                .delete(&format!("{n}-gpus"), &DeleteParams::default())
-                .await;
-        }
-        let _ = Api::<DeviceClass>::all(client)
-            .delete(&self.class, &DeleteParams::default())
-            .await;
+        dra::delete_gpu_objects(&client, &self.nodes, &self.class).await;
         self.target.delete_test_objects(&self.ns, &self.nodes).await;
     }
 }
