@@ -1101,13 +1101,7 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
     ] {
         assert_eq!(nrt.attribute(name), Some(value), "{name}");
     }
-    let free_cores = |zone: &str| {
-        nrt.zones
-            .iter()
-            .find(|z| z.name == zone)
-            .and_then(|z| z.attribute(attr::FREE_CORES))
-            .map(str::to_owned)
-    };
+    let free_cores = |zone: &str| zone_attribute(&nrt, zone, attr::FREE_CORES);
     // node-0: core {0,1} has a held CPU; node-1: core {6,7} has a reserved one.
     assert_eq!(free_cores("node-0").as_deref(), Some("1"));
     assert_eq!(free_cores("node-1").as_deref(), Some("1"));
@@ -1359,6 +1353,15 @@ fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_an
 }
 
 /// Allocatable count of `resource` in `zone` of a built NRT.
+/// Attribute `name` of `zone` in a published NRT.
+fn zone_attribute(nrt: &NodeResourceTopology, zone: &str, name: &str) -> Option<String> {
+    nrt.zones
+        .iter()
+        .find(|z| z.name == zone)
+        .and_then(|z| z.attribute(name))
+        .map(str::to_owned)
+}
+
 fn get_nrt_zone_count(nrt: &NodeResourceTopology, zone: &str, resource: &str) -> Option<String> {
     let z = nrt.zones.iter().find(|z| z.name == zone)?;
     let r = z.resources.as_ref()?.iter().find(|r| r.name == resource)?;
@@ -1536,13 +1539,7 @@ fn dra_devices_are_counted_per_zone_from_every_numa_source_and_the_claims() {
 
     // Published as zone attributes and one node attribute; the resources are untouched.
     let nrt = acc.to_nrt("n1");
-    let zone_attr = |zone: &str| {
-        nrt.zones
-            .iter()
-            .find(|z| z.name == zone)
-            .and_then(|z| z.attribute(attr::DRA_DEVICES))
-            .map(str::to_owned)
-    };
+    let zone_attr = |zone: &str| zone_attribute(&nrt, zone, attr::DRA_DEVICES);
     assert_eq!(zone_attr("node-0").as_deref(), Some("gpu.example.com=1/2"));
     assert_eq!(
         zone_attr("node-1").as_deref(),
