@@ -194,6 +194,13 @@ mod tests {
     fn locality() -> Vec<PciBusRange> {
         split_pci_locality("0000:00-7f=0,0000:80-ff=1").unwrap()
     }
+    /// Where device `d` of driver "d" is placed with no driver attributes configured.
+    fn placed(d: &Device, locality: &[PciBusRange]) -> Option<DeviceNuma> {
+        device_numa("d", d, &DriverNumaAttributes::new(), locality).unwrap()
+    }
+    fn numa(nodes: Vec<u32>, source: NumaSource) -> DeviceNuma {
+        DeviceNuma { nodes, source }
+    }
 
     #[test]
     fn the_standard_attribute_wins_over_every_other_source() {
@@ -206,13 +213,7 @@ mod tests {
         let got = device_numa("gpu.example.com", &d, &cfg, &locality())
             .unwrap()
             .unwrap();
-        assert_eq!(
-            got,
-            DeviceNuma {
-                nodes: vec![1],
-                source: NumaSource::StandardAttribute
-            }
-        );
+        assert_eq!(got, numa(vec![1], NumaSource::StandardAttribute));
     }
 
     #[test]
@@ -224,9 +225,7 @@ mod tests {
                 ..DeviceAttribute::default()
             },
         )]);
-        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &[])
-            .unwrap()
-            .unwrap();
+        let got = placed(&d, &[]).unwrap();
         assert_eq!(got.nodes, vec![1, 3]);
     }
 
@@ -241,10 +240,7 @@ mod tests {
             let got = device_numa("dra.net", &d, &cfg, &locality()).unwrap().unwrap();
             assert_eq!(
                 got,
-                DeviceNuma {
-                    nodes: vec![1],
-                    source: NumaSource::DriverAttribute("dra.net/numaNode".into())
-                },
+                numa(vec![1], NumaSource::DriverAttribute("dra.net/numaNode".into())),
                 "{key}"
             );
         }
@@ -256,37 +252,15 @@ mod tests {
     #[test]
     fn pci_addresses_resolve_through_the_node_locality() {
         let d = device(&[(PCI_BUS_ID_ATTRIBUTE, string("0000:af:00.0"))]);
-        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &locality())
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            got,
-            DeviceNuma {
-                nodes: vec![1],
-                source: NumaSource::PciBusId
-            }
-        );
+        let got = placed(&d, &locality()).unwrap();
+        assert_eq!(got, numa(vec![1], NumaSource::PciBusId));
         let d = device(&[(PCIE_ROOT_ATTRIBUTE, string("pci0000:3a"))]);
-        let got = device_numa("d", &d, &DriverNumaAttributes::new(), &locality())
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            got,
-            DeviceNuma {
-                nodes: vec![0],
-                source: NumaSource::PcieRoot
-            }
-        );
+        let got = placed(&d, &locality()).unwrap();
+        assert_eq!(got, numa(vec![0], NumaSource::PcieRoot));
         // Without the node's locality, or outside it, nothing places the device.
-        assert_eq!(
-            device_numa("d", &d, &DriverNumaAttributes::new(), &[]).unwrap(),
-            None
-        );
+        assert_eq!(placed(&d, &[]), None);
         let d = device(&[(PCI_BUS_ID_ATTRIBUTE, string("0001:00:00.0"))]);
-        assert_eq!(
-            device_numa("d", &d, &DriverNumaAttributes::new(), &locality()).unwrap(),
-            None
-        );
+        assert_eq!(placed(&d, &locality()), None);
     }
 
     #[test]
@@ -295,10 +269,7 @@ mod tests {
             name: "x".into(),
             ..Device::default()
         };
-        assert_eq!(
-            device_numa("d", &d, &DriverNumaAttributes::new(), &locality()).unwrap(),
-            None
-        );
+        assert_eq!(placed(&d, &locality()), None);
     }
 
     #[test]

@@ -94,6 +94,33 @@ fn list(pods: Vec<PodResources>) -> ListPodResourcesResponse {
     ListPodResourcesResponse { pod_resources: pods }
 }
 
+/// A device entry without topology (the kubelet omits it for some plugins).
+fn bare(resource: &str, ids: &[&str]) -> ContainerDevices {
+    ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: ids.iter().map(|&i| i.to_owned()).collect(),
+        topology: None,
+    }
+}
+
+/// List with one pod `ns/name` holding one container.
+fn one_pod(name: &str, c: ContainerResources) -> ListPodResourcesResponse {
+    list(vec![pod("ns", name, vec![c])])
+}
+
+/// All CPUs allocatable, plus `memory`.
+fn with_memory(memory: Vec<ContainerMemory>) -> AllocatableResourcesResponse {
+    AllocatableResourcesResponse { memory, ..all_cpus() }
+}
+
+/// All CPUs allocatable, plus `devices`.
+fn with_devices(devices: Vec<ContainerDevices>) -> AllocatableResourcesResponse {
+    AllocatableResourcesResponse {
+        devices,
+        ..all_cpus()
+    }
+}
+
 fn cfg() -> AccountingConfig {
     AccountingConfig {
         node_name: "n1".into(),
@@ -118,6 +145,58 @@ fn get(acc: &Accounting, zone: &str, resource: &str) -> Option<(String, String, 
 
 fn triple(c: &str, a: &str, v: &str) -> Option<(String, String, String)> {
     Some((c.into(), a.into(), v.into()))
+}
+
+fn assert_overflow(err: &AccountingError, operation: &str) {
+    assert!(
+        matches!(err, AccountingError::Overflow { operation: op, .. } if *op == operation),
+        "{err}"
+    );
+}
+
+/// The node-level attributes of `nrt` as (name, value), in published order.
+fn attr_pairs(nrt: &NodeResourceTopology) -> Vec<(&str, &str)> {
+    nrt.attributes
+        .iter()
+        .flatten()
+        .map(|a| (a.name.as_str(), a.value.as_str()))
+        .collect()
+}
+
+/// The names of a zone's resource rows, in published order.
+fn row_names(zone: &nrt::Zone) -> Vec<&str> {
+    zone.resources.iter().flatten().map(|r| r.name.as_str()).collect()
+}
+
+fn attr_names(attributes: Option<&[nrt::AttributeInfo]>) -> Vec<&str> {
+    attributes
+        .into_iter()
+        .flatten()
+        .map(|a| a.name.as_str())
+        .collect()
+}
+
+/// Asserts the (capacity, allocatable, available) row of device `resource` in `zone` and the
+/// ids offered there as free.
+fn assert_devices(
+    acc: &Accounting,
+    zone: &str,
+    resource: &str,
+    (c, a, v): (&str, &str, &str),
+    free_ids: &str,
+) {
+    assert_eq!(get(acc, zone, resource), triple(c, a, v), "{zone} {resource}");
+    assert_eq!(
+        free(acc, zone, resource).as_deref(),
+        Some(free_ids),
+        "{zone} {resource}"
+    );
+}
+
+/// The error of accounting `used` memory blocks (one container of ns/p) against `allocatable`.
+fn used_memory_overflow(allocatable: Vec<ContainerMemory>, used: Vec<ContainerMemory>) -> AccountingError {
+    let l = one_pod("p", container(&[], used, vec![]));
+    account(&machine(), &with_memory(allocatable), &l, &cfg()).expect_err("overflow")
 }
 
 fn count(acc: &Accounting, kind: AnomalyKind) -> usize {
@@ -191,11 +270,7 @@ fn holey_numa_ids_and_memory_only_node() {
 fn unknown_cpu_is_skipped_and_counted() {
     let mut alloc = all_cpus();
     alloc.cpu_ids.extend([99, -1, i64::MAX]);
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[1, 77, -5], vec![], vec![])],
-    )]);
+    let l = one_pod("p", container(&[1, 77, -5], vec![], vec![]));
     let acc = run(&alloc, &l);
     assert_eq!(count(&acc, AnomalyKind::UnknownCpu), 5);
     assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "3"));
@@ -213,22 +288,20 @@ fn duplicate_allocatable_cpu_counted_once() {
 
 #[test]
 fn unknown_numa_is_skipped_and_counted() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let mut alloc = with_devices(vec![
         dev("x.io/nic", "a", &[7]),
         dev("x.io/nic", "b", &[0]),
         dev("x.io/nic", "c", &[1, 1 << 40]),
-    ];
+    ]);
     alloc.memory = vec![mem("memory", GI, &[5]), mem("memory", GI, &[0])];
-    let l = list(vec![pod(
-        "ns",
+    let l = one_pod(
         "p",
-        vec![container(
+        container(
             &[],
             vec![mem("memory", 10, &[9])],
             vec![dev("x.io/nic", "a", &[7])],
-        )],
-    )]);
+        ),
+    );
     let acc = run(&alloc, &l);
     assert_eq!(count(&acc, AnomalyKind::UnknownNuma), 5);
     assert_eq!(
@@ -248,36 +321,32 @@ fn unknown_numa_is_skipped_and_counted() {
 
 #[test]
 fn duplicate_allocatable_device_counted_once() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let alloc = with_devices(vec![
         dev("x.io/gpu", "g0", &[0]),
         dev("x.io/gpu", "g0", &[0]),
         dev("x.io/gpu", "g1", &[0]),
-    ];
+    ]);
     let acc = run(&alloc, &ListPodResourcesResponse::default());
     assert_eq!(count(&acc, AnomalyKind::DuplicateDevice), 1);
-    assert_eq!(get(&acc, "node-0", "x.io/gpu"), triple("2", "2", "2"));
-    assert_eq!(free(&acc, "node-0", "x.io/gpu").as_deref(), Some("g0,g1"));
+    assert_devices(&acc, "node-0", "x.io/gpu", ("2", "2", "2"), "g0,g1");
     assert_eq!(free(&acc, "node-1", "x.io/gpu").as_deref(), Some(""));
 }
 
 #[test]
 fn multi_numa_device_counted_per_node() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let alloc = with_devices(vec![
         dev("x.io/gpu", "g0", &[0]),
         dev("x.io/gpu", "g0", &[1]),
         dev("x.io/gpu", "g1", &[1]),
-    ];
-    let l = list(vec![pod(
-        "ns",
+    ]);
+    let l = one_pod(
         "p",
-        vec![container(
+        container(
             &[],
             vec![],
             vec![dev("x.io/gpu", "g0", &[0]), dev("x.io/gpu", "g0", &[1])],
-        )],
-    )]);
+        ),
+    );
     let acc = run(&alloc, &l);
     assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
     assert_eq!(get(&acc, "node-0", "x.io/gpu"), triple("1", "1", "0"));
@@ -288,21 +357,12 @@ fn multi_numa_device_counted_per_node() {
 
 #[test]
 fn unaligned_devices_stay_out_of_zones() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
-        ContainerDevices {
-            resource_name: "x.io/fpga".into(),
-            device_ids: vec!["f0".into()],
-            topology: None,
-        },
+    let alloc = with_devices(vec![
+        bare("x.io/fpga", &["f0"]),
         dev("x.io/fpga", "f1", &[-1]),
         dev("x.io/fpga", "f2", &[]),
-    ];
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[], vec![], vec![dev("x.io/fpga", "f1", &[-1])])],
-    )]);
+    ]);
+    let l = one_pod("p", container(&[], vec![], vec![dev("x.io/fpga", "f1", &[-1])]));
     let acc = run(&alloc, &l);
     assert_eq!(count(&acc, AnomalyKind::UnalignedDevice), 4);
     for z in &acc.zones {
@@ -323,17 +383,12 @@ fn unaligned_devices_stay_out_of_zones() {
 
 #[test]
 fn zero_sizes_are_ignored() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![
+    let alloc = with_memory(vec![
         mem("memory", 0, &[0]),
         mem("hugepages-1Gi", 0, &[1]),
         mem("memory", GI, &[1]),
-    ];
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[], vec![mem("memory", 0, &[1])], vec![])],
-    )]);
+    ]);
+    let l = one_pod("p", container(&[], vec![mem("memory", 0, &[1])], vec![]));
     let acc = run(&alloc, &l);
     assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
     assert_eq!(get(&acc, "node-0", "memory"), None);
@@ -346,8 +401,7 @@ fn zero_sizes_are_ignored() {
 
 #[test]
 fn overflowing_allocatable_sum_is_a_typed_error() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", u64::MAX, &[0]), mem("memory", 1, &[0])];
+    let alloc = with_memory(vec![mem("memory", u64::MAX, &[0]), mem("memory", 1, &[0])]);
     let err =
         account(&machine(), &alloc, &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
     match err {
@@ -360,74 +414,35 @@ fn overflowing_allocatable_sum_is_a_typed_error() {
 
 #[test]
 fn overflowing_used_sum_is_a_typed_error() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", GI, &[0])];
-    let blocks = vec![mem("memory", u64::MAX, &[0]), mem("memory", u64::MAX, &[0])];
-    let l = list(vec![pod("ns", "p", vec![container(&[], blocks, vec![])])]);
-    let err = account(&machine(), &alloc, &l, &cfg()).expect_err("overflow");
-    assert!(
-        matches!(
-            err,
-            AccountingError::Overflow {
-                operation: "summing used",
-                ..
-            }
-        ),
-        "{err}"
+    let err = used_memory_overflow(
+        vec![mem("memory", GI, &[0])],
+        vec![mem("memory", u64::MAX, &[0]), mem("memory", u64::MAX, &[0])],
     );
+    assert_overflow(&err, "summing used");
 }
 
 #[test]
 fn overflowing_spread_is_a_typed_error() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", GI, &[0]), mem("memory", GI, &[1])];
-    let blocks = vec![mem("memory", u64::MAX, &[1]), mem("memory", u64::MAX, &[0, 1])];
-    let l = list(vec![pod("ns", "p", vec![container(&[], blocks, vec![])])]);
-    let err = account(&machine(), &alloc, &l, &cfg()).expect_err("overflow");
-    assert!(
-        matches!(
-            err,
-            AccountingError::Overflow {
-                operation: "spreading multi-NUMA memory",
-                ..
-            }
-        ),
-        "{err}"
+    let err = used_memory_overflow(
+        vec![mem("memory", GI, &[0]), mem("memory", GI, &[1])],
+        vec![mem("memory", u64::MAX, &[1]), mem("memory", u64::MAX, &[0, 1])],
     );
+    assert_overflow(&err, "spreading multi-NUMA memory");
 }
 
 #[test]
 fn values_beyond_i64_are_a_typed_error() {
     // The sum fits u64 but not the signed 64-bit integers every NRT consumer parses into.
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", u64::MAX / 2 + 1, &[0])];
+    let alloc = with_memory(vec![mem("memory", u64::MAX / 2 + 1, &[0])]);
     let err =
         account(&machine(), &alloc, &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
     // Capacity (raised to allocatable, since MemTotal is smaller) is the first value published.
-    assert!(
-        matches!(
-            err,
-            AccountingError::Overflow {
-                operation: "publishing capacity",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_overflow(&err, "publishing capacity");
 
     let mut m = machine();
     m.nodes[0].distances.push((5, u64::MAX));
     let err = account(&m, &all_cpus(), &ListPodResourcesResponse::default(), &cfg()).expect_err("overflow");
-    assert!(
-        matches!(
-            err,
-            AccountingError::Overflow {
-                operation: "publishing distance",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_overflow(&err, "publishing distance");
     assert!(err.to_string().contains("node-5"), "{err}");
 }
 
@@ -439,10 +454,9 @@ fn used_beyond_allocatable_is_clamped_and_counted() {
     };
     alloc.memory = vec![mem("memory", 100, &[0])];
     alloc.devices = vec![dev("x.io/nic", "n0", &[0])];
-    let l = list(vec![pod(
-        "ns",
+    let l = one_pod(
         "p",
-        vec![container(
+        container(
             &[0, 1, 2, 3, 4],
             vec![mem("memory", 150, &[0]), mem("hugepages-2Mi", 4, &[1])],
             vec![
@@ -450,8 +464,8 @@ fn used_beyond_allocatable_is_clamped_and_counted() {
                 dev("x.io/nic", "n1", &[0]),
                 dev("x.io/nic", "n2", &[1]),
             ],
-        )],
-    )]);
+        ),
+    );
     let acc = run(&alloc, &l);
     assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "3", "0"));
     assert_eq!(get(&acc, "node-0", "memory"), triple("8589934592", "100", "0"));
@@ -472,13 +486,12 @@ fn capacity_falls_back_to_allocatable() {
     m.nodes[0].memory_bytes = None;
     m.nodes[1].memory_bytes = Some(10);
     m.nodes[0].hugepages_bytes.clear();
-    let mut alloc = all_cpus();
-    alloc.memory = vec![
+    let alloc = with_memory(vec![
         mem("memory", 100, &[0]),
         mem("memory", 100, &[1]),
         mem("hugepages-2Mi", 4 << 20, &[0]),
         mem("hugepages-2048Ki", 2 << 20, &[1]),
-    ];
+    ]);
     let acc = account(&m, &alloc, &ListPodResourcesResponse::default(), &cfg()).expect("ok");
     assert_eq!(get(&acc, "node-0", "memory"), triple("100", "100", "100"));
     assert_eq!(get(&acc, "node-1", "memory"), triple("100", "100", "100"));
@@ -497,8 +510,7 @@ fn capacity_falls_back_to_allocatable() {
 
 #[test]
 fn multi_numa_memory_is_filled_greedily_ascending() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", 1000, &[0]), mem("memory", 1000, &[1])];
+    let alloc = with_memory(vec![mem("memory", 1000, &[0]), mem("memory", 1000, &[1])]);
     let l = list(vec![
         // Listed first but spread last: exact single-node blocks are known before the split.
         pod(
@@ -518,11 +530,7 @@ fn multi_numa_memory_is_filled_greedily_ascending() {
     assert!(acc.anomalies.is_empty(), "{:?}", acc.anomalies);
 
     // What does not fit anywhere stays on the last node of the group, visible as overcommit.
-    let l = list(vec![pod(
-        "ns",
-        "huge",
-        vec![container(&[], vec![mem("memory", 2500, &[0, 1])], vec![])],
-    )]);
+    let l = one_pod("huge", container(&[], vec![mem("memory", 2500, &[0, 1])], vec![]));
     let acc = run(&alloc, &l);
     assert_eq!(get(&acc, "node-0", "memory").map(|t| t.2), Some("0".into()));
     assert_eq!(get(&acc, "node-1", "memory").map(|t| t.2), Some("0".into()));
@@ -531,8 +539,7 @@ fn multi_numa_memory_is_filled_greedily_ascending() {
 
 #[test]
 fn multi_numa_allocatable_block_is_split_evenly() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", 1001, &[0, 1])];
+    let alloc = with_memory(vec![mem("memory", 1001, &[0, 1])]);
     let acc = run(&alloc, &ListPodResourcesResponse::default());
     assert_eq!(count(&acc, AnomalyKind::MultiNumaAllocatable), 1);
     assert_eq!(get(&acc, "node-0", "memory").map(|t| t.1), Some("501".into()));
@@ -541,17 +548,12 @@ fn multi_numa_allocatable_block_is_split_evenly() {
 
 #[test]
 fn unaligned_memory_is_skipped_and_counted() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![ContainerMemory {
+    let alloc = with_memory(vec![ContainerMemory {
         memory_type: "memory".into(),
         size: 5,
         topology: None,
-    }];
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[], vec![mem("memory", 5, &[-1])], vec![])],
-    )]);
+    }]);
+    let l = one_pod("p", container(&[], vec![mem("memory", 5, &[-1])], vec![]));
     let acc = run(&alloc, &l);
     assert_eq!(count(&acc, AnomalyKind::UnalignedMemory), 2);
     assert_eq!(get(&acc, "node-0", "memory"), None);
@@ -559,8 +561,7 @@ fn unaligned_memory_is_skipped_and_counted() {
 
 #[test]
 fn pod_level_cpus_are_united_and_pod_memory_preferred() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", 1000, &[0])];
+    let alloc = with_memory(vec![mem("memory", 1000, &[0])]);
     let mut p = pod(
         "ns",
         "p",
@@ -592,8 +593,7 @@ fn pod_level_cpus_are_united_and_pod_memory_preferred() {
 
 #[test]
 fn double_assignment_across_pods_counted_once() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![dev("x.io/gpu", "g0", &[1]), dev("x.io/gpu", "g1", &[1])];
+    let alloc = with_devices(vec![dev("x.io/gpu", "g0", &[1]), dev("x.io/gpu", "g1", &[1])]);
     let l = list(vec![
         pod(
             "ns",
@@ -615,30 +615,27 @@ fn double_assignment_across_pods_counted_once() {
 
 #[test]
 fn invalid_resource_names_are_skipped() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let mut alloc = with_devices(vec![
         dev("cpu", "x", &[0]),
         dev("", "y", &[0]),
         dev("hugepages-2Mi", "z", &[0]),
-    ];
+    ]);
     alloc.memory = vec![mem("cpu", 5, &[0]), mem("hugepages-", 5, &[0]), mem("", 5, &[0])];
     let acc = run(&alloc, &ListPodResourcesResponse::default());
     assert_eq!(count(&acc, AnomalyKind::InvalidResourceName), 6);
     for z in &acc.zones {
-        let names: Vec<&str> = z.resources.iter().flatten().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["cpu"], "{}", z.name);
+        assert_eq!(row_names(z), ["cpu"], "{}", z.name);
     }
 }
 
 #[test]
 fn invalid_device_ids() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let alloc = with_devices(vec![
         dev("x.io/nic", "", &[0]),
         dev("x.io/nic", "a,b", &[0]),
         dev("x.io/nic", " c", &[0]),
         dev("x.io/nic", "d", &[0]),
-    ];
+    ]);
     let acc = run(&alloc, &ListPodResourcesResponse::default());
     assert_eq!(count(&acc, AnomalyKind::InvalidDeviceId), 3);
     // Counted, but only readable ids are offered by name.
@@ -723,12 +720,11 @@ fn pod_filters() {
 
 #[test]
 fn excluded_resources_per_node_and_everywhere() {
-    let mut alloc = all_cpus();
-    alloc.devices = vec![
+    let mut alloc = with_devices(vec![
         dev("x.io/a", "a0", &[0]),
         dev("x.io/b", "b0", &[0]),
         dev("x.io/c", "c0", &[1]),
-    ];
+    ]);
     alloc.memory = vec![mem("hugepages-2Mi", 2 << 20, &[0])];
     let mut c = cfg();
     c.resource_exclude.insert("*".into(), vec!["x.io/a".into()]);
@@ -747,13 +743,10 @@ fn excluded_resources_per_node_and_everywhere() {
     };
     assert_eq!(names(0), ["cpu"]);
     assert_eq!(names(1), ["cpu", "x.io/c"]);
-    let attrs: Vec<&str> = acc.zones[0]
-        .attributes
-        .iter()
-        .flatten()
-        .map(|a| a.name.as_str())
-        .collect();
-    assert_eq!(attrs, ["numaplane.io/free-devices.x.io/c"]);
+    assert_eq!(
+        attr_names(acc.zones[0].attributes.as_deref()),
+        ["numaplane.io/free-devices.x.io/c"]
+    );
 
     // Excluding cpu removes it everywhere, including the empty-zone row.
     c.resource_exclude.insert("*".into(), vec!["cpu".into()]);
@@ -774,28 +767,20 @@ fn rows_and_zones_sorted_by_name() {
         distances: vec![(10, 10)],
         ..NodeView::default()
     });
-    let mut alloc = all_cpus();
-    alloc.devices = vec![dev("z.io/last", "z", &[0]), dev("a.io/first", "a", &[0])];
+    let mut alloc = with_devices(vec![dev("z.io/last", "z", &[0]), dev("a.io/first", "a", &[0])]);
     alloc.memory = vec![mem("memory", 1, &[0]), mem("hugepages-1Gi", GI, &[0])];
     let acc = account(&m, &alloc, &ListPodResourcesResponse::default(), &cfg()).expect("ok");
     let zones: Vec<&str> = acc.zones.iter().map(|z| z.name.as_str()).collect();
     assert_eq!(zones, ["node-0", "node-1", "node-10"]);
-    let rows: Vec<&str> = acc.zones[0]
-        .resources
-        .iter()
-        .flatten()
-        .map(|r| r.name.as_str())
-        .collect();
     assert_eq!(
-        rows,
+        row_names(&acc.zones[0]),
         ["a.io/first", "cpu", "hugepages-1Gi", "memory", "z.io/last"]
     );
 }
 
 #[test]
 fn quantities_are_canonical_decimal_si() {
-    let mut alloc = all_cpus();
-    alloc.memory = vec![mem("memory", 3000, &[0]), mem("memory", 1 << 20, &[1])];
+    let alloc = with_memory(vec![mem("memory", 3000, &[0]), mem("memory", 1 << 20, &[1])]);
     let acc = run(&alloc, &ListPodResourcesResponse::default());
     assert_eq!(get(&acc, "node-0", "memory").map(|t| t.1), Some("3k".into()));
     assert_eq!(get(&acc, "node-1", "memory").map(|t| t.1), Some("1048576".into()));
@@ -819,12 +804,7 @@ fn nrt_attributes_and_annotations() {
     let acc = account(&machine(), &all_cpus(), &l, &c).expect("ok");
     let nrt = acc.to_nrt("worker-0");
     assert_eq!(nrt.metadata.name.as_deref(), Some("worker-0"));
-    let attrs: Vec<(&str, &str)> = nrt
-        .attributes
-        .iter()
-        .flatten()
-        .map(|a| (a.name.as_str(), a.value.as_str()))
-        .collect();
+    let attrs: Vec<(&str, &str)> = attr_pairs(&nrt);
     assert_eq!(
         attrs,
         [
@@ -854,12 +834,7 @@ fn nrt_attributes_and_annotations() {
     let nrt = account(&machine(), &all_cpus(), &l, &c)
         .expect("ok")
         .to_nrt("worker-0");
-    let attrs: Vec<(&str, &str)> = nrt
-        .attributes
-        .iter()
-        .flatten()
-        .map(|a| (a.name.as_str(), a.value.as_str()))
-        .collect();
+    let attrs: Vec<(&str, &str)> = attr_pairs(&nrt);
     assert_eq!(
         attrs,
         [
@@ -877,8 +852,7 @@ fn nrt_attributes_and_annotations() {
     let nrt = account(&machine(), &all_cpus(), &l, &c)
         .expect("ok")
         .to_nrt("worker-0");
-    let names: Vec<&str> = nrt.attributes.iter().flatten().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["topologyManagerScope"]);
+    assert_eq!(attr_names(nrt.attributes.as_deref()), ["topologyManagerScope"]);
     assert_eq!(nrt.topology_policies, Some(vec!["None".to_owned()]));
 }
 
@@ -890,15 +864,7 @@ fn fingerprint_methods() {
         pod(
             "prod",
             "fpga-user",
-            vec![container(
-                &[],
-                vec![],
-                vec![ContainerDevices {
-                    resource_name: "example.com/fpga".into(),
-                    device_ids: vec!["f0".into()],
-                    topology: None,
-                }],
-            )],
+            vec![container(&[], vec![], vec![bare("example.com/fpga", &["f0"])])],
         ),
         pod(
             "prod",
@@ -1084,17 +1050,9 @@ fn a_used_device_without_topology_in_list_is_charged_where_allocatable_places_it
         ..all_cpus()
     };
     // The List entry carries no topology (the kubelet omits it for some plugins).
-    let bare = ContainerDevices {
-        resource_name: gpu.into(),
-        device_ids: vec!["g0".into()],
-        topology: None,
-    };
-    let acc = run(
-        &alloc,
-        &list(vec![pod("ns", "a", vec![container(&[], vec![], vec![bare])])]),
-    );
-    assert_eq!(get(&acc, "node-1", gpu), triple("2", "2", "1"));
-    assert_eq!(free(&acc, "node-1", gpu).as_deref(), Some("g1"));
+    let untopologized = bare(gpu, &["g0"]);
+    let acc = run(&alloc, &one_pod("a", container(&[], vec![], vec![untopologized])));
+    assert_devices(&acc, "node-1", gpu, ("2", "2", "1"), "g1");
     assert_eq!(
         count(&acc, AnomalyKind::UnalignedDevice),
         0,
@@ -1102,15 +1060,8 @@ fn a_used_device_without_topology_in_list_is_charged_where_allocatable_places_it
         acc.anomalies
     );
     // A device allocatable does not know falls back to the entry's topology (none: no zone).
-    let unknown = ContainerDevices {
-        resource_name: gpu.into(),
-        device_ids: vec!["g9".into()],
-        topology: None,
-    };
-    let acc = run(
-        &alloc,
-        &list(vec![pod("ns", "b", vec![container(&[], vec![], vec![unknown])])]),
-    );
+    let unknown = bare(gpu, &["g9"]);
+    let acc = run(&alloc, &one_pod("b", container(&[], vec![], vec![unknown])));
     assert_eq!(get(&acc, "node-1", gpu), triple("2", "2", "2"));
     assert_eq!(count(&acc, AnomalyKind::UnalignedDevice), 1);
 }
@@ -1125,7 +1076,7 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
         cpu_ids: (0..7).collect(),
         ..Default::default()
     };
-    let l = list(vec![pod("ns", "a", vec![container(&[0], vec![], vec![])])]);
+    let l = one_pod("a", container(&[0], vec![], vec![]));
     let mut c = cfg();
     c.resource_managers = Some(ResourceManagers {
         cpu_manager_policy: "static".into(),
@@ -1150,13 +1101,7 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
     ] {
         assert_eq!(nrt.attribute(name), Some(value), "{name}");
     }
-    let free_cores = |zone: &str| {
-        nrt.zones
-            .iter()
-            .find(|z| z.name == zone)
-            .and_then(|z| z.attribute(attr::FREE_CORES))
-            .map(str::to_owned)
-    };
+    let free_cores = |zone: &str| zone_attribute(&nrt, zone, attr::FREE_CORES);
     // node-0: core {0,1} has a held CPU; node-1: core {6,7} has a reserved one.
     assert_eq!(free_cores("node-0").as_deref(), Some("1"));
     assert_eq!(free_cores("node-1").as_deref(), Some("1"));
@@ -1225,10 +1170,7 @@ fn dra_claims_are_kept_per_driver_and_charged_to_no_zone() {
     let with = run(&all_cpus(), &list(vec![pod("ns", "a", vec![app, sidecar])]));
     assert_eq!(with.dra_devices.get("gpu.example.com"), Some(&2));
     // The zones are exactly those of the same pod without claims.
-    let without = run(
-        &all_cpus(),
-        &list(vec![pod("ns", "a", vec![container(&[], vec![], vec![])])]),
-    );
+    let without = run(&all_cpus(), &one_pod("a", container(&[], vec![], vec![])));
     assert_eq!(with.zones, without.zones);
     assert!(with.anomalies.is_empty(), "{:?}", with.anomalies);
 }
@@ -1257,27 +1199,34 @@ fn pod_key() -> (String, String) {
     ("ns".to_owned(), "p".to_owned())
 }
 
+/// Pod ns/p whose one container has CPU `cpu` and GPU `gpu` on NUMA node `node`.
+fn gpu_pod(cpu: i64, gpu: &str, node: i64) -> ListPodResourcesResponse {
+    one_pod(
+        "p",
+        container(&[cpu], vec![], vec![dev("nvidia.com/gpu", gpu, &[node])]),
+    )
+}
+
+/// The default config, with `held` kept by ns/p's init containers beyond what List shows.
+fn holding(held: Held) -> AccountingConfig {
+    let mut c = cfg();
+    c.held_beyond_list.insert(pod_key(), held);
+    c
+}
+
 #[test]
 fn what_init_containers_hold_by_checkpoint_is_used_and_not_free() {
     // kubernetes#126765: List shows the app container (CPU 1, g0); the checkpoint shows the
     // init container also kept CPU 2 and g1.
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[1], vec![], vec![dev("nvidia.com/gpu", "g0", &[0])])],
-    )]);
-    let mut c = cfg();
-    c.held_beyond_list.insert(
-        pod_key(),
-        Held {
-            cpu_ids: BTreeSet::from([2]),
-            device_ids: BTreeMap::from([(
-                "nvidia.com/gpu".to_owned(),
-                BTreeMap::from([("g1".to_owned(), vec![0])]),
-            )]),
-            ..Held::default()
-        },
-    );
+    let l = gpu_pod(1, "g0", 0);
+    let mut c = holding(Held {
+        cpu_ids: BTreeSet::from([2]),
+        device_ids: BTreeMap::from([(
+            "nvidia.com/gpu".to_owned(),
+            BTreeMap::from([("g1".to_owned(), vec![0])]),
+        )]),
+        ..Held::default()
+    });
     c.held_sources = Some(Sources {
         cpu: crate::init_held::Source::Checkpoint,
         devices: crate::init_held::Source::Checkpoint,
@@ -1285,8 +1234,7 @@ fn what_init_containers_hold_by_checkpoint_is_used_and_not_free() {
     });
     let acc = account(&machine(), &gpus(), &l, &c).unwrap();
     assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "2"));
-    assert_eq!(get(&acc, "node-0", "nvidia.com/gpu"), triple("2", "2", "0"));
-    assert_eq!(free(&acc, "node-0", "nvidia.com/gpu").as_deref(), Some(""));
+    assert_devices(&acc, "node-0", "nvidia.com/gpu", ("2", "2", "0"), "");
     assert_eq!(count(&acc, AnomalyKind::DoubleAssignment), 0);
     let source = acc
         .attributes
@@ -1304,35 +1252,23 @@ fn what_init_containers_hold_by_checkpoint_is_used_and_not_free() {
 #[test]
 fn what_init_containers_hold_by_count_is_charged_next_to_the_pod() {
     // App container on node 1 (CPU 5, g2); the spec says init containers keep 2 CPUs and 1 GPU.
-    let l = list(vec![pod(
-        "ns",
-        "p",
-        vec![container(&[5], vec![], vec![dev("nvidia.com/gpu", "g2", &[1])])],
-    )]);
-    let mut c = cfg();
-    c.held_beyond_list.insert(
-        pod_key(),
-        Held {
-            cpu_count: 2,
-            device_counts: BTreeMap::from([("nvidia.com/gpu".to_owned(), 1)]),
-            ..Held::default()
-        },
-    );
+    let l = gpu_pod(5, "g2", 1);
+    let mut c = holding(Held {
+        cpu_count: 2,
+        device_counts: BTreeMap::from([("nvidia.com/gpu".to_owned(), 1)]),
+        ..Held::default()
+    });
     let acc = account(&machine(), &gpus(), &l, &c).unwrap();
     assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "1"));
     assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "4"));
-    assert_eq!(get(&acc, "node-1", "nvidia.com/gpu"), triple("2", "2", "0"));
-    assert_eq!(free(&acc, "node-1", "nvidia.com/gpu").as_deref(), Some(""));
+    assert_devices(&acc, "node-1", "nvidia.com/gpu", ("2", "2", "0"), "");
     assert_eq!(free(&acc, "node-0", "nvidia.com/gpu").as_deref(), Some("g0,g1"));
 
     // More than is free: everything free is charged and the shortfall is an anomaly.
-    c.held_beyond_list.insert(
-        pod_key(),
-        Held {
-            cpu_count: 10,
-            ..Held::default()
-        },
-    );
+    c = holding(Held {
+        cpu_count: 10,
+        ..Held::default()
+    });
     let acc = account(&machine(), &gpus(), &l, &c).unwrap();
     assert_eq!(get(&acc, "node-0", "cpu"), triple("4", "4", "0"));
     assert_eq!(get(&acc, "node-1", "cpu"), triple("4", "4", "0"));
@@ -1364,11 +1300,6 @@ fn memory_groups_read_from_the_checkpoint_are_published_in_the_shared_format() {
 #[test]
 fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_and_ids() {
     let (gpu, fpga) = ("example.com/gpu", "example.com/fpga");
-    let bare = |resource: &str, ids: &[&str]| ContainerDevices {
-        resource_name: resource.into(),
-        device_ids: ids.iter().map(|&i| i.to_owned()).collect(),
-        topology: None,
-    };
     let alloc = AllocatableResourcesResponse {
         devices: vec![
             // A mixed resource: one GPU on node 0, two without NUMA node (one reported with
@@ -1383,15 +1314,10 @@ fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_an
         ],
         ..all_cpus()
     };
-    let l = list(vec![pod(
-        "ns",
+    let l = one_pod(
         "a",
-        vec![container(
-            &[],
-            vec![],
-            vec![bare(gpu, &["g9"]), bare(fpga, &["f1"])],
-        )],
-    )]);
+        container(&[], vec![], vec![bare(gpu, &["g9"]), bare(fpga, &["f1"])]),
+    );
     let nrt = run(&alloc, &l).to_nrt("n1");
     let got = nrt.devices_without_numa();
     let expect = |free: u64, ids: &[&str]| {
@@ -1407,15 +1333,10 @@ fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_an
     assert_eq!(get_nrt_zone_count(&nrt, "node-0", gpu), Some("1".to_owned()));
     assert_eq!(get_nrt_zone_count(&nrt, "node-1", gpu), None);
     // All used: still published, with 0, so the scheduler knows they are used up.
-    let l = list(vec![pod(
-        "ns",
+    let l = one_pod(
         "a",
-        vec![container(
-            &[],
-            vec![],
-            vec![bare(fpga, &["f0", "f1", "0000:3b:00.0"])],
-        )],
-    )]);
+        container(&[], vec![], vec![bare(fpga, &["f0", "f1", "0000:3b:00.0"])]),
+    );
     let got = run(&alloc, &l).to_nrt("n1").devices_without_numa();
     assert_eq!(got[fpga], expect(0, &[]));
     // Without such devices nothing is published.
@@ -1432,6 +1353,15 @@ fn devices_without_numa_are_published_as_a_node_attribute_with_the_free_count_an
 }
 
 /// Allocatable count of `resource` in `zone` of a built NRT.
+/// Attribute `name` of `zone` in a published NRT.
+fn zone_attribute(nrt: &NodeResourceTopology, zone: &str, name: &str) -> Option<String> {
+    nrt.zones
+        .iter()
+        .find(|z| z.name == zone)
+        .and_then(|z| z.attribute(name))
+        .map(str::to_owned)
+}
+
 fn get_nrt_zone_count(nrt: &NodeResourceTopology, zone: &str, resource: &str) -> Option<String> {
     let z = nrt.zones.iter().find(|z| z.name == zone)?;
     let r = z.resources.as_ref()?.iter().find(|r| r.name == resource)?;
@@ -1609,13 +1539,7 @@ fn dra_devices_are_counted_per_zone_from_every_numa_source_and_the_claims() {
 
     // Published as zone attributes and one node attribute; the resources are untouched.
     let nrt = acc.to_nrt("n1");
-    let zone_attr = |zone: &str| {
-        nrt.zones
-            .iter()
-            .find(|z| z.name == zone)
-            .and_then(|z| z.attribute(attr::DRA_DEVICES))
-            .map(str::to_owned)
-    };
+    let zone_attr = |zone: &str| zone_attribute(&nrt, zone, attr::DRA_DEVICES);
     assert_eq!(zone_attr("node-0").as_deref(), Some("gpu.example.com=1/2"));
     assert_eq!(
         zone_attr("node-1").as_deref(),

@@ -633,6 +633,36 @@ mod tests {
         memory: false,
     };
 
+    /// Containers "a" on node 0 and "b" on node 1, both CPU-pinned, using `a` and `b` claims.
+    fn cpu_pinned_on_0_and_1<'a>(a: &'a [ContainerClaim], b: &'a [ContainerClaim]) -> [ContainerNuma<'a>; 2] {
+        [
+            ContainerNuma {
+                name: "a",
+                numa_nodes: Some(&[0]),
+                pinned: CPU,
+                claims: a,
+            },
+            ContainerNuma {
+                name: "b",
+                numa_nodes: Some(&[1]),
+                pinned: CPU,
+                claims: b,
+            },
+        ]
+    }
+
+    /// Claim "gpu" (whole claim) required on node 1, where the kubelet pins CPUs.
+    fn required_gpu_on_node_1() -> Target {
+        Target {
+            claim: "gpu".into(),
+            request: None,
+            nodes: vec![1],
+            required: true,
+            pinned: CPU,
+            split: false,
+        }
+    }
+
     #[test]
     fn a_pinned_container_under_a_strict_policy_requires_its_nodes() {
         let gpu = uses(&[("gpu", None)]);
@@ -643,17 +673,7 @@ mod tests {
             claims: &gpu,
         }];
         let t = targets(DraNumaAlignment::Required, true, &c);
-        assert_eq!(
-            t,
-            vec![Target {
-                claim: "gpu".into(),
-                request: None,
-                nodes: vec![1],
-                required: true,
-                pinned: CPU,
-                split: false,
-            }]
-        );
+        assert_eq!(t, vec![required_gpu_on_node_1()]);
         // Preferred mode, a lax policy, or nothing pinned: preferred only.
         for (mode, strict, pinned) in [
             (DraNumaAlignment::Preferred, true, CPU),
@@ -681,20 +701,7 @@ mod tests {
     #[test]
     fn a_claim_shared_across_disjoint_pinned_nodes_is_split_and_only_preferred() {
         let gpu = uses(&[("gpu", None)]);
-        let c = [
-            ContainerNuma {
-                name: "a",
-                numa_nodes: Some(&[0]),
-                pinned: CPU,
-                claims: &gpu,
-            },
-            ContainerNuma {
-                name: "b",
-                numa_nodes: Some(&[1]),
-                pinned: CPU,
-                claims: &gpu,
-            },
-        ];
+        let c = cpu_pinned_on_0_and_1(&gpu, &gpu);
         let t = targets(DraNumaAlignment::Required, true, &c);
         assert_eq!(t.len(), 1);
         assert!(t[0].split && !t[0].required);
@@ -728,20 +735,7 @@ mod tests {
     fn requests_are_targeted_separately() {
         let a = uses(&[("nic", Some("rx"))]);
         let b = uses(&[("nic", Some("tx"))]);
-        let c = [
-            ContainerNuma {
-                name: "a",
-                numa_nodes: Some(&[0]),
-                pinned: CPU,
-                claims: &a,
-            },
-            ContainerNuma {
-                name: "b",
-                numa_nodes: Some(&[1]),
-                pinned: CPU,
-                claims: &b,
-            },
-        ];
+        let c = cpu_pinned_on_0_and_1(&a, &b);
         let t = targets(DraNumaAlignment::Required, true, &c);
         assert_eq!(t.len(), 2);
         assert_eq!(
@@ -789,14 +783,7 @@ mod tests {
             all: vec![("gpu", &claim)],
             pending: vec![0],
         };
-        let mut t = Target {
-            claim: "gpu".into(),
-            request: None,
-            nodes: vec![1],
-            required: true,
-            pinned: CPU,
-            split: false,
-        };
+        let mut t = required_gpu_on_node_1();
         assert_eq!(
             requirement_reason(&resolved, &t),
             "claim gpu: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"

@@ -21,6 +21,15 @@ fn machine(nodes: u32) -> NumaInfo {
     NumaInfo::new(0..nodes, None).unwrap()
 }
 
+/// Merges `providers` under `policy` with the default options; the merge must not fail.
+fn merge_default(policy: Policy, numa: &NumaInfo, providers: &[ProviderHints]) -> MergeOutcome {
+    merge_hints(policy, &PolicyOptions::default(), numa, providers).unwrap()
+}
+
+fn outcome(hint: TopologyHint, admit: bool) -> MergeOutcome {
+    MergeOutcome { hint, admit }
+}
+
 // ---- parsers ----
 
 #[test]
@@ -215,37 +224,19 @@ fn equal_mask_rule_rejects_under_restricted() {
         ),
         ProviderHints::no_preference(),
     ];
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0, 1], false),
-            admit: false
-        }
-    );
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0, 1], false), false));
     // best-effort keeps the same hint but admits.
-    let out = merge_hints(Policy::BestEffort, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0, 1], false),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::BestEffort, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0, 1], false), true));
 
     // With 3 CPUs the CPU hint is {0,1} preferred as well: the masks agree → admitted.
     let providers = [
         provider("nvidia.com/gpu", vec![hint(&[0, 1], true)]),
         provider("cpu", vec![hint(&[0, 1], true)]),
     ];
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0, 1], true),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0, 1], true), true));
 }
 
 #[test]
@@ -255,53 +246,17 @@ fn single_numa_node_on_one_node_machine_gives_no_mask() {
         provider("cpu", vec![hint(&[0], true)]),
         provider("memory", vec![hint(&[0], true)]),
     ];
-    let out = merge_hints(
-        Policy::SingleNumaNode,
-        &PolicyOptions::default(),
-        &numa,
-        &providers,
-    )
-    .unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: TopologyHint::any(true),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::SingleNumaNode, &numa, &providers);
+    assert_eq!(out, outcome(TopologyHint::any(true), true));
     // Nothing to merge at all → also "no mask", preferred.
-    let out = merge_hints(Policy::SingleNumaNode, &PolicyOptions::default(), &numa, &[]).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: TopologyHint::any(true),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::SingleNumaNode, &numa, &[]);
+    assert_eq!(out, outcome(TopologyHint::any(true), true));
     // Cannot satisfy → no mask, not preferred, rejected.
-    let out = merge_hints(
-        Policy::SingleNumaNode,
-        &PolicyOptions::default(),
-        &numa,
-        &[provider("cpu", vec![])],
-    )
-    .unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: TopologyHint::any(false),
-            admit: false
-        }
-    );
+    let out = merge_default(Policy::SingleNumaNode, &numa, &[provider("cpu", vec![])]);
+    assert_eq!(out, outcome(TopologyHint::any(false), false));
     // restricted keeps the mask.
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0], true),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0], true), true));
 }
 
 #[test]
@@ -317,14 +272,8 @@ fn more_nodes_than_max_allowable_is_an_error() {
         );
     }
     // `none` never merges and has no limit.
-    let out = merge_hints(Policy::None, &PolicyOptions::default(), &numa, &[]).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: TopologyHint::any(false),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::None, &numa, &[]);
+    assert_eq!(out, outcome(TopologyHint::any(false), true));
     // A raised limit accepts the machine.
     let opts = PolicyOptions::from_kubelet_options([(MAX_ALLOWABLE_NUMA_NODES, "9")]).unwrap();
     let out = merge_hints(
@@ -334,13 +283,7 @@ fn more_nodes_than_max_allowable_is_an_error() {
         &[provider("cpu", vec![hint(&[8], true)])],
     )
     .unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[8], true),
-            admit: true
-        }
-    );
+    assert_eq!(out, outcome(hint(&[8], true), true));
     // Exactly 8 nodes is fine with the default.
     assert!(merge_hints(Policy::Restricted, &PolicyOptions::default(), &machine(8), &[]).is_ok());
     // A hand-built options struct below the minimum is refused like the parser does.
@@ -372,14 +315,8 @@ fn prefer_closest_needs_distances() {
 #[test]
 fn none_policy_ignores_hints() {
     let providers = [provider("cpu", vec![])];
-    let out = merge_hints(Policy::None, &PolicyOptions::default(), &machine(2), &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: TopologyHint::any(false),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::None, &machine(2), &providers);
+    assert_eq!(out, outcome(TopologyHint::any(false), true));
 }
 
 #[test]
@@ -401,17 +338,11 @@ fn resource_hints_entry_point_matches_provider_maps() {
     ];
     for policy in Policy::ALL {
         let a = merge_resource_hints(policy, &PolicyOptions::default(), &numa, &resources).unwrap();
-        let b = merge_hints(policy, &PolicyOptions::default(), &numa, &providers).unwrap();
+        let b = merge_default(policy, &numa, &providers);
         assert_eq!(a, b, "{policy}");
     }
     let out = merge_resource_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &resources).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[1], true),
-            admit: true
-        }
-    );
+    assert_eq!(out, outcome(hint(&[1], true), true));
     let cannot = [ResourceHints::Hints(&[]), ResourceHints::Hints(&cpu)];
     let out = merge_resource_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &cannot).unwrap();
     assert!(!out.admit && !out.hint.preferred);
@@ -445,20 +376,23 @@ fn many_resources_spill_out_of_the_inline_buffers() {
         .collect();
     providers.push(provider("last", vec![hint(&[2, 3], false)]));
     // B = 2 (the last list's narrowest hint), so {2,3} (count = B) beats {2} (count < B).
-    let out = merge_hints(Policy::BestEffort, &PolicyOptions::default(), &numa, &providers).unwrap();
+    let out = merge_default(Policy::BestEffort, &numa, &providers);
     assert_eq!(out.hint, hint(&[2, 3], false));
     // 17 single-hint lists: the cartesian path with a spilled odometer.
     let providers: Vec<ProviderHints> = (0..17)
         .map(|i| provider(&format!("r{i}"), vec![hint(&[2], true)]))
         .collect();
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[2], true),
-            admit: true
-        }
-    );
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[2], true), true));
+}
+
+/// Three providers (gpu, cpu, memory) with the same hints.
+fn gpu_cpu_memory(hints: Vec<TopologyHint>) -> [ProviderHints; 3] {
+    [
+        provider("gpu", hints.clone()),
+        provider("cpu", hints.clone()),
+        provider("memory", hints),
+    ]
 }
 
 #[test]
@@ -468,36 +402,16 @@ fn large_inputs_use_the_set_evaluation_with_the_same_result() {
     let all: Vec<TopologyHint> = (1u64..256)
         .map(|v| TopologyHint::new(NumaMask::from_bits(v), v.count_ones() == 1))
         .collect();
-    let providers = [
-        provider("gpu", all.clone()),
-        provider("cpu", all.clone()),
-        provider("memory", all),
-    ];
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0], true),
-            admit: true
-        }
-    );
+    let providers = gpu_cpu_memory(all);
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0], true), true));
     // Without any preferred hint: B = 1 → the narrowest count-1 mask.
     let np: Vec<TopologyHint> = (3u64..256)
         .map(|v| TopologyHint::new(NumaMask::from_bits(v), false))
         .collect();
-    let providers = [
-        provider("gpu", np.clone()),
-        provider("cpu", np.clone()),
-        provider("memory", np),
-    ];
-    let out = merge_hints(Policy::Restricted, &PolicyOptions::default(), &numa, &providers).unwrap();
-    assert_eq!(
-        out,
-        MergeOutcome {
-            hint: hint(&[0], false),
-            admit: false
-        }
-    );
+    let providers = gpu_cpu_memory(np);
+    let out = merge_default(Policy::Restricted, &numa, &providers);
+    assert_eq!(out, outcome(hint(&[0], false), false));
 }
 
 #[test]
@@ -512,7 +426,7 @@ fn distances_break_ties_but_not_for_single_numa_node() {
     let providers = [provider("cpu", vec![hint(&[0, 1], true), hint(&[0, 2], true)])];
     let out = merge_hints(Policy::BestEffort, &closest, &numa, &providers).unwrap();
     assert_eq!(out.hint, hint(&[0, 2], true));
-    let out = merge_hints(Policy::BestEffort, &PolicyOptions::default(), &numa, &providers).unwrap();
+    let out = merge_default(Policy::BestEffort, &numa, &providers);
     assert_eq!(out.hint, hint(&[0, 1], true));
     assert_eq!(numa.average_distance(mask(&[0, 2])).unwrap(), 10.5);
     assert!(numa.closest(mask(&[0, 2]), mask(&[0, 1])).unwrap());
