@@ -169,9 +169,16 @@ impl Cluster {
                     .iter()
                     .chain(&pod.containers)
                     .any(|c| !c.claims.is_empty());
-            let potential = |n: &NodeBasics| match self.topology(&n.name) {
-                TopologyState::Valid(t) if aligns && t.policy != Policy::None => MAX_BONUS,
-                _ => 0,
+            // Looked up only when alignment can add to the score: a topology lookup per node
+            // per pod was most of a DRA pod's decision time.
+            let potential = |n: &NodeBasics| {
+                if !aligns {
+                    return 0;
+                }
+                match self.topology(&n.name) {
+                    TopologyState::Valid(t) if t.policy != Policy::None => MAX_BONUS,
+                    _ => 0,
+                }
             };
             let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>, i64)> = scores
                 .iter()
