@@ -1483,21 +1483,6 @@ mod tests {
         ));
     }
 
-    /// Deterministic xorshift64* so the garbage test is reproducible without extra crates.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
 
     /// Parsing never panics; whatever parses has a canonical form that is a fixed point.
     fn check_total(input: &str) {
@@ -1573,28 +1558,29 @@ mod tests {
             ".5",
             "5.",
         ];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let mut s = String::new();
-            for _ in 0..rng.below(8) {
-                s.push_str(PIECES[rng.below(PIECES.len())]);
+            for _ in 0..rng.random_range(0..8_usize) {
+                s.push_str(PIECES[rng.random_range(0..PIECES.len())]);
             }
             check_total(&s);
         }
         for _ in 0..20_000 {
-            let mut s: Vec<char> = SEEDS[rng.below(SEEDS.len())].chars().collect();
-            for _ in 0..=rng.below(3) {
-                let c = PIECES[rng.below(PIECES.len())].chars().next().unwrap_or('0');
-                match rng.below(3) {
+            let mut s: Vec<char> = SEEDS[rng.random_range(0..SEEDS.len())].chars().collect();
+            for _ in 0..=rng.random_range(0..3_usize) {
+                let c = PIECES[rng.random_range(0..PIECES.len())].chars().next().unwrap_or('0');
+                match rng.random_range(0..3_usize) {
                     0 if !s.is_empty() => {
-                        let at = rng.below(s.len());
+                        let at = rng.random_range(0..s.len());
                         s.remove(at);
                     }
                     1 if !s.is_empty() => {
-                        let at = rng.below(s.len());
+                        let at = rng.random_range(0..s.len());
                         s[at] = c;
                     }
-                    _ => s.insert(rng.below(s.len() + 1), c),
+                    _ => s.insert(rng.random_range(0..s.len() + 1), c),
                 }
             }
             check_total(&s.into_iter().collect::<String>());

@@ -20,19 +20,6 @@ use numaplane_scheduler::{
 };
 use serde_json::{Value, json};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Clone, Debug)]
 struct Zone {
@@ -157,15 +144,16 @@ fn fits_on(nodes: &[NodeDef], placed: &[&Placed], pod: &Value, node: &str) -> bo
 }
 
 fn random_case(seed: u64) -> (Vec<NodeDef>, Vec<Placed>, Value, i32) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut gpu_id = 0;
-    let nodes: Vec<NodeDef> = (0..1 + rng.below(3))
+    let nodes: Vec<NodeDef> = (0..1 + rng.random_range(0..3_u64))
         .map(|i| NodeDef {
             name: format!("n{i}"),
-            zones: (0..2 + 2 * rng.below(2))
+            zones: (0..2 + 2 * rng.random_range(0..2_u64))
                 .map(|_| Zone {
-                    cpus: 2 + i64::try_from(rng.below(5)).unwrap(),
-                    gpus: (0..rng.below(3))
+                    cpus: 2 + i64::try_from(rng.random_range(0..5_u64)).unwrap(),
+                    gpus: (0..rng.random_range(0..3_u64))
                         .map(|_| {
                             gpu_id += 1;
                             format!("g{gpu_id}")
@@ -178,9 +166,9 @@ fn random_case(seed: u64) -> (Vec<NodeDef>, Vec<Placed>, Value, i32) {
     // Fill the cluster with the model's own placements, published as truth one by one.
     let mut placed: Vec<Placed> = Vec::new();
     for i in 0..12 {
-        let cpus = 1 + i64::try_from(rng.below(3)).unwrap();
-        let gpus = i64::try_from(rng.below(3)).unwrap().saturating_sub(1).max(0);
-        let priority = [0, 10, 100, 2000][usize::try_from(rng.below(4)).unwrap()];
+        let cpus = 1 + i64::try_from(rng.random_range(0..3_u64)).unwrap();
+        let gpus = i64::try_from(rng.random_range(0..3_u64)).unwrap().saturating_sub(1).max(0);
+        let priority = [0, 10, 100, 2000][usize::try_from(rng.random_range(0..4_u64)).unwrap()];
         let name = format!("p{i}");
         let v = pod_json(&name, cpus, gpus, priority);
         let refs: Vec<&Placed> = placed.iter().collect();
@@ -202,9 +190,9 @@ fn random_case(seed: u64) -> (Vec<NodeDef>, Vec<Placed>, Value, i32) {
             record: alloc.to_annotation().unwrap(),
         });
     }
-    let cpus = 1 + i64::try_from(rng.below(6)).unwrap();
-    let gpus = i64::try_from(rng.below(3)).unwrap();
-    let priority = [50, 1000][usize::try_from(rng.below(2)).unwrap()];
+    let cpus = 1 + i64::try_from(rng.random_range(0..6_u64)).unwrap();
+    let gpus = i64::try_from(rng.random_range(0..3_u64)).unwrap();
+    let priority = [50, 1000][usize::try_from(rng.random_range(0..2_u64)).unwrap()];
     (
         nodes,
         placed,

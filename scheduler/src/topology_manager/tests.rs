@@ -452,20 +452,6 @@ fn compare_edge_cases() {
 
 // ---- property test: closed form == kubelet fold, cartesian == sets ----
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The kubelet's literal algorithm: recursive cartesian product, `mergePermutation`, fold of `compare`.
 fn kubelet_fold(default: NumaMask, lists: &[Vec<TopologyHint>], tie: TieBreak<'_>) -> TopologyHint {
@@ -513,19 +499,21 @@ fn kubelet_fold(default: NumaMask, lists: &[Vec<TopologyHint>], tie: TieBreak<'_
 
 /// Up to 3 lists of up to 5 hints; masks mostly inside `default`, sometimes maskless, empty or
 /// naming nodes the machine does not have.
-fn random_lists(rng: &mut Rng, default: NumaMask) -> Vec<Vec<TopologyHint>> {
-    let list_count = rng.below(4) as usize;
+use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+
+fn random_lists(rng: &mut StdRng, default: NumaMask) -> Vec<Vec<TopologyHint>> {
+    let list_count = rng.random_range(0..4_u64) as usize;
     (0..list_count)
         .map(|_| {
-            let len = 1 + rng.below(5) as usize;
+            let len = 1 + rng.random_range(0..5_u64) as usize;
             (0..len)
                 .map(|_| {
-                    let preferred = rng.below(3) != 0;
-                    match rng.below(10) {
+                    let preferred = rng.random_range(0..3_u64) != 0;
+                    match rng.random_range(0..10_u64) {
                         0 => TopologyHint::any(preferred),
-                        1 => TopologyHint::new(NumaMask::from_bits(rng.below(1 << 7)), preferred),
+                        1 => TopologyHint::new(NumaMask::from_bits(rng.random_range(0..1 << 7)), preferred),
                         _ => loop {
-                            let m = NumaMask::from_bits(rng.next()) & default;
+                            let m = NumaMask::from_bits(rng.random::<u64>()) & default;
                             if !m.is_empty() {
                                 break TopologyHint::new(m, preferred);
                             }
@@ -539,7 +527,7 @@ fn random_lists(rng: &mut Rng, default: NumaMask) -> Vec<Vec<TopologyHint>> {
 
 #[test]
 fn closed_form_and_both_strategies_equal_the_kubelet_fold() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = StdRng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
     let distances = NumaDistances::new(
         (0..7u64)
             .map(|i| {
@@ -552,10 +540,10 @@ fn closed_form_and_both_strategies_equal_the_kubelet_fold() {
     .unwrap();
     for round in 0..20_000 {
         // Half the machines have ids 0..n, the others arbitrary ids below 7.
-        let default = if rng.below(2) == 0 {
-            NumaMask::from_bits((1 << (1 + rng.below(4))) - 1)
+        let default = if rng.random_range(0..2_u64) == 0 {
+            NumaMask::from_bits((1 << (1 + rng.random_range(0..4_u64))) - 1)
         } else {
-            NumaMask::from_bits(1 + rng.below((1 << 7) - 1))
+            NumaMask::from_bits(1 + rng.random_range(0..(1 << 7) - 1))
         };
         let lists = random_lists(&mut rng, default);
         let slices: Vec<&[TopologyHint]> = lists.iter().map(Vec::as_slice).collect();
