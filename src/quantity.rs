@@ -1483,7 +1483,6 @@ mod tests {
         ));
     }
 
-
     /// Parsing never panics; whatever parses has a canonical form that is a fixed point.
     fn check_total(input: &str) {
         let Ok(parsed) = Quantity::parse(input) else {
@@ -1570,7 +1569,10 @@ mod tests {
         for _ in 0..20_000 {
             let mut s: Vec<char> = SEEDS[rng.random_range(0..SEEDS.len())].chars().collect();
             for _ in 0..=rng.random_range(0..3_usize) {
-                let c = PIECES[rng.random_range(0..PIECES.len())].chars().next().unwrap_or('0');
+                let c = PIECES[rng.random_range(0..PIECES.len())]
+                    .chars()
+                    .next()
+                    .unwrap_or('0');
                 match rng.random_range(0..3_usize) {
                     0 if !s.is_empty() => {
                         let at = rng.random_range(0..s.len());

@@ -20,7 +20,6 @@ use numaplane_scheduler::{
 };
 use serde_json::{Value, json};
 
-
 #[derive(Clone, Debug)]
 struct Zone {
     cpus: i64,
@@ -167,7 +166,10 @@ fn random_case(seed: u64) -> (Vec<NodeDef>, Vec<Placed>, Value, i32) {
     let mut placed: Vec<Placed> = Vec::new();
     for i in 0..12 {
         let cpus = 1 + i64::try_from(rng.random_range(0..3_u64)).unwrap();
-        let gpus = i64::try_from(rng.random_range(0..3_u64)).unwrap().saturating_sub(1).max(0);
+        let gpus = i64::try_from(rng.random_range(0..3_u64))
+            .unwrap()
+            .saturating_sub(1)
+            .max(0);
         let priority = [0, 10, 100, 2000][usize::try_from(rng.random_range(0..4_u64)).unwrap()];
         let name = format!("p{i}");
         let v = pod_json(&name, cpus, gpus, priority);

@@ -452,7 +452,6 @@ fn compare_edge_cases() {
 
 // ---- property test: closed form == kubelet fold, cartesian == sets ----
 
-
 /// The kubelet's literal algorithm: recursive cartesian product, `mergePermutation`, fold of `compare`.
 fn kubelet_fold(default: NumaMask, lists: &[Vec<TopologyHint>], tie: TieBreak<'_>) -> TopologyHint {
     let b = lists
