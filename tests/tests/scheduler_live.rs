@@ -1157,6 +1157,11 @@ async fn a_gated_pod_gets_its_condition_once_no_event_and_one_decision_once_unga
         "{:?}",
         ungated.elapsed()
     );
+    // The counter moves once the Binding's answer is in, which may be after the watch shows
+    // the pod bound.
+    sched
+        .until("numaplane_scheduler_schedule_attempts_total{result=scheduled} >= 1")
+        .await;
     assert_eq!(attempts("scheduled"), 1.0, "one decision");
     assert_eq!(attempts("unschedulable") + attempts("error"), 0.0);
     if let Some(fake) = env.target.fake() {
