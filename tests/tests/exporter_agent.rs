@@ -451,12 +451,11 @@ async fn survives_a_kubelet_restart_and_rereads_allocatable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
     let (s, agent) = Setup::running("1h").await;
-    let writes_before = metric_value(
-        &agent.metrics().unwrap(),
-        "numaplane_exporter_nrt_writes_total",
-        &[("result", "success")],
-    )
-    .unwrap();
+    // The write counter moves once the API server has answered, which may be after the NRT
+    // is readable: wait for it rather than read it.
+    let writes_before = agent
+        .until("numaplane_exporter_nrt_writes_total{result=success} >= 1")
+        .await;
     s.kubelet.fail_next(
         Method::List,
         3,
@@ -466,6 +465,12 @@ async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
     s.kubelet.set_pods(vec![pod(&s.machine, "limited", 6, false)]);
     s.touch_notify();
     s.wait_available("node-0", "cpu", "10").await;
+    agent
+        .until(&format!(
+            "numaplane_exporter_nrt_writes_total{{result=success}} >= {}",
+            writes_before + 1.0
+        ))
+        .await;
     let text = agent.metrics().unwrap();
     assert_metric(
         &text,
