@@ -837,6 +837,7 @@ impl Apply for ResourceSlice {
     }
     fn apply(self, e: &mut Engine, _: Stream) {
         e.check_slice_numa(&self);
+        e.publish_slices_numa_invalid();
         e.cluster.dra.apply_slice(self);
         e.dra_changed();
     }
@@ -855,6 +856,8 @@ impl Apply for ResourceSlice {
         for slice in &all {
             e.check_slice_numa(slice);
         }
+        // Once per relist, not per slice: the gauge sums over every slice.
+        e.publish_slices_numa_invalid();
         e.cluster.dra.set_slices(all);
     }
 }
@@ -899,7 +902,8 @@ impl Engine {
     }
 
     /// Logs the devices of `slice` whose NUMA attribute is malformed when they differ from what
-    /// the slice had before, and updates the gauge. The allocation itself treats them as devices
+    /// the slice had before, and records them for the gauge
+    /// ([`Self::publish_slices_numa_invalid`]). The allocation itself treats them as devices
     /// without NUMA node.
     fn check_slice_numa(&mut self, slice: &ResourceSlice) {
         let Some(name) = slice.metadata.name.as_deref() else {
@@ -924,7 +928,6 @@ impl Engine {
         } else {
             self.slices_numa_invalid.insert(name.to_owned(), now);
         }
-        self.publish_slices_numa_invalid();
     }
 
     fn publish_slices_numa_invalid(&self) {
