@@ -78,6 +78,17 @@ fn holder(k: usize) -> PodResources {
     }
 }
 
+/// What pod-resources `List` shows: the holders with their devices, and the pods waiting for
+/// admission with none yet (the kubelet lists a pod from the moment it takes it up).
+fn kubelet_list(holders: &BTreeMap<usize, PodResources>) -> Vec<PodResources> {
+    let waiting = (HOLDERS..PODS).map(|k| PodResources {
+        name: format!("pod-{k}"),
+        namespace: "default".into(),
+        ..Default::default()
+    });
+    holders.values().cloned().chain(waiting).collect()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
@@ -145,7 +156,7 @@ fn main() {
         let podres = FakeKubelet::start(
             &dir.path().join("podres.sock"),
             allocatable,
-            holders.values().cloned().collect(),
+            kubelet_list(&holders),
             FakeKubeletOptions { watch: false, get: GetMode::Offered },
         )
         .await
@@ -216,7 +227,7 @@ fn main() {
             "spec": {"nodeName": NODE, "schedulerName": "default-scheduler",
                 "containers": [{"name": "app", "image": "x"}]},
             "status": {"phase": "Pending"}}));
-        let mut listed: Vec<PodResources> = holders.values().cloned().collect();
+        let mut listed = kubelet_list(&holders);
         listed.push(PodResources {
             name: "plain".into(),
             namespace: "default".into(),
@@ -259,7 +270,7 @@ fn main() {
         };
         println!(
             "GetPreferredAllocation, pod without a record (no plan fits; one pod-resources List of {} pods each): n={} p50={:.3} ms p99={:.3} ms max={:.3} ms; Lists ok={} over_budget={}",
-            HOLDERS + 1,
+            PODS + 1,
             plain.len(),
             ms(percentile(&plain, 0.5)),
             ms(percentile(&plain, 0.99)),
@@ -267,7 +278,7 @@ fn main() {
             refreshes("ok"),
             refreshes("over_budget"),
         );
-        podres.set_pods(holders.values().cloned().collect());
+        podres.set_pods(kubelet_list(&holders));
 
         // Deletion to slot free in the NRT. Wait for the first NRT write to have happened.
         api.wait_for_request(
@@ -284,7 +295,7 @@ fn main() {
             // The kubelet drops the pod from pod-resources once its containers are gone, then
             // the API object is deleted.
             holders.remove(&k);
-            podres.set_pods(holders.values().cloned().collect());
+            podres.set_pods(kubelet_list(&holders));
             let t = Instant::now();
             assert!(api.delete("v1", "Pod", Some("default"), &format!("pod-{k}")));
             let write = api

@@ -580,6 +580,39 @@ async fn an_admitted_pods_unused_plan_is_not_handed_to_the_next_pod() {
     env.cleanup().await;
 }
 
+/// The kubelet takes up the pods of a batch one at a time, in creation order, each just before
+/// admitting it, so its watch order is not its admission order: a pod created earlier but
+/// bound later is admitted first when both arrive in one batch. Of two pods whose plans fit,
+/// the one pod-resources lists is the one asking, not the one the plugin's watch saw first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_fitting_plans_the_pod_the_kubelet_lists_is_steered() {
+    let env = Env::with(Opts {
+        resync: "1h",
+        ..Opts::default()
+    })
+    .await;
+    env.pod_with_record("seen-first", &["g1"], 0).await;
+    // The plugin's watch has had it for a while when the other pod arrives.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.pod_with_record("admitted-first", &["g3"], 0).await;
+    let seen_first = env.key("seen-first");
+    env.kubelet_pods.lock().unwrap().remove(&seen_first);
+    env.sync_podresources();
+    let (got, _) = env.admit("admitted-first", "app", GPU, 1, Some(&[0])).await;
+    assert_eq!(
+        got,
+        ["g3"],
+        "the other pod's plan was handed to the pod being admitted"
+    );
+    env.kubelet_pods.lock().unwrap().insert(seen_first);
+    env.sync_podresources();
+    let (got, _) = env.admit("seen-first", "app", GPU, 1, Some(&[0])).await;
+    assert_eq!(got, ["g1"]);
+    env.until("numaplane_exporter_allocator_preferred_allocations_total{resource=example.com/gpu,outcome=honoured} == 2")
+        .await;
+    env.cleanup().await;
+}
+
 /// `/readyz` of `device-plugin` means "registered with the kubelet": not while registration
 /// fails (here: no kubelet yet), and ready once every pool is registered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -167,8 +167,9 @@ fn metrics(state: &PluginState) -> &AllocatorMetrics {
 }
 
 impl PluginState {
-    /// Candidates for `resource`: the plans for it of containers that hold none of it yet.
-    fn candidates(&self) -> Vec<Candidate> {
+    /// Candidates for `resource`: the plans for it of containers that hold none of it yet;
+    /// with `listed_only`, of pods the last `List` names.
+    fn candidates(&self, listed_only: bool) -> Vec<Candidate> {
         let resource = &self.pool.resource;
         // Read under the holders' lock rather than cloning them (hundreds of pods per call);
         // nothing takes the two locks the other way round.
@@ -181,6 +182,7 @@ impl PluginState {
         self.records.read(|v| {
             v.pods
                 .iter()
+                .filter(|(k, _)| !listed_only || view.pods.contains(*k))
                 .map(|(k, r)| {
                     let held = holding.and_then(|h| h.get(k)).unwrap_or(&none);
                     Candidate {
@@ -202,8 +204,8 @@ impl PluginState {
     }
 
     /// Reads pod-resources now (within the shared budget, briefly) into the shared view;
-    /// on failure the last `List` stands.
-    async fn refresh(&self) {
+    /// on failure the last `List` stands. Whether it did.
+    async fn refresh(&self) -> bool {
         // The kubelet admits one container at a time and records an allocation before it asks
         // about the next one, so a `List` started now shows every `Allocate` counted so far.
         let allocations = self.allocations.load(Ordering::Acquire);
@@ -237,6 +239,7 @@ impl PluginState {
             }
         };
         AllocatorMetrics::count(&metrics(self).refreshes, &self.pool.resource, outcome);
+        outcome == "ok"
     }
 
     /// Pods that may still bring a record: every pod the kubelet lists that the pod watch does
@@ -271,18 +274,22 @@ impl PluginState {
     async fn prefer(&self, req: &steer::Request) -> Vec<String> {
         let resource = &self.pool.resource;
         let deadline = Instant::now() + WATCH_LAG_WAIT;
-        let mut refreshed = false;
-        let mut fetched = false;
+        // The kubelet adds the pods of a batch to its pod manager one at a time, each just
+        // before admitting it, and admits one container at a time. So of the pods a `List`
+        // names that hold none of this resource, only the one being admitted can be asking,
+        // until an `Allocate` ends its admission: then a fresh `List` is needed, as it is when
+        // no listed pod's plan fits (the asking pod may have come after the last `List`).
+        // Without a fresh `List` (over budget, an error) every recorded pod is a candidate,
+        // first bound first.
+        let mut fresh = None;
         if self.allocations.load(Ordering::Acquire) != self.listed_after.load(Ordering::Acquire) {
-            // A container was admitted since the last `List` we made: its pod may still look
-            // like a candidate (the reconciliation's `List` is up to one resync old), and its
-            // plan, unused if the kubelet chose otherwise, would be handed to this one.
-            self.refresh().await;
-            refreshed = true;
+            fresh = Some(self.refresh().await);
         }
+        let mut fetched = false;
         loop {
             let mut seen = self.records.seen();
-            let miss = match steer::choose(&self.candidates(), req) {
+            let listed_only = fresh != Some(false);
+            let miss = match steer::choose(&self.candidates(listed_only), req) {
                 Ok(choice) => {
                     AllocatorMetrics::count(&metrics(self).preferred, resource, "honoured");
                     tracing::debug!(resource = %resource, pod = %choice.key, devices = ?choice.devices, "preferred allocation from the record");
@@ -290,10 +297,9 @@ impl PluginState {
                 }
                 Err(miss) => miss,
             };
-            if !refreshed {
-                // Which pods the kubelet knows now: the one being admitted is among them.
-                self.refresh().await;
-                refreshed = true;
+            if fresh.is_none() {
+                fresh = Some(self.refresh().await);
+                continue;
             }
             let awaited = self.awaited();
             if !fetched && let Some(a) = awaited.as_ref().filter(|a| !a.is_empty()) {

@@ -3,13 +3,13 @@
 //!
 //! The kubelet's request names no pod. Candidates are pods bound to this node whose record
 //! plans devices of the resource and that hold none of it yet (`kubelet-topology-manager.md`
-//! §6.4). A plan is honoured when it has exactly the requested size and lies inside what the
-//! kubelet offers (`available` plus `must_include`); the candidate bound first wins, because
-//! the kubelet admits pods in the order its watch delivers them bound (not in creation order:
-//! a pod that waited for capacity, or one of several bound in parallel, is bound after newer
-//! ones). The kubelet has already narrowed
-//! `available` to its NUMA-aligned set, so a wrong pick among equal plans can only swap
-//! devices between pods planned in the same zone.
+//! §6.4); the caller keeps only the pods pod-resources `List` names, since the kubelet adds
+//! each pod of a batch to its pod manager just before admitting it. A plan is
+//! honoured when it has exactly the requested size and lies inside what the kubelet offers
+//! (`available` plus `must_include`). Among several, the candidate bound first wins: the order
+//! the kubelet's watch delivers pods in, which decides when no `List` could narrow them. The
+//! kubelet has already narrowed `available` to its NUMA-aligned set, so a wrong pick among
+//! equal plans can only swap devices between pods planned in the same zone.
 
 use std::collections::BTreeSet;
 
