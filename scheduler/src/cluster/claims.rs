@@ -154,11 +154,9 @@ impl Cluster {
         let key = pod.key();
         let share = |c: usize, r: usize| share_id(&key, c, r);
         let cons = self.constraints.prepare(&pod.facts, || self.nodes().collect());
-        let nodes: Vec<&NodeBasics> = self.nodes().collect();
         if !explain && cons.is_none() {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
             // tried, down to the first where the claims fit.
-            let scores = self.cached_scores(cfg, prepared);
             // Alignment adds up to MAX_BONUS to the score of a node with a Topology Manager
             // policy: nodes are tried by their best possible total until none left can beat
             // the best found. Without alignment (Ignore, no container naming a claim) the
@@ -169,6 +167,32 @@ impl Cluster {
                     .iter()
                     .chain(&pod.containers)
                     .any(|c| !c.claims.is_empty());
+            if !aligns {
+                // Without alignment the allocation adds nothing to the score, so the order
+                // below would try the plain path's best node first: try it directly, and
+                // build the order only when the claims do not fit there.
+                let best = self.with_cache(|shapes| match shapes {
+                    Some(shapes) => self.best_cached(cfg, prepared, shapes),
+                    None => self.best_uncached(cfg, prepared),
+                });
+                if let Some((slot, score)) = best
+                    && let Some(Some(n)) = self.slots.get(slot)
+                {
+                    match self.allocate_claims(cfg, prepared, &resolved, n, &share) {
+                        Ok(Ok((claims, bonus))) => {
+                            return (
+                                self.decision_on(prepared, n.name.clone(), score.saturating_add(bonus)),
+                                ClaimsOutcome { claims, error: None },
+                            );
+                        }
+                        Ok(Err(_)) => {}
+                        Err(e) if e.is_node_error() => {}
+                        Err(e) => return self.claims_failed(pod, n, e),
+                    }
+                }
+            }
+            let scores = self.cached_scores(cfg, prepared);
+            let nodes: Vec<&NodeBasics> = self.nodes().collect();
             // Looked up only when alignment can add to the score: a topology lookup per node
             // per pod was most of a DRA pod's decision time.
             let potential = |n: &NodeBasics| {
@@ -222,6 +246,7 @@ impl Cluster {
             }
             // No node fits: the explained decision says why.
         }
+        let nodes: Vec<&NodeBasics> = self.nodes().collect();
         self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), &nodes, &share)
     }
 
