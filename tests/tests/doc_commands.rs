@@ -13,7 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::Command,
 };
@@ -307,5 +307,61 @@ fn the_cargo_stand_in_refuses_a_package_with_two_binaries_and_no_default_run() {
     assert!(
         stderr.contains("could not determine which binary to run"),
         "{stderr}"
+    );
+}
+
+/// Crate → the feature sets cargo resolves for it, per `cargo tree` over `args`.
+fn resolved_features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--prefix",
+            "none",
+            "--format",
+            "{p} [{f}]",
+        ])
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let line = line.replace(" (*)", "").replace(" (proc-macro)", "");
+        let Some((krate, features)) = line.split_once(" [") else {
+            continue;
+        };
+        if krate.starts_with("numaplane") {
+            continue;
+        }
+        map.entry(krate.to_owned())
+            .or_default()
+            .insert(features.to_owned());
+    }
+    map
+}
+
+/// `./scripts/demo` runs `cargo run -p numaplane-scheduler`. Cargo resolves features for the
+/// packages a command names, so unless the scheduler alone asks for every feature the whole
+/// workspace turns on (workspace-hack/), the demo builds a second copy of the dependencies
+/// after the test build: 90 s of the suite on a fresh machine.
+#[test]
+fn the_demo_build_resolves_the_features_of_the_test_build() {
+    let alone = resolved_features(&["-p", "numaplane-scheduler", "-e", "normal,build"]);
+    let workspace = resolved_features(&["--workspace", "-e", "normal,build,dev"]);
+    let differ: Vec<String> = alone
+        .iter()
+        .filter_map(|(krate, features)| {
+            let all = workspace.get(krate)?;
+            (features != all).then(|| format!("{krate}: {features:?} alone, {all:?} in the workspace"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "add these features to workspace-hack/Cargo.toml:\n{}",
+        differ.join("\n")
     );
 }
