@@ -3279,18 +3279,11 @@ fn remove_meta(obj: &mut Value, field: &str) {
 }
 
 fn new_uid() -> String {
-    let v: u128 = rand::random();
-    // RFC 4122 version 4 / variant bits, so the uid looks like the real server's.
-    let v = (v & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
-    let hex = format!("{v:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    // Version 4, as the real server's uids are.
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .hyphenated()
+        .to_string()
 }
 
 /// `prefix` + 5 characters from the alphabet the real name generator uses.

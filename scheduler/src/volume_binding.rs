@@ -851,20 +851,10 @@ mod tests {
 
     fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
         let mut v = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
-        merge(&mut v, extra);
+        json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("pvc")
     }
 
-    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-        match (into, from) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (slot, v) => *slot = v,
-        }
-    }
 
     fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
         pvc(
@@ -876,14 +866,14 @@ mod tests {
 
     fn pv(name: &str, extra: serde_json::Value) -> PersistentVolume {
         let mut v = json!({"metadata": {"name": name}, "spec": {}});
-        merge(&mut v, extra);
+        json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("pv")
     }
 
     fn class(name: &str, mode: &str, provisioner: &str, extra: serde_json::Value) -> StorageClass {
         let mut v =
             json!({"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode});
-        merge(&mut v, extra);
+        json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("class")
     }
 

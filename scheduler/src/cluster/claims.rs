@@ -51,15 +51,7 @@ fn share_id(pod: &str, claim: usize, result: usize) -> String {
         }
         out[i] = h;
     }
-    let hex = format!("{:016x}{:016x}", out[0], out[1]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    uuid::Uuid::from_u64_pair(out[0], out[1]).hyphenated().to_string()
 }
 
 impl Cluster {
