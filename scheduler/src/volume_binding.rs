@@ -855,7 +855,6 @@ mod tests {
         serde_json::from_value(v).expect("pvc")
     }
 
-
     fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
         pvc(
             name,

@@ -24,7 +24,6 @@ fn pod(volumes: serde_json::Value) -> PodSpec {
     PodSpec::from_pod(&mut Resources::default(), &p).expect("a pod")
 }
 
-
 fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
     let mut v = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
     json_patch::merge(&mut v, &extra);
