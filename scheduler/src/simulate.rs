@@ -391,16 +391,29 @@ pub enum Explain {
 
 /// Runs the simulation.
 pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, explain: Explain) -> Report {
+    // Each object is dropped once the model has taken what it reads: on a cluster dump the
+    // decoded objects are several times the model's size.
+    let Inputs {
+        nodes,
+        nrts,
+        pods: cluster_pods,
+        namespaces,
+        skipped: mut warnings,
+        storage,
+        budgets,
+        device_classes,
+        resource_slices,
+        resource_claims,
+    } = cluster_inputs;
     let mut cluster = Cluster::new();
-    let mut warnings: Vec<String> = cluster_inputs.skipped.clone();
-    cluster_inputs.storage.load_into(&mut cluster.volumes);
-    cluster.reset_pdbs(&cluster_inputs.budgets);
+    storage.load_into(&mut cluster.volumes);
+    cluster.reset_pdbs(&budgets);
     cluster.dra.enable();
-    for c in &cluster_inputs.device_classes {
-        cluster.dra.apply_class(c.clone());
+    for c in device_classes {
+        cluster.dra.apply_class(c);
     }
     let dra_numa = cfg_file.dra_numa.resolve(None);
-    for slice in &cluster_inputs.resource_slices {
+    for slice in &resource_slices {
         for e in crate::dra::numa::invalid_device_numa(slice, &dra_numa.driver_attributes) {
             warnings.push(format!(
                 "ResourceSlice {}: {e}; the device is allocated as one without NUMA node",
@@ -408,12 +421,12 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             ));
         }
     }
-    cluster.dra.set_slices(cluster_inputs.resource_slices.clone());
-    for c in &cluster_inputs.resource_claims {
-        cluster.dra.apply_claim(c.clone());
+    cluster.dra.set_slices(resource_slices);
+    for c in resource_claims {
+        cluster.dra.apply_claim(c);
     }
     // Namespaces and the default spread constraints.
-    for ns in &cluster_inputs.namespaces {
+    for ns in &namespaces {
         cluster.apply_namespace(ns);
     }
     match cfg_file.pod_topology_spread.defaults() {
@@ -422,13 +435,13 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             "config: {e}; kube-scheduler's system default spread constraints apply"
         )),
     }
-    for n in &cluster_inputs.nodes {
-        if let Err(e) = cluster.apply_node(n) {
+    for n in nodes {
+        if let Err(e) = cluster.apply_node(&n) {
             warnings.push(format!("node skipped: {}", numaplane::error_chain(&e)));
         }
     }
-    for t in &cluster_inputs.nrts {
-        if let Err(e) = cluster.apply_nrt(t) {
+    for t in nrts {
+        if let Err(e) = cluster.apply_nrt(&t) {
             warnings.push(format!(
                 "NodeResourceTopology {}: topology unknown or invalid: {}",
                 t.metadata.name.as_deref().unwrap_or("<unnamed>"),
@@ -436,7 +449,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             ));
         }
     }
-    for p in &cluster_inputs.pods {
+    for p in cluster_pods {
         let bound = p
             .spec
             .as_ref()
@@ -449,7 +462,7 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
             ));
             continue;
         }
-        if let Err(e) = cluster.apply_pod(p) {
+        if let Err(e) = cluster.apply_pod(&p) {
             warnings.push(format!("bound pod skipped: {}", numaplane::error_chain(&e)));
         }
     }
@@ -467,8 +480,9 @@ pub fn simulate(cluster_inputs: Inputs, pods: Vec<Pod>, cfg_file: &ConfigFile, e
         no_topology: cfg_file.no_topology,
         dra_numa,
     };
-    let mut results = Vec::new();
-    for p in &pods {
+    let mut results = Vec::with_capacity(pods.len());
+    for p in pods {
+        let p = &p;
         // Listed in the pod's result (and its table line).
         let unsupported = crate::unsupported::detect(p);
         // Not decided, not assumed.
