@@ -85,25 +85,32 @@ impl NodeSide {
     }
 
     fn report(&self, ns: &str) {
-        self.podres.set_pods(
-            self.held
-                .iter()
-                .map(|(pod, slot)| PodResources {
-                    name: pod.clone(),
-                    namespace: ns.to_owned(),
-                    containers: vec![ContainerResources {
-                        name: "app".into(),
-                        devices: vec![ContainerDevices {
-                            resource_name: LIC.into(),
-                            device_ids: vec![slot.clone()],
-                            topology: topo0(),
-                        }],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .collect(),
-        );
+        self.report_admitting(ns, None);
+    }
+
+    /// Pod-resources as the kubelet lists it: the pods holding slots, and `admitting`, which
+    /// it lists without devices from just before it admits it.
+    fn report_admitting(&self, ns: &str, admitting: Option<&str>) {
+        let holding = self.held.iter().map(|(pod, slot)| PodResources {
+            name: pod.clone(),
+            namespace: ns.to_owned(),
+            containers: vec![ContainerResources {
+                name: "app".into(),
+                devices: vec![ContainerDevices {
+                    resource_name: LIC.into(),
+                    device_ids: vec![slot.clone()],
+                    topology: topo0(),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let admitting = admitting.map(|pod| PodResources {
+            name: pod.to_owned(),
+            namespace: ns.to_owned(),
+            ..Default::default()
+        });
+        self.podres.set_pods(holding.chain(admitting).collect());
     }
 
     fn unhealthy(&self) -> Vec<String> {
@@ -220,6 +227,7 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
     // Each node's kubelet admits its pods; the plugin steers it to the recorded slot.
     for (pod, (node, slot)) in &placed {
         let side = sides.iter_mut().find(|s| &s.name == node).unwrap();
+        side.report_admitting(&ns, Some(pod));
         let (got, _) = side
             .dp
             .admit(&format!("{ns}/{pod}"), "app", LIC, 1, Some(&[0]))
@@ -280,6 +288,7 @@ async fn a_cluster_shared_device_is_used_from_two_nodes_up_to_its_capacity_and_n
     let (p2_node, p2_slot) = after["p2"].clone();
     assert_eq!(p2_slot, p0_slot, "{after:?}");
     let side = sides.iter().find(|s| s.name == p2_node).unwrap();
+    side.report_admitting(&ns, Some("p2"));
     let got = wait_for("the freed slot healthy on the waiting pod's node", async || {
         side.dp
             .admit(&format!("{ns}/p2"), "app", LIC, 1, Some(&[0]))

@@ -1780,7 +1780,18 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
     let c = &record.containers[0];
     let hint = recorded_hint(c);
     let key = format!("{ns}/fits");
+    // The kubelet lists the pod it admits from just before, devices still to come.
+    podres.set_pods(vec![PodResources {
+        name: "fits".into(),
+        namespace: ns.clone(),
+        ..Default::default()
+    }]);
     let (got, _) = dp.admit(&key, "app", GPU, 1, Some(&hint)).await.unwrap();
+    assert_eq!(
+        Some(&got),
+        c.devices.get(GPU),
+        "the kubelet was not steered to the recorded GPU"
+    );
     let (lic, _) = dp.admit(&key, "app", LICENSE, 1, None).await.unwrap();
     podres.set_pods(vec![PodResources {
         name: "fits".into(),
