@@ -140,7 +140,7 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         Ok(i) => i.pods,
         Err(e) => return fail(&e),
     };
-    let report = simulate::simulate(cluster, pods, &config, args.explain);
+    let (report, model) = simulate::simulate_keeping_model(cluster, pods, &config, args.explain);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match args.output {
         Output::Table => out.write_all(simulate::render_table(&report).as_bytes()),
@@ -148,6 +148,10 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n")),
     };
+    // The process exits next: the operating system takes the model and the report back at
+    // once, where freeing them allocation by allocation took a seventh of a dump's run.
+    std::mem::forget(model);
+    std::mem::forget(report);
     match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`| head`) is the reader's choice, not a failure worth a message.
