@@ -830,17 +830,18 @@ impl StorageObjects {
 }
 
 #[cfg(test)]
-mod tests {
+/// Objects for the volume rules' tests, here and in the cluster index's.
+pub(crate) mod fixtures {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
-    fn spec_of(pod: &Pod) -> PodSpec {
+    pub(crate) fn spec_of(pod: &Pod) -> PodSpec {
         let mut res = crate::resources::Resources::default();
         PodSpec::from_pod(&mut res, pod).expect("a pod")
     }
 
-    fn pod(volumes: serde_json::Value) -> PodSpec {
+    pub(crate) fn pod(volumes: serde_json::Value) -> PodSpec {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": "web-0", "namespace": "ns", "uid": "pod-uid"},
             "spec": {"containers": [{"name": "c"}], "volumes": volumes}
@@ -849,13 +850,13 @@ mod tests {
         spec_of(&p)
     }
 
-    fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
+    pub(crate) fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
         let mut v = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
         json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("pvc")
     }
 
-    fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
+    pub(crate) fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
         pvc(
             name,
             json!({"metadata": {"annotations": {BIND_COMPLETED: "yes"}}, "spec": {"volumeName": pv},
@@ -863,28 +864,35 @@ mod tests {
         )
     }
 
-    fn pv(name: &str, extra: serde_json::Value) -> PersistentVolume {
+    pub(crate) fn pv(name: &str, extra: serde_json::Value) -> PersistentVolume {
         let mut v = json!({"metadata": {"name": name}, "spec": {}});
         json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("pv")
     }
 
-    fn class(name: &str, mode: &str, provisioner: &str, extra: serde_json::Value) -> StorageClass {
+    pub(crate) fn class(name: &str, mode: &str, provisioner: &str, extra: serde_json::Value) -> StorageClass {
         let mut v =
             json!({"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode});
         json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).expect("class")
     }
 
+    pub(crate) fn claim_volume(name: &str) -> serde_json::Value {
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": name}}])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+    use serde_json::json;
+
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
-    }
-
-    fn claim_volume(name: &str) -> serde_json::Value {
-        json!([{"name": "data", "persistentVolumeClaim": {"claimName": name}}])
     }
 
     fn categories(f: &VolumeFilter, node: &str, l: &BTreeMap<String, String>) -> Vec<String> {

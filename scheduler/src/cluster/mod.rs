@@ -30,6 +30,8 @@ mod constrained;
 mod shared_slots;
 // kube-scheduler's DynamicResources filter for pods with resource claims.
 mod claims;
+#[cfg(test)]
+mod volume_tests;
 
 pub use claims::ClaimsOutcome;
 

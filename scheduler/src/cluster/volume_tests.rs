@@ -1,58 +1,13 @@
 //! The volume rules through the cluster index: they decide the node, the verdict cache keeps pods
 //! of one resource shape but different volumes apart, and explained verdicts name
 //! kube-scheduler's reason.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use k8s_openapi::api::{
-    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
-    storage::v1::StorageClass,
-};
-use numaplane_scheduler::{
-    cluster::{Cluster, Config},
-    pod::PodSpec,
-    resources::Resources,
-    volume_binding::NODE_CONFLICT,
-};
+use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
-fn pod(volumes: serde_json::Value) -> PodSpec {
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "web-0", "namespace": "ns", "uid": "pod-uid"},
-        "spec": {"containers": [{"name": "c"}], "volumes": volumes}
-    }))
-    .expect("pod");
-    PodSpec::from_pod(&mut Resources::default(), &p).expect("a pod")
-}
-
-fn pvc(name: &str, extra: serde_json::Value) -> PersistentVolumeClaim {
-    let mut v = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
-    json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).expect("pvc")
-}
-
-fn bound_pvc(name: &str, pv: &str) -> PersistentVolumeClaim {
-    pvc(
-        name,
-        json!({"metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-               "spec": {"volumeName": pv}, "status": {"phase": "Bound"}}),
-    )
-}
-
-fn pv(name: &str, extra: serde_json::Value) -> PersistentVolume {
-    let mut v = json!({"metadata": {"name": name}, "spec": {}});
-    json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).expect("pv")
-}
-
-fn class(name: &str, mode: &str, provisioner: &str, extra: serde_json::Value) -> StorageClass {
-    let mut v = json!({"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode});
-    json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).expect("class")
-}
-
-fn claim_volume(name: &str) -> serde_json::Value {
-    json!([{"name": "data", "persistentVolumeClaim": {"claimName": name}}])
-}
+use super::{Cluster, Config};
+use crate::volume_binding::NODE_CONFLICT;
+use crate::volume_binding::fixtures::{bound_pvc, claim_volume, class, pod, pv, pvc};
 
 #[test]
 fn the_cluster_places_pods_where_their_volumes_are() {
