@@ -164,6 +164,14 @@ impl<'de> Parser<'de> {
         let b = self.b;
         let mut i = 0;
         while i < b.len() {
+            // Eight printable ASCII bytes at a time (a line break sends its word to the loop).
+            if i + 8 <= b.len() {
+                let w = word(b, i);
+                if (w.wrapping_sub(LO * 0x20) | w.wrapping_add(LO) | w) & HI == 0 {
+                    i += 8;
+                    continue;
+                }
+            }
             let c = b[i];
             let bad = match c {
                 b'\n' => false,
@@ -190,10 +198,7 @@ impl<'de> Parser<'de> {
     }
 
     fn line_end(&self, from: usize) -> usize {
-        self.b[from..]
-            .iter()
-            .position(|&c| c == b'\n')
-            .map_or(self.b.len(), |e| from + e)
+        find_any(self.b, from, [b'\n'; 3])
     }
 
     /// The start of the line after the one holding `from`.
@@ -395,13 +400,12 @@ impl<'de> Parser<'de> {
         if let Some(node) = self.empty_flow(c)? {
             return Ok(node);
         }
-        if self.key_end(c)?.is_some() {
-            if ctx == Ctx::Item {
-                return Ok(Node::Map {
-                    indent: self.column(c),
-                });
-            }
-            return Err(self.bail("a mapping on the line of its key"));
+        // After a key, `a: b: c` is refused by the scalar's reading (`: ` in a plain scalar,
+        // text after a quoted one).
+        if ctx == Ctx::Item && self.key_end(c)?.is_some() {
+            return Ok(Node::Map {
+                indent: self.column(c),
+            });
         }
         Ok(Node::Scalar(self.inline_scalar(n as isize)?))
     }
@@ -450,16 +454,16 @@ impl<'de> Parser<'de> {
                 Ok((self.at(k) == b':' && matches!(self.at(k + 1), b' ' | b'\n')).then_some(k + 1))
             }
             _ => {
-                let end = self.line_end(i);
                 let mut j = i;
-                while j < end {
-                    match self.b[j] {
+                loop {
+                    j = find_any(self.b, j, [b'\n', b':', b'#']);
+                    match self.at(j) {
                         b':' if matches!(self.at(j + 1), b' ' | b'\n') => return Ok(Some(j + 1)),
                         b'#' if j > i && self.b[j - 1] == b' ' => return Ok(None),
-                        _ => j += 1,
+                        b':' | b'#' => j += 1,
+                        _ => return Ok(None),
                     }
                 }
-                Ok(None)
             }
         }
     }
@@ -558,21 +562,22 @@ impl<'de> Parser<'de> {
 
     /// The end of a plain scalar's line from `i`; refuses `: ` and ` #` inside.
     fn plain_line(&mut self, i: usize) -> Result<usize> {
-        let end = self.line_end(i);
-        for j in i..end {
-            match self.b[j] {
+        let mut j = i;
+        loop {
+            j = find_any(self.b, j, [b'\n', b':', b'#']);
+            match self.at(j) {
                 b':' if matches!(self.at(j + 1), b' ' | b'\n') => {
                     self.pos = j;
                     return Err(self.bail("`: ` inside a plain scalar"));
                 }
-                b'#' if self.b[j - 1] == b' ' => {
+                b'#' if j > 0 && self.b[j - 1] == b' ' => {
                     self.pos = j;
                     return Err(self.bail("a comment after a value"));
                 }
-                _ => {}
+                b':' | b'#' => j += 1,
+                _ => return Ok(j.min(self.b.len())),
             }
         }
-        Ok(end)
     }
 
     /// After a line break inside a quoted scalar: skips the break, counts the empty lines
@@ -951,6 +956,37 @@ impl<'de> Parser<'de> {
     }
 }
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+fn word(b: &[u8], i: usize) -> u64 {
+    let mut w = [0; 8];
+    w.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Bytes of `w` equal to `c` have their high bit set (and maybe bytes after one, which only
+/// sends the search to the byte loop).
+fn has_byte(w: u64, c: u8) -> u64 {
+    let x = w ^ (LO * u64::from(c));
+    x.wrapping_sub(LO) & !x & HI
+}
+
+/// The first of the bytes `set` from `i`, or the end: eight bytes at a time.
+fn find_any(b: &[u8], mut i: usize, set: [u8; 3]) -> usize {
+    while i + 8 <= b.len() {
+        let w = word(b, i);
+        if has_byte(w, set[0]) | has_byte(w, set[1]) | has_byte(w, set[2]) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while i < b.len() && !set.contains(&b[i]) {
+        i += 1;
+    }
+    i
+}
+
 /// Indicators a plain scalar or key cannot start with (`-`, `?`, `:` followed by a space are
 /// checked apart).
 fn is_indicator(c: u8) -> bool {
@@ -1233,6 +1269,13 @@ impl<'de> Deserializer<'de> for NodeDe<'_, 'de> {
                 let t = s.text.as_ref();
                 if nullish(t) {
                     return visitor.visit_unit();
+                }
+                // Most names start with a letter no null, boolean or number starts with.
+                if t.as_bytes()[0].is_ascii_alphabetic() && !b"tfynoTFYNO".contains(&t.as_bytes()[0]) {
+                    return match s.text {
+                        Cow::Borrowed(b) => visitor.visit_borrowed_str(b),
+                        Cow::Owned(o) => visitor.visit_string(o),
+                    };
                 }
                 if let Some(b) = yaml11_bool(t) {
                     return visitor.visit_bool(b);
@@ -1522,6 +1565,13 @@ fn int_unsigned(s: &str) -> Option<u128> {
 
 /// A plain key serde-saphyr compares as an integer.
 fn int_key(s: &str) -> bool {
+    if !s
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_digit() || c == b'+' || c == b'-')
+    {
+        return false;
+    }
     if yaml_trim(s).starts_with('-') {
         int_signed(s).is_some()
     } else {
@@ -1548,11 +1598,15 @@ fn typed_float<T: std::str::FromStr + std::ops::Neg<Output = T>>(
     finite: fn(&T) -> bool,
 ) -> Option<T> {
     let t = yaml_trim(s);
-    match t.to_ascii_lowercase().as_str() {
-        ".nan" | "+.nan" | "-.nan" => Some(nan),
-        ".inf" | "+.inf" => Some(inf),
-        "-.inf" => Some(-inf),
-        _ => t.parse::<T>().ok().filter(finite),
+    let is = |w: &str| t.eq_ignore_ascii_case(w);
+    if is(".nan") || is("+.nan") || is("-.nan") {
+        Some(nan)
+    } else if is(".inf") || is("+.inf") {
+        Some(inf)
+    } else if is("-.inf") {
+        Some(-inf)
+    } else {
+        t.parse::<T>().ok().filter(finite)
     }
 }
 

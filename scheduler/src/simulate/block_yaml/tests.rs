@@ -162,6 +162,122 @@ fn bench_like_dump(nodes: usize) -> String {
     serde_saphyr::to_string(&list).unwrap()
 }
 
+/// As `kubectl get -o yaml` writes it (go-yaml): sequences at their key's indentation, long
+/// plain strings wrapped over lines, quoted numbers and booleans, literal blocks.
+const KUBECTL_DUMP: &str = r#"apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {"apiVersion":"v1","kind":"Node","metadata":{"annotations":{},"name":"n1"}}
+      node.alpha.kubernetes.io/ttl: "0"
+    creationTimestamp: "2026-11-01T08:00:00Z"
+    labels:
+      beta.kubernetes.io/arch: amd64
+      feature.node.kubernetes.io/cpu-cpuid.AVX512F: "true"
+      kubernetes.io/hostname: n1
+    name: n1
+    resourceVersion: "4711"
+  spec:
+    podCIDR: 10.244.0.0/24
+    taints:
+    - effect: NoSchedule
+      key: dedicated
+      timeAdded: "2026-11-01T08:00:00Z"
+      value: gpu
+  status:
+    allocatable:
+      cpu: "8"
+      hugepages-1Gi: 2Gi
+      memory: 16318412Ki
+      nvidia.com/gpu: "2"
+      pods: "110"
+    conditions:
+    - lastHeartbeatTime: "2026-11-24T10:00:00Z"
+      message: kubelet is posting ready status. AppArmor enabled, and this message is long
+        enough that go-yaml wraps it over two lines
+      reason: KubeletReady
+      status: "True"
+      type: Ready
+    daemonEndpoints:
+      kubeletEndpoint:
+        Port: 10250
+    images:
+    - names:
+      - registry.k8s.io/pause@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097
+      - registry.k8s.io/pause:3.10
+      sizeBytes: 320368
+    nodeInfo:
+      architecture: amd64
+      kubeProxyVersion: ""
+- apiVersion: topology.node.k8s.io/v1alpha2
+  attributes:
+  - name: topologyManagerPolicy
+    value: single-numa-node
+  kind: NodeResourceTopology
+  metadata:
+    name: n1
+  topologyPolicies:
+  - SingleNUMANodeContainerLevel
+  zones:
+  - costs:
+    - name: node-0
+      value: 10
+    name: node-0
+    resources:
+    - allocatable: "4"
+      available: "3"
+      capacity: "4"
+      name: cpu
+    type: Node
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: p
+    namespace: default
+  spec:
+    containers:
+    - args:
+      - --flag="quoted value"
+      - 'it''s'
+      image: registry.example.com/app:v1
+      name: app
+      resources:
+        limits:
+          cpu: "1"
+        requests:
+          cpu: "1"
+    nodeName: n1
+    priority: 0
+  status:
+    phase: Running
+kind: List
+metadata:
+  resourceVersion: ""
+"#;
+
+#[test]
+fn a_kubectl_dump_reads_fast() {
+    assert_reads_as_saphyr(KUBECTL_DUMP);
+    let docs = assert_decodes_as_saphyr(KUBECTL_DUMP);
+    let inputs = &docs.objects.inputs;
+    assert_eq!(
+        (inputs.nodes.len(), inputs.nrts.len(), inputs.pods.len()),
+        (1, 1, 1)
+    );
+    let node = &inputs.nodes[0];
+    assert_eq!(
+        node.status.as_ref().unwrap().allocatable.as_ref().unwrap()["cpu"].0,
+        "8"
+    );
+    assert_eq!(
+        node.metadata.labels.as_ref().unwrap()["feature.node.kubernetes.io/cpu-cpuid.AVX512F"],
+        "true"
+    );
+}
+
 #[test]
 fn a_dump_written_as_the_bench_writes_it_reads_fast() {
     let text = bench_like_dump(20);
@@ -228,6 +344,9 @@ const EDGE_DOCUMENTS: &[&str] = &[
     "[]\n---\n{}\n",
     // Comments and blank lines.
     "# head\na: 1 \n\n  # indented comment\nb:\n  # inside\n  c: 2\n# between\n\nd:\n- 1\n# in a list\n- 2\n",
+    // Colons and hashes inside long plain scalars and keys.
+    "a_key_longer_than_eight_bytes: http://registry.example.com:5000/a/b@sha256:0123456789abcdef#frag\n\
+     another.long/key-with:colon_inside: value-with-#-and-:-inside\n",
     // Unicode.
     "name: héllo wörld ✓ 日本\n'ключ': \"значение\"\n",
 ];
@@ -345,6 +464,18 @@ fn outside_the_subset() -> Vec<(&'static str, String)> {
         ("a complex key", "kind: Node\n? metadata\n: name: a\n"),
         ("a directive", "%YAML 1.2\n---\nkind: Node\n"),
         ("a tab", "kind: Node\nmetadata:\n\tname: a\n"),
+        (
+            "a tab inside a long line",
+            "kind: Node\nmetadata:\n  name: abcdefghijklmnop\tqrstuvwxyz0123\n",
+        ),
+        (
+            "a control character",
+            "kind: Node\nmetadata:\n  name: 'abcdefghijklmnopqrstuvwxyz\u{1}0123'\n",
+        ),
+        (
+            "a line separator",
+            "kind: Node\nmetadata:\n  name: abcdefghijklmnop\u{2028}qrstuvwxyz0123\n",
+        ),
         ("a comment after a value", "kind: Node # the kind\n"),
         (
             "a sequence on the line of its key",
