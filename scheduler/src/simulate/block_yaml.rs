@@ -115,6 +115,17 @@ enum Node<'de> {
     EmptySeq,
 }
 
+/// Where the reading of a block collection stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// At its first entry.
+    First,
+    /// After an entry.
+    More,
+    /// Past its end.
+    Done,
+}
+
 /// Where a value starts.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ctx {
@@ -478,8 +489,7 @@ impl<'de> Parser<'de> {
             return Err(self.bail("a long key"));
         }
         let s = match self.at(start) {
-            b'"' => self.double_quoted(0)?,
-            b'\'' => self.single_quoted(0)?,
+            b'"' | b'\'' => self.quoted(0)?,
             c => {
                 if is_indicator(c) || (c == b'-' && self.at(start + 1) == b' ') {
                     return Err(self.bail("a key starting with an indicator"));
@@ -502,8 +512,7 @@ impl<'de> Parser<'de> {
     /// it (continuation lines are indented more). Leaves `pos` at the next line.
     fn inline_scalar(&mut self, n: isize) -> Result<Scalar<'de>> {
         let s = match self.at(self.pos) {
-            b'"' => self.double_quoted(n)?,
-            b'\'' => self.single_quoted(n)?,
+            b'"' | b'\'' => self.quoted(n)?,
             b'|' | b'>' => return self.block_scalar(n),
             _ => return self.plain(n),
         };
@@ -604,27 +613,35 @@ impl<'de> Parser<'de> {
         }
     }
 
-    fn single_quoted(&mut self, n: isize) -> Result<Scalar<'de>> {
+    /// A single- or double-quoted scalar at `pos`; `n`: the indentation its continuation
+    /// lines must exceed. Leaves `pos` after the closing quote.
+    fn quoted(&mut self, n: isize) -> Result<Scalar<'de>> {
         let open = self.pos;
-        // A single line without `''`: borrowed.
+        let q = self.b[open];
+        let double = q == b'"';
+        // The special bytes: the quote, and a backslash in double quotes.
+        let escape = if double { b'\\' } else { q };
+        // A single line without escapes: borrowed.
         let end = self.line_end(open + 1);
-        if let Some(q) = self.b[open + 1..end].iter().position(|&c| c == b'\'')
-            && self.at(open + 1 + q + 1) != b'\''
+        if let Some(k) = self.b[open + 1..end].iter().position(|&c| c == q || c == escape)
+            && self.b[open + 1 + k] == q
+            && (double || self.at(open + 2 + k) != q)
         {
-            self.pos = open + 2 + q;
+            self.pos = open + 2 + k;
             return Ok(Scalar {
-                text: Cow::Borrowed(&self.text[open + 1..open + 1 + q]),
+                text: Cow::Borrowed(&self.text[open + 1..open + 1 + k]),
                 plain: false,
             });
         }
         let mut out = String::new();
+        // Spaces are held back until it is known they do not end a line (then they go).
         let mut spaces = 0;
         self.pos = open + 1;
         loop {
             let rest = &self.b[self.pos..];
             let run = rest
                 .iter()
-                .position(|&c| matches!(c, b'\'' | b'\n' | b' '))
+                .position(|&c| c == q || c == escape || c == b'\n' || c == b' ')
                 .ok_or_else(|| self.bail("an unclosed quoted scalar"))?;
             if run > 0 {
                 out.extend(std::iter::repeat_n(' ', spaces));
@@ -632,94 +649,36 @@ impl<'de> Parser<'de> {
                 out.push_str(&self.text[self.pos..self.pos + run]);
                 self.pos += run;
             }
-            match self.b[self.pos] {
-                b'\'' if self.at(self.pos + 1) == b'\'' => {
-                    out.extend(std::iter::repeat_n(' ', spaces));
-                    spaces = 0;
-                    out.push('\'');
-                    self.pos += 2;
-                }
-                b'\'' => {
-                    out.extend(std::iter::repeat_n(' ', spaces));
-                    self.pos += 1;
-                    return Ok(Scalar {
-                        text: Cow::Owned(out),
-                        plain: false,
-                    });
-                }
-                b' ' => {
-                    spaces += 1;
-                    self.pos += 1;
-                }
-                _ => {
-                    spaces = 0;
-                    let empty = self.fold_break(n)?;
-                    if empty == 0 {
-                        out.push(' ');
-                    } else {
-                        out.extend(std::iter::repeat_n('\n', empty));
-                    }
-                }
+            let c = self.b[self.pos];
+            if c == b' ' {
+                spaces += 1;
+                self.pos += 1;
+                continue;
             }
-        }
-    }
-
-    fn double_quoted(&mut self, n: isize) -> Result<Scalar<'de>> {
-        let open = self.pos;
-        let end = self.line_end(open + 1);
-        if let Some(q) = self.b[open + 1..end]
-            .iter()
-            .position(|&c| matches!(c, b'"' | b'\\'))
-            && self.b[open + 1 + q] == b'"'
-        {
-            self.pos = open + 2 + q;
-            return Ok(Scalar {
-                text: Cow::Borrowed(&self.text[open + 1..open + 1 + q]),
-                plain: false,
-            });
-        }
-        let mut out = String::new();
-        let mut spaces = 0;
-        self.pos = open + 1;
-        loop {
-            let rest = &self.b[self.pos..];
-            let run = rest
-                .iter()
-                .position(|&c| matches!(c, b'"' | b'\\' | b'\n' | b' '))
-                .ok_or_else(|| self.bail("an unclosed quoted scalar"))?;
-            if run > 0 {
-                out.extend(std::iter::repeat_n(' ', spaces));
+            if c == b'\n' {
+                // Spaces before a line break go; the break folds.
                 spaces = 0;
-                out.push_str(&self.text[self.pos..self.pos + run]);
-                self.pos += run;
+                let empty = self.fold_break(n)?;
+                if empty == 0 {
+                    out.push(' ');
+                } else {
+                    out.extend(std::iter::repeat_n('\n', empty));
+                }
+                continue;
             }
-            match self.b[self.pos] {
-                b'"' => {
-                    out.extend(std::iter::repeat_n(' ', spaces));
-                    self.pos += 1;
-                    return Ok(Scalar {
-                        text: Cow::Owned(out),
-                        plain: false,
-                    });
-                }
-                b' ' => {
-                    spaces += 1;
-                    self.pos += 1;
-                }
-                b'\n' => {
-                    spaces = 0;
-                    let empty = self.fold_break(n)?;
-                    if empty == 0 {
-                        out.push(' ');
-                    } else {
-                        out.extend(std::iter::repeat_n('\n', empty));
-                    }
-                }
-                _ => {
-                    out.extend(std::iter::repeat_n(' ', spaces));
-                    spaces = 0;
-                    self.escape(&mut out, n)?;
-                }
+            out.extend(std::iter::repeat_n(' ', spaces));
+            spaces = 0;
+            if c == q && !double && self.at(self.pos + 1) == q {
+                out.push('\'');
+                self.pos += 2;
+            } else if c == q {
+                self.pos += 1;
+                return Ok(Scalar {
+                    text: Cow::Owned(out),
+                    plain: false,
+                });
+            } else {
+                self.escape(&mut out, n)?;
             }
         }
     }
@@ -899,6 +858,34 @@ impl<'de> Parser<'de> {
         })
     }
 
+    /// Moves to the next entry of the block collection at `indent`: a key, or for a sequence
+    /// (`items`: whether it is compact) a dash. A line at `indent` without a dash ends a
+    /// compact sequence (its key's mapping goes on).
+    fn next_entry(&mut self, walk: &mut Walk, indent: usize, items: Option<bool>) -> Result<bool> {
+        match *walk {
+            Walk::Done => return Ok(false),
+            Walk::First => {
+                *walk = Walk::More;
+                return Ok(true);
+            }
+            Walk::More => {}
+        }
+        match self.next_content()? {
+            Some(i) if i == indent && (items.is_none() || self.dash(self.pos + i)) => {
+                self.pos += i;
+                Ok(true)
+            }
+            Some(i) if i > indent || (i == indent && items == Some(false)) => {
+                self.pos += i;
+                Err(self.bail("unexpected indentation in a block collection"))
+            }
+            _ => {
+                *walk = Walk::Done;
+                Ok(false)
+            }
+        }
+    }
+
     fn enter(&mut self) -> Result<()> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -913,13 +900,12 @@ impl<'de> Parser<'de> {
         let mut access = BlockMap {
             p: &mut *self,
             indent,
-            first: true,
-            done: false,
+            walk: Walk::First,
             base,
             set: None,
         };
         let value = visitor.visit_map(&mut access)?;
-        if !access.done && access.next_line()? {
+        if access.p.next_entry(&mut access.walk, indent, None)? {
             return Err(self.bail("a mapping not read to its end"));
         }
         self.keys.truncate(base);
@@ -933,11 +919,10 @@ impl<'de> Parser<'de> {
             p: &mut *self,
             indent,
             compact,
-            first: true,
-            done: false,
+            walk: Walk::First,
         };
         let value = visitor.visit_seq(&mut access)?;
-        if !access.done && access.next_line()? {
+        if access.p.next_entry(&mut access.walk, indent, Some(compact))? {
             return Err(self.bail("a sequence not read to its end"));
         }
         self.depth -= 1;
@@ -1013,44 +998,16 @@ fn is_indicator(c: u8) -> bool {
 struct BlockMap<'a, 'de> {
     p: &'a mut Parser<'de>,
     indent: usize,
-    first: bool,
-    done: bool,
+    walk: Walk,
     base: usize,
     set: Option<HashSet<Cow<'de, str>>>,
-}
-
-impl BlockMap<'_, '_> {
-    /// Moves to the next key, if the mapping has one.
-    fn next_line(&mut self) -> Result<bool> {
-        if self.done {
-            return Ok(false);
-        }
-        if self.first {
-            self.first = false;
-            return Ok(true);
-        }
-        match self.p.next_content()? {
-            Some(i) if i == self.indent => {
-                self.p.pos += i;
-                Ok(true)
-            }
-            Some(i) if i > self.indent => {
-                self.p.pos += i;
-                Err(self.p.bail("unexpected indentation in a mapping"))
-            }
-            _ => {
-                self.done = true;
-                Ok(false)
-            }
-        }
-    }
 }
 
 impl<'de> MapAccess<'de> for BlockMap<'_, 'de> {
     type Error = BlockYamlError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        if !self.next_line()? {
+        if !self.p.next_entry(&mut self.walk, self.indent, None)? {
             return Ok(None);
         }
         if self.p.dash(self.p.pos) {
@@ -1092,42 +1049,17 @@ struct BlockSeq<'a, 'de> {
     p: &'a mut Parser<'de>,
     indent: usize,
     compact: bool,
-    first: bool,
-    done: bool,
-}
-
-impl BlockSeq<'_, '_> {
-    /// Moves to the next item's dash, if the sequence has one.
-    fn next_line(&mut self) -> Result<bool> {
-        if self.done {
-            return Ok(false);
-        }
-        if self.first {
-            self.first = false;
-            return Ok(true);
-        }
-        match self.p.next_content()? {
-            Some(i) if i == self.indent && self.p.dash(self.p.pos + i) => {
-                self.p.pos += i;
-                Ok(true)
-            }
-            Some(i) if i > self.indent || (i == self.indent && !self.compact) => {
-                self.p.pos += i;
-                Err(self.p.bail("unexpected indentation in a sequence"))
-            }
-            _ => {
-                self.done = true;
-                Ok(false)
-            }
-        }
-    }
+    walk: Walk,
 }
 
 impl<'de> SeqAccess<'de> for BlockSeq<'_, 'de> {
     type Error = BlockYamlError;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
-        if !self.next_line()? {
+        if !self
+            .p
+            .next_entry(&mut self.walk, self.indent, Some(self.compact))?
+        {
             return Ok(None);
         }
         self.p.pos += 1; // the dash
@@ -1203,6 +1135,17 @@ impl<'de> Deserializer<'de> for ValueDe<'_, 'de> {
         deserialize_enum(name: &'static str, variants: &'static [&'static str]),
         deserialize_identifier(), deserialize_ignored_any(),
     }
+}
+
+/// Integer methods: the scalar's text, parsed as serde-saphyr parses it whatever its style.
+macro_rules! integers {
+    ($($method:ident $visit:ident $parse:ident $what:literal),* $(,)?) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+                visitor.$visit(self.$parse($what)?)
+            }
+        )*
+    };
 }
 
 /// A parsed node (a scalar, or the start of a collection).
@@ -1310,44 +1253,12 @@ impl<'de> Deserializer<'de> for NodeDe<'_, 'de> {
         visitor.visit_bool(b)
     }
 
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i8(self.int("i8")?)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i16(self.int("i16")?)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i32(self.int("i32")?)
-    }
-
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i64(self.int("i64")?)
-    }
-
-    fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_i128(self.int("i128")?)
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u8(self.uint("u8")?)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u16(self.uint("u16")?)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u32(self.uint("u32")?)
-    }
-
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u64(self.uint("u64")?)
-    }
-
-    fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_u128(self.uint("u128")?)
+    integers! {
+        deserialize_i8 visit_i8 int "i8", deserialize_i16 visit_i16 int "i16",
+        deserialize_i32 visit_i32 int "i32", deserialize_i64 visit_i64 int "i64",
+        deserialize_i128 visit_i128 int "i128", deserialize_u8 visit_u8 uint "u8",
+        deserialize_u16 visit_u16 uint "u16", deserialize_u32 visit_u32 uint "u32",
+        deserialize_u64 visit_u64 uint "u64", deserialize_u128 visit_u128 uint "u128",
     }
 
     fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {

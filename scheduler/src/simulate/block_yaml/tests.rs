@@ -105,14 +105,16 @@ fn bench_like_dump(nodes: usize) -> String {
     let mut items = Vec::new();
     for i in 0..nodes {
         let name = format!("node-{i:05}");
-        let images: Vec<Value> = (0..5)
-            .map(|k| {
-                json!({"names": [
-                    format!("registry.example.com/team-{k}/service@sha256:{:064x}", k * 7919 + i),
-                    format!("registry.example.com/team-{k}/service:v1.{k}.{}", i % 10)],
-                    "sizeBytes": 10_000_000 + k * 123_457})
-            })
-            .collect();
+        // Image lists: digests and tags, the bulk of a real dump.
+        let image = |k: usize| {
+            let repo = format!("registry.example.com/team-{k}/service");
+            let names = [
+                format!("{repo}@sha256:{:064x}", k * 7919 + i),
+                format!("{repo}:v1.{k}"),
+            ];
+            json!({"names": names, "sizeBytes": 10_000_000 + k * 123_457})
+        };
+        let images: Vec<Value> = (0..5).map(image).collect();
         let amounts = json!({"cpu": "128", "memory": "512Gi", "hugepages-1Gi": "64Gi", "pods": "250",
             "nvidia.com/gpu": "8", "ephemeral-storage": "937234648Ki"});
         items.push(json!({"apiVersion": "v1", "kind": "Node",
