@@ -69,6 +69,7 @@ pub enum SimulateError {
 
 pub use crate::config_file::{ConfigFile, ResourceWeight, ScoringStrategyFile};
 
+mod block_yaml;
 mod read;
 
 /// Input objects, by kind.
@@ -223,6 +224,15 @@ fn decode(text: &str, path: &str) -> Result<read::Documents, SimulateError> {
             docs.extend([doc]);
         }
         return Ok(docs);
+    }
+    // The block-style subset kubectl and serde-saphyr write is read fast; anything else, and
+    // any failure, is read again from the start by serde-saphyr, whose results and errors stand.
+    match block_yaml::from_str_multiple::<read::YamlDocument, read::Documents>(text) {
+        Ok(docs) => {
+            tracing::debug!(path, "read with the block-YAML reader");
+            return Ok(docs);
+        }
+        Err(e) => tracing::debug!(path, "block-YAML reader: {e}; reading with serde-saphyr"),
     }
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(yaml_budget(text.len()));

@@ -457,7 +457,7 @@ pub(super) fn node<'de, D: Deserializer<'de>>(object: D) -> Result<Node, D::Erro
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use serde_json::{Value, json};
@@ -506,7 +506,7 @@ mod tests {
         inputs
     }
 
-    fn assert_same(a: &Inputs, b: &Inputs) {
+    pub(in crate::simulate) fn assert_same(a: &Inputs, b: &Inputs) {
         assert_eq!(a.nodes, b.nodes);
         assert_eq!(a.nrts, b.nrts);
         assert_eq!(a.pods, b.pods);
