@@ -126,7 +126,11 @@ async fn says_the_crd_is_missing_schedules_anyway_and_picks_it_up() {
     );
     let body = nrt::single_numa_node(json!({"name": "n0"}), &[], vec![zone]);
     nrt::apply(target.client(), "e2e", body).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The NRT watch starts once the CRD is seen: the node counts as valid once it has read it.
+    sched
+        .wait_until("numaplane_scheduler_nodes{state=valid} == 1", WAIT)
+        .await
+        .unwrap();
     create_pod(&pods, "after-crd").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pod = pods.get("after-crd").await.unwrap();
