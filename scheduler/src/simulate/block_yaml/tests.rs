@@ -631,3 +631,73 @@ fn random_values_written_by_serde_saphyr_read_the_same() {
         refused.len()
     );
 }
+
+/// Input a user may hand over broken (a truncated dump, a bad edit): every corruption of valid
+/// documents is either refused or read exactly as serde-saphyr reads it, and never panics the
+/// reader (slicing at a cut multi-byte character, an index past the end).
+#[test]
+fn corrupted_documents_are_refused_or_read_as_serde_saphyr_reads_them() {
+    let mut rng = StdRng::seed_from_u64(0xC0_44_u64);
+    let sources: Vec<String> = [KUBECTL_DUMP.to_owned(), bench_like_dump(2)]
+        .into_iter()
+        .chain(EDGE_DOCUMENTS.iter().map(|d| (*d).to_owned()))
+        .collect();
+    let pieces = [
+        " ",
+        "  ",
+        "\n",
+        "\n- ",
+        ": ",
+        "-",
+        "'",
+        "\"",
+        "\\",
+        "|",
+        ">",
+        "#",
+        "é",
+        "ü\n",
+        "{}",
+        "[]",
+        "---\n",
+        "...",
+        "\t",
+        "key: value\n",
+        "  - a\n",
+    ];
+    let mut read = 0;
+    for _ in 0..4000 {
+        let mut text = sources[rng.random_range(0..sources.len())].clone();
+        for _ in 0..rng.random_range(1..4) {
+            let boundaries: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+            let at = boundaries[rng.random_range(0..boundaries.len())];
+            match rng.random_range(0..3) {
+                // Cut here (a truncated file).
+                0 => text.truncate(at),
+                // Delete a stretch.
+                1 => {
+                    let to = boundaries
+                        .iter()
+                        .copied()
+                        .filter(|&b| b >= at)
+                        .nth(rng.random_range(0..8))
+                        .unwrap_or(at);
+                    text.replace_range(at..to, "");
+                }
+                // Insert a piece.
+                _ => text.insert_str(at, pieces[rng.random_range(0..pieces.len())]),
+            }
+        }
+        let fast = std::panic::catch_unwind(|| fast_values(&text))
+            .unwrap_or_else(|_| panic!("the reader panicked on:\n{text}"));
+        if let Ok(fast) = fast {
+            read += 1;
+            match saphyr_values(&text) {
+                Ok(slow) => assert_eq!(fast, slow, "{text}"),
+                Err(e) => panic!("read {fast:?} where serde-saphyr fails ({e}):\n{text}"),
+            }
+        }
+    }
+    // Many corruptions still leave valid YAML: the comparison above is exercised.
+    assert!(read > 400, "only {read} corrupted texts were read");
+}
