@@ -163,10 +163,7 @@ impl Cluster {
                 // Without alignment the allocation adds nothing to the score, so the order
                 // below would try the plain path's best node first: try it directly, and
                 // build the order only when the claims do not fit there.
-                let best = self.with_cache(|shapes| match shapes {
-                    Some(shapes) => self.best_cached(cfg, prepared, shapes),
-                    None => self.best_uncached(cfg, prepared),
-                });
+                let best = self.best_node(cfg, prepared);
                 if let Some((slot, score)) = best
                     && let Some(Some(n)) = self.slots.get(slot)
                 {

@@ -200,10 +200,7 @@ impl Cluster {
             return d;
         }
         if !explain {
-            let best = self.with_cache(|shapes| match shapes {
-                Some(shapes) => self.best_cached(cfg, prepared, shapes),
-                None => self.best_uncached(cfg, prepared),
-            });
+            let best = self.best_node(cfg, prepared);
             let chosen =
                 best.and_then(|(slot, score)| Some((self.slots[slot].as_ref()?.name.clone(), score)));
             let Some((node, score)) = chosen else {

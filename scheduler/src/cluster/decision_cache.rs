@@ -136,6 +136,15 @@ impl Cluster {
         best
     }
 
+    /// The best node's slot and score: from the verdict cache, or without it when another
+    /// thread holds it.
+    pub(super) fn best_node(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Option<(usize, i64)> {
+        self.with_cache(|shapes| match shapes {
+            Some(shapes) => self.best_cached(cfg, pod, shapes),
+            None => self.best_uncached(cfg, pod),
+        })
+    }
+
     /// Runs `f` with the verdict cache, or with `None` when another thread is using it.
     pub(super) fn with_cache<T>(&self, f: impl FnOnce(Option<&mut Shapes>) -> T) -> T {
         match self.verdicts.0.try_lock() {
