@@ -32,6 +32,23 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
+
+/// The two halves of the allocation on a node.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Find devices; a failure may be left unexplained.
+    Search,
+    /// Say why a search found nothing.
+    Explain,
+}
+
+/// The allocations on a node and the score their alignment adds, or why not (`None`: not
+/// said yet).
+type Attempt = Result<(Vec<ClaimAllocation>, i64), Option<NotHere>>;
+
+/// Every node with what the search found there, if it was tried: a decision where no node
+/// fits explains each node without searching it again.
+type Tried<'n> = Vec<(&'n NodeBasics, Option<Attempt>)>;
 const NUMA_CATEGORY: &str =
     "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
 
@@ -146,6 +163,7 @@ impl Cluster {
         let key = pod.key();
         let share = |c: usize, r: usize| share_id(&key, c, r);
         let cons = self.constraints.prepare(&pod.facts, || self.nodes().collect());
+        let mut tried: Tried<'_> = self.nodes().map(|n| (n, None)).collect();
         if !explain && cons.is_none() {
             // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
             // tried, down to the first where the claims fit.
@@ -167,7 +185,7 @@ impl Cluster {
                 if let Some((slot, score)) = best
                     && let Some(Some(n)) = self.slots.get(slot)
                 {
-                    match self.allocate_claims(cfg, prepared, &resolved, n, &share) {
+                    match self.try_claims(cfg, prepared, &resolved, n, &share, Step::Search) {
                         Ok(Ok((claims, bonus))) => {
                             return (
                                 self.decision_on(prepared, n.name.clone(), score.saturating_add(bonus)),
@@ -181,7 +199,6 @@ impl Cluster {
                 }
             }
             let scores = self.cached_scores(cfg, prepared);
-            let nodes: Vec<&NodeBasics> = self.nodes().collect();
             // Looked up only when alignment can add to the score: a topology lookup per node
             // per pod was most of a DRA pod's decision time.
             let potential = |n: &NodeBasics| {
@@ -198,7 +215,7 @@ impl Cluster {
                 .enumerate()
                 .filter_map(|(i, s)| {
                     let s = (*s)?;
-                    let bound = s.saturating_add(nodes.get(i).map_or(0, |n| potential(n)));
+                    let bound = s.saturating_add(tried.get(i).map_or(0, |(n, _)| potential(n)));
                     Some((bound, std::cmp::Reverse(i), s))
                 })
                 .collect();
@@ -209,8 +226,8 @@ impl Cluster {
                 {
                     break;
                 }
-                let Some(n) = nodes.get(i) else { continue };
-                match self.allocate_claims(cfg, prepared, &resolved, n, &share) {
+                let Some(&(n, _)) = tried.get(i) else { continue };
+                match self.try_claims(cfg, prepared, &resolved, n, &share, Step::Search) {
                     Ok(Ok((claims, bonus))) => {
                         let total = score.saturating_add(bonus);
                         if best
@@ -220,13 +237,17 @@ impl Cluster {
                             best = Some((total, i, claims));
                         }
                     }
-                    Ok(Err(_)) => {}
+                    Ok(Err(not_here)) => {
+                        if let Some((_, slot)) = tried.get_mut(i) {
+                            *slot = Some(Err(not_here));
+                        }
+                    }
                     Err(e) if e.is_node_error() => {}
                     Err(e) => return self.claims_failed(pod, n, e),
                 }
             }
             if let Some((total, i, claims)) = best
-                && let Some(n) = nodes.get(i)
+                && let Some(&(n, _)) = tried.get(i)
             {
                 return (
                     self.decision_on(prepared, n.name.clone(), total),
@@ -235,8 +256,7 @@ impl Cluster {
             }
             // No node fits: the explained decision says why.
         }
-        let nodes: Vec<&NodeBasics> = self.nodes().collect();
-        self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), &nodes, &share)
+        self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), tried, &share)
     }
 
     fn claims_explained(
@@ -245,16 +265,17 @@ impl Cluster {
         prepared: &PreparedPod<'_>,
         resolved: &ResolvedClaims<'_>,
         cons: Option<&crate::constraints::PodConstraints<'_>>,
-        nodes: &[&NodeBasics],
+        mut tried: Tried<'_>,
         share: &dyn Fn(usize, usize) -> String,
     ) -> (Decision, ClaimsOutcome) {
         let pod = prepared.spec;
+        let nodes: Vec<&NodeBasics> = tried.iter().map(|(n, _)| *n).collect();
         let mut verdicts: Vec<NodeVerdict> = nodes
             .iter()
             .map(|n| self.evaluate(cfg, prepared, n, true))
             .collect();
         if let Some(cons) = cons {
-            for (v, n) in verdicts.iter_mut().zip(nodes) {
+            for (v, n) in verdicts.iter_mut().zip(&nodes) {
                 if v.feasible
                     && let Some(f) = cons.check(n)
                 {
@@ -267,11 +288,17 @@ impl Cluster {
             }
         }
         let mut allocations: Vec<Option<Vec<ClaimAllocation>>> = vec![None; nodes.len()];
-        for (i, (v, n)) in verdicts.iter_mut().zip(nodes).enumerate() {
+        for (i, (v, n)) in verdicts.iter_mut().zip(&nodes).enumerate() {
             if !v.feasible {
                 continue;
             }
-            match self.allocate_claims(cfg, prepared, resolved, n, share) {
+            let attempt = match tried.get_mut(i).and_then(|(_, a)| a.take()) {
+                Some(Ok(found)) => Ok(Ok(found)),
+                Some(Err(Some(not_here))) => Ok(Err(not_here)),
+                Some(Err(None)) => self.why_no_claims(cfg, prepared, resolved, n, share),
+                None => self.allocate_claims(cfg, prepared, resolved, n, share),
+            };
+            match attempt {
                 Ok(Ok((claims, bonus))) => {
                     allocations[i] = Some(claims);
                     v.score = v.score.map(|s| s.saturating_add(bonus));
@@ -303,7 +330,7 @@ impl Cluster {
         if let Some(cons) = cons {
             let feasible: Vec<usize> = (0..verdicts.len()).filter(|&i| verdicts[i].feasible).collect();
             let feasible_nodes: Vec<&NodeBasics> = feasible.iter().map(|&i| nodes[i]).collect();
-            for (&i, extra) in feasible.iter().zip(cons.scores(&feasible_nodes, nodes)) {
+            for (&i, extra) in feasible.iter().zip(cons.scores(&feasible_nodes, &nodes)) {
                 verdicts[i].score = verdicts[i].score.map(|s| s.saturating_add(extra));
             }
         }
@@ -342,6 +369,45 @@ impl Cluster {
         n: &NodeBasics,
         share: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
+        match self.try_claims(cfg, prepared, resolved, n, share, Step::Search)? {
+            Ok(found) => Ok(Ok(found)),
+            Err(Some(not_here)) => Ok(Err(not_here)),
+            Err(None) => self.why_no_claims(cfg, prepared, resolved, n, share),
+        }
+    }
+
+    /// Why [`Self::try_claims`] found nothing on `n` (or, where nothing is required, the
+    /// unaligned allocation it gets after all).
+    fn why_no_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        n: &NodeBasics,
+        share: &dyn Fn(usize, usize) -> String,
+    ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
+        match self.try_claims(cfg, prepared, resolved, n, share, Step::Explain)? {
+            Ok(found) => Ok(Ok(found)),
+            Err(Some(not_here)) => Ok(Err(not_here)),
+            // Explain always says why.
+            Err(None) => Ok(Err(NotHere {
+                reason: CATEGORY.to_owned(),
+                alignment: false,
+            })),
+        }
+    }
+
+    /// One step of the allocation on `n`: the search (`Err(None)` when it fails and saying why
+    /// would take more searches), or the explanation after a failed search.
+    fn try_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        n: &NodeBasics,
+        share: &dyn Fn(usize, usize) -> String,
+        step: Step,
+    ) -> Result<Attempt, DraError> {
         let pod = prepared.spec;
         let names_claims = pod
             .init_containers
@@ -353,9 +419,11 @@ impl Cluster {
                 .dra
                 .allocate_on(resolved, &n.name, &n.labels, share)?
                 .map(|c| (c, 0))
-                .map_err(|reason| NotHere {
-                    reason,
-                    alignment: false,
+                .map_err(|reason| {
+                    Some(NotHere {
+                        reason,
+                        alignment: false,
+                    })
                 }))
         };
         let topo = match self.topology(&n.name) {
@@ -377,11 +445,15 @@ impl Cluster {
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };
-        let (mut claims, quality) =
-            match numa::allocate_aligned(&self.dra, resolved, (&n.name, &n.labels), share, &ctx)? {
-                Ok(found) => found,
-                Err(not_here) => return Ok(Err(not_here)),
-            };
+        let on = (n.name.as_str(), &n.labels);
+        let found = match step {
+            Step::Search => numa::search_aligned(&self.dra, resolved, on, share, &ctx)?.ok_or(None),
+            Step::Explain => numa::explain_not_aligned(&self.dra, resolved, on, share, &ctx)?.map_err(Some),
+        };
+        let (mut claims, quality) = match found {
+            Ok(found) => found,
+            Err(not_here) => return Ok(Err(not_here)),
+        };
         // Under Ignore the report still shows where the devices landed.
         let shown = if mode == DraNumaAlignment::Ignore {
             numa::targets(DraNumaAlignment::Preferred, strict, &containers)

@@ -323,64 +323,124 @@ pub fn allocate_aligned(
     share_ids: &dyn Fn(usize, usize) -> String,
     numa: &NodeNuma<'_>,
 ) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
+    if let Some(found) = search_aligned(state, claims, node, share_ids, numa)? {
+        return Ok(Ok(found));
+    }
+    explain_not_aligned(state, claims, node, share_ids, numa)
+}
+
+/// The search of [`allocate_aligned`] without the explanation of a failure (`None`), which
+/// takes more searches: a decision needs it only when no node fits.
+pub fn search_aligned(
+    state: &DraState,
+    claims: &ResolvedClaims<'_>,
+    node: (&str, &std::collections::BTreeMap<String, String>),
+    share_ids: &dyn Fn(usize, usize) -> String,
+    numa: &NodeNuma<'_>,
+) -> Result<Option<(Vec<ClaimAllocation>, Quality)>, DraError> {
     let (name, labels) = node;
     if numa.targets.is_empty() {
         return Ok(state
             .allocate_on(claims, name, labels, share_ids)?
-            .map(|c| (c, Quality::Unconstrained))
-            .map_err(NotHere::upstream));
+            .ok()
+            .map(|c| (c, Quality::Unconstrained)));
     }
     let names = pod_names_of_pending(claims);
-    let filter_for = |level: Fit, only: Option<usize>| {
+    // Levels a device the search was refused would be allowed at: when none of the devices a
+    // failed search was refused opens up at the next level, the search there makes the same
+    // calls with the same answers (it is deterministic), so it fails the same way.
+    let opens_at = std::cell::Cell::new([false; LEVELS.len()]);
+    let filter = |level: Fit| {
         let names = &names;
+        let opens_at = &opens_at;
         move |c: usize, request: &str, driver: &str, device: &Device| -> bool {
             let Some(pod_names) = names.get(c) else {
                 return true;
             };
             let mut nodes: Option<Option<Vec<u32>>> = None;
-            for (ti, t) in numa.targets.iter().enumerate() {
-                if only.is_some_and(|o| o != ti)
-                    || !pod_names.contains(&t.claim.as_str())
-                    || t.request.as_deref().is_some_and(|r| r != request)
-                {
-                    continue;
-                }
+            let mut verdicts = [true; LEVELS.len()];
+            for t in numa.targets.iter().filter(|t| {
+                pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|r| r == request)
+            }) {
                 let d = nodes.get_or_insert_with(|| numa.device_nodes(driver, device));
-                if !allowed(fit(d.as_deref(), &t.nodes), t.required, level) {
-                    return false;
+                let f = fit(d.as_deref(), &t.nodes);
+                for (v, l) in verdicts.iter_mut().zip(LEVELS) {
+                    *v &= allowed(f, t.required, l);
                 }
             }
-            true
+            let here = LEVELS.iter().position(|&l| l == level).unwrap_or(0);
+            let ok = verdicts.get(here).copied().unwrap_or(true);
+            if !ok {
+                let mut o = opens_at.get();
+                for (seen, v) in o.iter_mut().zip(verdicts) {
+                    *seen |= v;
+                }
+                opens_at.set(o);
+            }
+            ok
         }
     };
-    let any_required = numa.targets.iter().any(|t| t.required);
     let any_preferred = numa.targets.iter().any(|t| !t.required);
-    for level in LEVELS {
+    let mut searched = false;
+    for (i, level) in LEVELS.into_iter().enumerate() {
         if level == Fit::Misaligned && !any_preferred {
             // Same filter as the level before.
             break;
         }
-        let f = filter_for(level, None);
+        if searched && !opens_at.get().get(i).copied().unwrap_or(true) {
+            continue;
+        }
+        opens_at.set([false; LEVELS.len()]);
+        searched = true;
+        let f = filter(level);
         // An error here (a selector failing on a device upstream's search would not have
-        // reached) is not the pod's: only upstream's own search below decides errors.
+        // reached) is not the pod's: only upstream's own search decides errors.
         if let Ok(Ok(c)) = state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)) {
-            return Ok(Ok((c, Quality::Level(level))));
+            return Ok(Some((c, Quality::Level(level))));
         }
     }
+    Ok(None)
+}
+
+/// Why [`search_aligned`] found nothing on the node: upstream's own search fails there, or
+/// (with a reason naming the claim) only a NUMA requirement does. An upstream error is the
+/// pod's. A node where upstream's search succeeds and nothing is required gets that
+/// allocation, unaligned.
+pub fn explain_not_aligned(
+    state: &DraState,
+    claims: &ResolvedClaims<'_>,
+    node: (&str, &std::collections::BTreeMap<String, String>),
+    share_ids: &dyn Fn(usize, usize) -> String,
+    numa: &NodeNuma<'_>,
+) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
+    let (name, labels) = node;
     let upstream = match state.allocate_on(claims, name, labels, share_ids)? {
         Err(reason) => return Ok(Err(NotHere::upstream(reason))),
         Ok(c) => c,
     };
-    if !any_required {
+    if numa.targets.is_empty() {
+        return Ok(Ok((upstream, Quality::Unconstrained)));
+    }
+    if !numa.targets.iter().any(|t| t.required) {
         return Ok(Ok((upstream, Quality::Level(Fit::Misaligned))));
     }
-    // Only the requirement fails.
+    // Only the requirement fails: which one alone cannot be met.
+    let names = pod_names_of_pending(claims);
     let aligned = |reason| NotHere {
         reason,
         alignment: true,
     };
-    for (ti, t) in numa.targets.iter().enumerate().filter(|(_, t)| t.required) {
-        let f = filter_for(Fit::NoNumaNode, Some(ti));
+    for t in numa.targets.iter().filter(|t| t.required) {
+        let f = |c: usize, request: &str, driver: &str, device: &Device| -> bool {
+            let Some(pod_names) = names.get(c) else {
+                return true;
+            };
+            if !pod_names.contains(&t.claim.as_str()) || t.request.as_deref().is_some_and(|r| r != request) {
+                return true;
+            }
+            let d = numa.device_nodes(driver, device);
+            allowed(fit(d.as_deref(), &t.nodes), true, Fit::NoNumaNode)
+        };
         if !matches!(
             state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)),
             Ok(Ok(_))
