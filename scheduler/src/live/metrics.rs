@@ -167,7 +167,7 @@ impl Metrics {
             status_patch_errors: r.family("status_patch_errors", "PodScheduled condition patches that could not be written"),
             nodes: r.family("nodes", "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)"),
             invalid_objects: r.family("invalid_objects", "Malformed objects seen by the index, by kind"),
-            dra_devices_numa_invalid: r.family("dra_devices_numa_invalid", "DRA devices in the ResourceSlices whose NUMA attribute (standard or driver-specific) is not a NUMA node id; they are allocated as devices without NUMA node"),
+            dra_devices_numa_invalid: r.family("dra_devices_numa_invalid", "DRA devices in the ResourceSlices whose NUMA attribute (standard or driver-specific) is not a NUMA node id, or whose pciBusID or pcieRoot is malformed; they are allocated as devices without NUMA node"),
             api_writes: r.family("api_writes", "API writes by kind (binding, event, status, volume, resourceclaim, resourceclaim_status, resourceclaim_read)"),
             writes_dropped: r.family("api_writes_dropped", "Low-priority writes (events, status) dropped to keep the request budget for bindings"),
             leader: r.family("leader", "1 while this replica holds the leader Lease"),
