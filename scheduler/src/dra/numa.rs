@@ -570,6 +570,17 @@ pub enum AlignmentStatus {
 }
 
 impl AlignmentStatus {
+    /// As metrics label it (the JSON name).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            AlignmentStatus::Aligned => "aligned",
+            AlignmentStatus::Misaligned => "misaligned",
+            AlignmentStatus::NoNumaNode => "no-numa-node",
+            AlignmentStatus::Split => "split",
+            AlignmentStatus::NotPredicted => "not-predicted",
+        }
+    }
+
     /// As the table prints it.
     pub fn label(self) -> &'static str {
         match self {
@@ -619,6 +630,36 @@ pub struct ClaimNuma {
     pub containers: Vec<ContainerNumaEntry>,
     /// The verdict.
     pub alignment: AlignmentStatus,
+}
+
+impl ClaimNuma {
+    /// `devices on NUMA node 0; containers app (cpu) on NUMA node 1`, for a log line or an
+    /// Event.
+    pub fn describe(&self) -> String {
+        let devices: BTreeSet<u32> = self
+            .devices
+            .iter()
+            .flat_map(|d| d.numa_nodes.iter().flatten().copied())
+            .collect();
+        let containers: Vec<String> = self
+            .containers
+            .iter()
+            .map(|c| {
+                let pinned = c.pinned.map(|p| format!(" ({p})")).unwrap_or_default();
+                let nodes = c
+                    .numa_nodes
+                    .as_deref()
+                    .map_or_else(|| "no predicted NUMA node".to_owned(), nodes_text);
+                format!("{}{pinned} on {nodes}", c.name)
+            })
+            .collect();
+        let devices = if devices.is_empty() {
+            "no NUMA node".to_owned()
+        } else {
+            nodes_text(&devices.into_iter().collect::<Vec<_>>())
+        };
+        format!("devices on {devices}; containers {}", containers.join(", "))
+    }
 }
 
 /// Annotates each claim allocation on node `node` with its devices' NUMA nodes and its

@@ -212,6 +212,29 @@ fn the_table_shows_devices_and_containers_numa_and_marks_misalignment() {
 }
 
 #[test]
+fn the_worked_example_in_the_docs_is_the_real_output() {
+    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/scheduler.md"))
+        .unwrap();
+    let command = "simulate --cluster examples/dra-numa/cluster.yaml --pods examples/dra-numa/pods.yaml\n```\n\n```text\n";
+    let start = doc.find(command).expect("the example's command and output block") + command.len();
+    let shown = &doc[start..];
+    let shown = &shown[..shown.find("```").unwrap()];
+    let real = render_table(&run(DraNumaAlignment::Required));
+    let lines = |t: &str| {
+        t.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lines(shown),
+        lines(&real),
+        "docs/scheduler.md shows:\n{shown}\nsimulate prints:\n{real}"
+    );
+}
+
+#[test]
 fn alignment_chooses_the_node_and_the_fast_path_agrees_with_the_explained_one() {
     // gpu-a keeps only gpu-0 (NUMA node 0, away from the CPUs); gpu-b is the example node.
     let one = std::fs::read_to_string(example("cluster.yaml")).unwrap();
