@@ -764,6 +764,12 @@ where
     /// What the request consumes of the device at `loc` if it fits (`None`: skip the device).
     fn capacity_fits(&self, r: &Request<'_>, loc: Loc) -> Option<capacity::Fit> {
         let (slice, device) = self.device(loc)?;
+        if device.capacity.as_ref().is_none_or(BTreeMap::is_empty) {
+            // Nothing consumed on it: no need for its ID.
+            return capacity::fit(r.capacity, None, &slice.spec.driver, None, None)
+                .ok()
+                .flatten();
+        }
         let id = self.id_of(loc)?;
         capacity::fit(
             r.capacity,

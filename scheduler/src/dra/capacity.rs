@@ -79,8 +79,14 @@ pub fn fit(
     consumed: Option<&Consumed>,
     allocating: Option<&Consumed>,
 ) -> Result<Option<Fit>, Unusable> {
-    let empty = BTreeMap::new();
-    let caps = resolve(capacity.unwrap_or(&empty), driver).ok_or(Unusable)?;
+    let Some(capacity) = capacity.filter(|c| !c.is_empty()) else {
+        // Most devices: nothing to consume, so a request that names a capacity does not fit.
+        let names_one = requested
+            .and_then(|r| r.requests.as_ref())
+            .is_some_and(|r| !r.is_empty());
+        return Ok((!names_one).then(|| (Consumed::new(), BTreeMap::new())));
+    };
+    let caps = resolve(capacity, driver).ok_or(Unusable)?;
     let mut requests: BTreeMap<String, Quantity> = BTreeMap::new();
     for (name, value) in requested.and_then(|r| r.requests.as_ref()).into_iter().flatten() {
         let fq = qualify(name, driver);
