@@ -11,6 +11,7 @@
 //!
 //! Exit codes: [`EXIT_OK`], [`EXIT_API`], [`EXIT_DATA`], [`EXIT_USAGE`] (see docs/kubectl-numa.md).
 
+pub mod claims;
 pub mod explain;
 pub mod fetch;
 pub mod top;
@@ -273,7 +274,20 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 .filter(|n| !n.is_empty());
             let now = k8s_openapi::jiff::Timestamp::now();
             let report = match bound_to {
-                Some(node) => explain::bound(&pod, &node, &listed, now),
+                Some(node) => {
+                    let dra = if has_resource_claims(&pod) {
+                        let (slices, claims) = fetch::list_slices_and_claims(&client, &ns).await?;
+                        let cfg = sched_config.unwrap_or_default();
+                        claims::DraObjects {
+                            slices,
+                            claims,
+                            driver_attributes: cfg.dra_numa.resolve(None).driver_attributes,
+                        }
+                    } else {
+                        claims::DraObjects::default()
+                    };
+                    explain::bound(&pod, &node, &listed, &dra, now)
+                }
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
@@ -294,12 +308,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                             Vec::new()
                         };
                     // Only a pod with resource claims needs the DRA objects.
-                    let has_claims = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.resource_claims.as_ref())
-                        .is_some_and(|c| !c.is_empty());
-                    let (device_classes, resource_slices, resource_claims) = if has_claims {
+                    let (device_classes, resource_slices, resource_claims) = if has_resource_claims(&pod) {
                         fetch::list_dra(&client, &ns).await?
                     } else {
                         Default::default()
@@ -328,6 +337,13 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
             })
         }
     }
+}
+
+fn has_resource_claims(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// The error and its causes on one line, leaving out a cause whose text an outer message
