@@ -260,7 +260,11 @@ mod tests {
     /// Containers `app` (claim `gpu`) and `side` (claim `gpu` when `shared`), claims `gpu` and
     /// `nic` from ResourceClaims `p-gpu`, `p-nic`.
     fn pod(shared: bool) -> Pod {
-        let side_claims = if shared { json!([{"name": "gpu"}]) } else { json!([]) };
+        let side_claims = if shared {
+            json!([{"name": "gpu"}])
+        } else {
+            json!([])
+        };
         serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"nodeName": "n1",
@@ -274,10 +278,12 @@ mod tests {
     }
 
     fn record(app: &[u32], side: &[u32]) -> Allocation {
-        serde_json::from_value(json!({"version": "v1", "node": "n1", "policy": "single-numa-node",
+        serde_json::from_value(
+            json!({"version": "v1", "node": "n1", "policy": "single-numa-node",
             "scope": "container", "containers": [
                 {"name": "app", "kind": "app", "numaNodes": app},
-                {"name": "side", "kind": "app", "numaNodes": side}]}))
+                {"name": "side", "kind": "app", "numaNodes": side}]}),
+        )
         .unwrap()
     }
 
@@ -316,7 +322,10 @@ mod tests {
 
     #[test]
     fn devices_next_to_the_recorded_nodes_with_the_verdict() {
-        let dra = objects(vec![claim("p-gpu", Some(&["gpu-0"])), claim("p-nic", Some(&["gpu-1"]))]);
+        let dra = objects(vec![
+            claim("p-gpu", Some(&["gpu-0"])),
+            claim("p-nic", Some(&["gpu-1"])),
+        ]);
         let rec = record(&[1], &[0]);
         let (out, problems) = run(&pod(false), Some(&rec), &dra);
         assert!(problems.is_empty(), "{problems:?}");
@@ -356,7 +365,10 @@ mod tests {
         let nic = numa_of(&out[1]);
         assert_eq!(nic.devices[1].numa_nodes, None);
         assert_eq!(nic.alignment, AlignmentStatus::NoNumaNode);
-        assert_eq!(verdict_text(nic.alignment), "no NUMA node (a device has no NUMA node, the others are aligned)");
+        assert_eq!(
+            verdict_text(nic.alignment),
+            "no NUMA node (a device has no NUMA node, the others are aligned)"
+        );
         // Without the driver's attribute configured (the built-in defaults only), the
         // driver's device has no NUMA node.
         let dra = DraObjects {
@@ -369,7 +381,10 @@ mod tests {
 
     #[test]
     fn shared_across_disjoint_nodes_is_split_and_without_record_not_predicted() {
-        let dra = objects(vec![claim("p-gpu", Some(&["gpu-0"])), claim("p-nic", Some(&["gpu-1"]))]);
+        let dra = objects(vec![
+            claim("p-gpu", Some(&["gpu-0"])),
+            claim("p-nic", Some(&["gpu-1"])),
+        ]);
         let rec = record(&[1], &[0]);
         let (out, _) = run(&pod(true), Some(&rec), &dra);
         let gpu = numa_of(&out[0]);
@@ -428,7 +443,10 @@ mod tests {
         assert_eq!(out[0].state, ClaimState::NotAllocated);
         assert_eq!(out[1].state, ClaimState::NotCreated);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].starts_with("pod ns/p claim nic: no ResourceClaim created"), "{problems:?}");
+        assert!(
+            problems[0].starts_with("pod ns/p claim nic: no ResourceClaim created"),
+            "{problems:?}"
+        );
         // No claims, nothing read.
         let mut none = pod(false);
         if let Some(s) = none.spec.as_mut() {

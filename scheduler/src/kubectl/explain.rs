@@ -778,32 +778,38 @@ mod tests {
         );
     }
 
+    /// The example of docs/kubectl-numa.md: pod ml/train-0 on gpu-b, its container's CPUs
+    /// recorded on NUMA node 1.
     #[test]
     fn bound_pod_claims_show_device_and_container_numa_nodes() {
-        let record = json!({"version": "v1", "node": "n1", "policy": "single-numa-node", "scope": "container",
+        let record = json!({"version": "v1", "node": "gpu-b", "policy": "single-numa-node", "scope": "container",
             "containers": [{"name": "app", "kind": "app", "numaNodes": [1]}]});
-        let mut p = pod(Some("n1"), Some(record.to_string()));
+        let mut p = pod(Some("gpu-b"), Some(record.to_string()));
+        p.metadata.name = Some("train-0".into());
+        p.metadata.namespace = Some("ml".into());
         if let Some(s) = p.spec.as_mut() {
             s.resource_claims = serde_json::from_value(json!([
-                {"name": "gpu", "resourceClaimName": "p-gpu"},
-                {"name": "near", "resourceClaimName": "p-near"},
-                {"name": "late", "resourceClaimName": "p-late"},
-                {"name": "gone", "resourceClaimName": "p-gone"}]))
+                {"name": "gpu", "resourceClaimName": "train-0-gpu"},
+                {"name": "gpu2", "resourceClaimName": "train-0-gpu2"},
+                {"name": "scratch", "resourceClaimName": "train-0-scratch"},
+                {"name": "cache", "resourceClaimName": "train-0-cache"}]))
             .ok();
-            s.containers[0].resources.get_or_insert_default().claims =
-                serde_json::from_value(json!([{"name": "gpu"}, {"name": "near"}, {"name": "late"}])).ok();
+            s.containers[0].resources.get_or_insert_default().claims = serde_json::from_value(json!(
+                [{"name": "gpu"}, {"name": "gpu2"}, {"name": "scratch"}, {"name": "cache"}]
+            ))
+            .ok();
         }
         let claim = |name: &str, device: Option<&str>| -> k8s_openapi::api::resource::v1::ResourceClaim {
-            let mut c = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}});
+            let mut c = json!({"metadata": {"name": name, "namespace": "ml"}, "spec": {}});
             if let Some(d) = device {
                 c["status"] = json!({"allocation": {"devices": {"results": [
-                    {"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": d}]}}});
+                    {"request": "gpu", "driver": "gpu.example.com", "pool": "gpu-b", "device": d}]}}});
             }
             serde_json::from_value(c).unwrap_or_else(|e| panic!("{e}"))
         };
-        let slice = serde_json::from_value(json!({"metadata": {"name": "n1-gpus"},
-            "spec": {"driver": "gpu.example.com", "nodeName": "n1",
-                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        let slice = serde_json::from_value(json!({"metadata": {"name": "gpu-b-gpus"},
+            "spec": {"driver": "gpu.example.com", "nodeName": "gpu-b",
+                "pool": {"name": "gpu-b", "generation": 1, "resourceSliceCount": 1},
                 "devices": [
                     {"name": "gpu-0", "attributes": {"resource.kubernetes.io/numaNode": {"int": 0}}},
                     {"name": "gpu-1", "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}}}]}}))
@@ -811,34 +817,40 @@ mod tests {
         let dra = DraObjects {
             slices: vec![slice],
             claims: vec![
-                claim("p-gpu", Some("gpu-0")),
-                claim("p-near", Some("gpu-1")),
-                claim("p-late", None),
+                claim("train-0-gpu", Some("gpu-0")),
+                claim("train-0-gpu2", Some("gpu-1")),
+                claim("train-0-scratch", None),
             ],
             driver_attributes: numaplane::device_numa::default_driver_numa_attributes(),
         };
         let listed = ListedNrts {
-            nrts: vec![nrt("n1", &[], "2")],
+            nrts: vec![nrt("gpu-b", &[], "2")],
             undecodable: vec![],
         };
-        let r = bound(&p, "n1", &listed, &dra, now());
+        let r = bound(&p, "gpu-b", &listed, &dra, now());
         assert_eq!(
             r.problems(),
-            ["pod ns/p claim gone: ResourceClaim ns/p-gone not found"]
+            ["pod ml/train-0 claim cache: ResourceClaim ml/train-0-cache not found"]
         );
         let text = render_table(&r);
         let expected = "\
-DRA claims: each device's NUMA nodes (from the ResourceSlices of n1) next to the recorded NUMA nodes of the containers that use it:
-  claim gpu (ResourceClaim p-gpu): MISALIGNED (a device is on none of the NUMA nodes of its containers)
-    device gpu.example.com/n1/gpu-0 (request gpu): NUMA 0
+DRA claims: each device's NUMA nodes (from the ResourceSlices of gpu-b) next to the recorded NUMA nodes of the containers that use it:
+  claim gpu (ResourceClaim train-0-gpu): MISALIGNED (a device is on none of the NUMA nodes of its containers)
+    device gpu.example.com/gpu-b/gpu-0 (request gpu): NUMA 0
     container app: NUMA 1
-  claim near (ResourceClaim p-near): aligned
-    device gpu.example.com/n1/gpu-1 (request gpu): NUMA 1
+  claim gpu2 (ResourceClaim train-0-gpu2): aligned
+    device gpu.example.com/gpu-b/gpu-1 (request gpu): NUMA 1
     container app: NUMA 1
-  claim late (ResourceClaim p-late): not allocated yet
-  claim gone (ResourceClaim p-gone): not found in namespace ns
+  claim scratch (ResourceClaim train-0-scratch): not allocated yet
+  claim cache (ResourceClaim train-0-cache): not found in namespace ml
 ";
         assert!(text.ends_with(expected), "{text}");
+        // The documented example is this output.
+        let doc = include_str!("../../../docs/kubectl-numa.md");
+        assert!(
+            doc.contains(expected),
+            "docs/kubectl-numa.md does not show:\n{expected}"
+        );
         let v = serde_json::to_value(&r).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["claims"][0]["numa"]["alignment"], "misaligned");
         assert_eq!(v["claims"][1]["numa"]["alignment"], "aligned");

@@ -5,9 +5,11 @@
 //! - `explain NAMESPACE/POD`: for a pending pod, every node's verdict from the scheduler's own
 //!   model (the same cluster index and verdict text as `numaplane-scheduler simulate --explain
 //!   all`, fed from the live Nodes, NRTs and bound Pods); for a bound pod, its recorded
-//!   allocation next to what the node's NRT shows.
+//!   allocation next to what the node's NRT shows, and each DRA claim's devices with their NUMA
+//!   nodes next to its containers' recorded ones.
 //!
-//! API access is in [`fetch`]; [`top`] and [`explain`] are pure functions over what it read.
+//! API access is in [`fetch`]; [`top`], [`explain`] and [`claims`] are pure functions over what
+//! it read.
 //!
 //! Exit codes: [`EXIT_OK`], [`EXIT_API`], [`EXIT_DATA`], [`EXIT_USAGE`] (see docs/kubectl-numa.md).
 
@@ -55,7 +57,8 @@ pub enum Command {
     /// how fresh each NodeResourceTopology is.
     Top(TopArgs),
     /// Why a pod is pending (every node's verdict from the scheduler's model), or where a bound
-    /// pod's recorded allocation sits in its node's NodeResourceTopology.
+    /// pod's recorded allocation sits in its node's NodeResourceTopology and where its DRA
+    /// claims' devices sit relative to its containers' NUMA nodes.
     Explain(ExplainArgs),
 }
 
@@ -88,7 +91,8 @@ pub struct ExplainArgs {
     /// The pod, as NAMESPACE/POD (or POD in the context's namespace).
     pub pod: String,
     /// The scheduler's configuration file (as given to `numaplane-scheduler run --config`):
-    /// its scoringStrategy and noTopology apply to the verdicts.
+    /// its scoringStrategy, noTopology and draNuma apply to the verdicts, and
+    /// draNuma.driverAttributes to the NUMA nodes of a bound pod's claim devices.
     #[arg(long, env = "NUMAPLANE_SCHEDULER_CONFIG")]
     pub config: Option<PathBuf>,
     /// Output format.
