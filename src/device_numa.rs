@@ -68,23 +68,29 @@ pub struct DeviceNuma {
     pub source: NumaSource,
 }
 
-/// An attribute that names a NUMA node but does not hold one.
+/// An attribute that names a NUMA node or a PCI address but does not hold one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "attribute {attribute} of device {device} is not a NUMA node id (a non-negative int or a non-empty list of them): {value}"
-)]
+#[error("attribute {attribute} of device {device} is not {expected}: {value}")]
 pub struct DeviceNumaError {
     /// The device name.
     pub device: String,
     /// The attribute name.
     pub attribute: String,
+    /// What the attribute should hold.
+    pub expected: &'static str,
     /// The value, as the API shows it.
     pub value: String,
 }
 
+const EXPECTED_NUMA: &str = "a NUMA node id (a non-negative int, -1 for none, or a non-empty list of them)";
+const EXPECTED_BUS_ID: &str = "a PCI address in extended BDF form (0000:3b:00.0)";
+const EXPECTED_PCIE_ROOT: &str = "a PCIe root complex (pci0000:3a)";
+
 /// The NUMA node of `device` published by `driver`. `Ok(None)`: no source places it, so it is
-/// treated as a device without NUMA affinity. An attribute that is present but not a NUMA id
-/// is an error rather than a silent fall-through, so that a driver bug is seen.
+/// treated as a device without NUMA affinity. A NUMA attribute of -1 is the kernel's "no NUMA
+/// affinity" (sysfs `numa_node`, which drivers copy): that source does not place the device
+/// and the next one is asked. An attribute that is present but malformed is an error rather
+/// than a silent fall-through, so that a driver bug is seen.
 pub fn device_numa(
     driver: &str,
     device: &Device,
@@ -93,41 +99,54 @@ pub fn device_numa(
 ) -> Result<Option<DeviceNuma>, DeviceNumaError> {
     let attrs = device.attributes.as_ref();
     let get = |name: &str| attrs.and_then(|a| lookup(a, driver, name));
-    if let Some(a) = get(NUMA_NODE_ATTRIBUTE) {
-        return numa_ids(&device.name, NUMA_NODE_ATTRIBUTE, a).map(|nodes| {
-            Some(DeviceNuma {
-                nodes,
-                source: NumaSource::StandardAttribute,
-            })
-        });
+    if let Some(a) = get(NUMA_NODE_ATTRIBUTE)
+        && let Some(nodes) = numa_ids(&device.name, NUMA_NODE_ATTRIBUTE, a)?
+    {
+        return Ok(Some(DeviceNuma {
+            nodes,
+            source: NumaSource::StandardAttribute,
+        }));
     }
     for name in driver_attributes.get(driver).into_iter().flatten() {
-        if let Some(a) = get(name) {
-            return numa_ids(&device.name, name, a).map(|nodes| {
-                Some(DeviceNuma {
-                    nodes,
-                    source: NumaSource::DriverAttribute(name.clone()),
-                })
-            });
+        if let Some(a) = get(name)
+            && let Some(nodes) = numa_ids(&device.name, name, a)?
+        {
+            return Ok(Some(DeviceNuma {
+                nodes,
+                source: NumaSource::DriverAttribute(name.clone()),
+            }));
         }
     }
-    let by_pci = |parsed: Option<(u32, u8)>, source| {
-        parsed
-            .and_then(|(domain, bus)| numa_node_of_bus(pci_locality, domain, bus))
-            .map(|n| DeviceNuma {
+    let pci = [
+        (PCI_BUS_ID_ATTRIBUTE, NumaSource::PciBusId, EXPECTED_BUS_ID),
+        (PCIE_ROOT_ATTRIBUTE, NumaSource::PcieRoot, EXPECTED_PCIE_ROOT),
+    ];
+    for (name, source, expected) in pci {
+        let Some(a) = get(name) else { continue };
+        let parsed = a.string.as_deref().and_then(|s| match source {
+            NumaSource::PciBusId => parse_pci_bus_id(s),
+            _ => parse_pcie_root(s),
+        });
+        let Some((domain, bus)) = parsed else {
+            return Err(malformed(&device.name, name, expected, a));
+        };
+        if let Some(n) = numa_node_of_bus(pci_locality, domain, bus) {
+            return Ok(Some(DeviceNuma {
                 nodes: vec![n],
                 source,
-            })
-    };
-    if let Some(found) = get(PCI_BUS_ID_ATTRIBUTE)
-        .and_then(|a| a.string.as_deref())
-        .and_then(|s| by_pci(parse_pci_bus_id(s), NumaSource::PciBusId))
-    {
-        return Ok(Some(found));
+            }));
+        }
     }
-    Ok(get(PCIE_ROOT_ATTRIBUTE)
-        .and_then(|a| a.string.as_deref())
-        .and_then(|s| by_pci(parse_pcie_root(s), NumaSource::PcieRoot)))
+    Ok(None)
+}
+
+fn malformed(device: &str, attribute: &str, expected: &'static str, a: &DeviceAttribute) -> DeviceNumaError {
+    DeviceNumaError {
+        device: device.to_owned(),
+        attribute: attribute.to_owned(),
+        expected,
+        value: serde_json::to_string(a).unwrap_or_else(|_| format!("{a:?}")),
+    }
 }
 
 /// An attribute by name as device selectors resolve it: a qualified name `domain/id` matches
@@ -147,24 +166,23 @@ fn lookup<'a>(
     }
 }
 
-fn numa_ids(device: &str, attribute: &str, a: &DeviceAttribute) -> Result<Vec<u32>, DeviceNumaError> {
-    let err = || DeviceNumaError {
-        device: device.to_owned(),
-        attribute: attribute.to_owned(),
-        value: serde_json::to_string(a).unwrap_or_else(|_| format!("{a:?}")),
-    };
-    let raw: Vec<i64> = match (a.int, a.ints.as_ref()) {
-        (Some(i), None) => vec![i],
-        (None, Some(list)) if !list.is_empty() => list.clone(),
+/// The ids an attribute holds; `None` when it says "no NUMA node" (-1, alone or as every
+/// entry of a list).
+fn numa_ids(device: &str, attribute: &str, a: &DeviceAttribute) -> Result<Option<Vec<u32>>, DeviceNumaError> {
+    let err = || malformed(device, attribute, EXPECTED_NUMA, a);
+    let raw: &[i64] = match (a.int.as_ref(), a.ints.as_deref()) {
+        (Some(i), None) => std::slice::from_ref(i),
+        (None, Some(list)) if !list.is_empty() => list,
         _ => return Err(err()),
     };
     let mut ids = raw
-        .into_iter()
-        .map(|i| u32::try_from(i).map_err(|_| err()))
+        .iter()
+        .filter(|&&i| i != -1)
+        .map(|&i| u32::try_from(i).map_err(|_| err()))
         .collect::<Result<Vec<_>, _>>()?;
     ids.sort_unstable();
     ids.dedup();
-    Ok(ids)
+    Ok((!ids.is_empty()).then_some(ids))
 }
 
 #[cfg(test)]
@@ -275,7 +293,7 @@ mod tests {
     #[test]
     fn malformed_numa_attributes_are_errors() {
         for bad in [
-            int(-1),
+            int(-2),
             string("1"),
             DeviceAttribute {
                 ints: Some(vec![]),
@@ -292,5 +310,63 @@ mod tests {
             assert_eq!(e.attribute, NUMA_NODE_ATTRIBUTE);
             assert!(e.to_string().contains("gpu-0"), "{e}");
         }
+    }
+
+    #[test]
+    fn minus_one_is_no_numa_node_and_the_next_source_answers() {
+        let none_list = DeviceAttribute {
+            ints: Some(vec![-1]),
+            ..DeviceAttribute::default()
+        };
+        let cfg = DriverNumaAttributes::from([("d".into(), vec!["numa".into()])]);
+        for standard in [int(-1), none_list] {
+            // The driver attribute places it.
+            let d = device(&[(NUMA_NODE_ATTRIBUTE, standard.clone()), ("numa", int(1))]);
+            let got = device_numa("d", &d, &cfg, &locality()).unwrap().unwrap();
+            assert_eq!(got, numa(vec![1], NumaSource::DriverAttribute("numa".into())));
+            // The driver attribute says -1 too: the PCI address places it.
+            let d = device(&[
+                (NUMA_NODE_ATTRIBUTE, standard.clone()),
+                ("numa", int(-1)),
+                (PCI_BUS_ID_ATTRIBUTE, string("0000:81:00.0")),
+            ]);
+            let got = device_numa("d", &d, &cfg, &locality()).unwrap().unwrap();
+            assert_eq!(got, numa(vec![1], NumaSource::PciBusId));
+            // Nothing else: no NUMA node, and no error.
+            let d = device(&[(NUMA_NODE_ATTRIBUTE, standard)]);
+            assert_eq!(device_numa("d", &d, &cfg, &locality()).unwrap(), None);
+        }
+        // -1 beside real ids in a list is dropped.
+        let mixed = DeviceAttribute {
+            ints: Some(vec![-1, 1, 0]),
+            ..DeviceAttribute::default()
+        };
+        let d = device(&[(NUMA_NODE_ATTRIBUTE, mixed)]);
+        assert_eq!(
+            placed(&d, &[]),
+            Some(numa(vec![0, 1], NumaSource::StandardAttribute))
+        );
+    }
+
+    #[test]
+    fn malformed_pci_attributes_are_errors_and_unknown_buses_place_nothing() {
+        for (name, bad) in [
+            (PCI_BUS_ID_ATTRIBUTE, string("0000:3b")),
+            (PCI_BUS_ID_ATTRIBUTE, string("0000:3b:20.0")),
+            (PCI_BUS_ID_ATTRIBUTE, int(59)),
+            (PCIE_ROOT_ATTRIBUTE, string("0000:3a")),
+            (PCIE_ROOT_ATTRIBUTE, string("pci0000:3a:00")),
+        ] {
+            let d = device(&[(name, bad)]);
+            let e = device_numa("d", &d, &DriverNumaAttributes::new(), &locality()).unwrap_err();
+            assert_eq!(e.attribute, name);
+            assert!(
+                e.to_string().contains("gpu-0") && e.to_string().contains("PCI"),
+                "{e}"
+            );
+        }
+        // Well-formed, but the node publishes no locality for it.
+        let d = device(&[(PCIE_ROOT_ATTRIBUTE, string("pci0000:3a"))]);
+        assert_eq!(placed(&d, &[]), None);
     }
 }

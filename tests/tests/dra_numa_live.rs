@@ -11,6 +11,8 @@
 //! With `--dra-numa-alignment Required` every pod is admitted and the CPUs the kubelet reports
 //! and the devices of the claim's allocation sit on one NUMA node. With `Ignore`
 //! (kube-scheduler's choice) the same stream gives misaligned pods: the check catches them.
+//! With `Preferred` a pod whose NUMA node has no GPU left gets another, with a Warning Event.
+//! The scheduler counts the bound claims by alignment.
 //! Throughout, the exporter's per-zone DRA counts equal what the claims allocated on the node.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -194,6 +196,43 @@ impl Env {
         }
     }
 
+    /// Waits until the scheduler has counted `aligned` and `misaligned` bound claims.
+    async fn bound_claims_counted(&self, aligned: usize, misaligned: usize) {
+        for (alignment, want) in [("aligned", aligned), ("misaligned", misaligned)] {
+            if want > 0 {
+                self.scheduler
+                    .until(&format!(
+                        "numaplane_scheduler_dra_claims_bound_total{{alignment={alignment}}} == {want}"
+                    ))
+                    .await;
+            }
+        }
+        let text = self.scheduler.metrics().unwrap();
+        for alignment in ["aligned", "misaligned", "no-numa-node", "split", "not-predicted"] {
+            let want = match alignment {
+                "aligned" => aligned,
+                "misaligned" => misaligned,
+                _ => 0,
+            };
+            let got = numaplane_e2e::harness::metric_value(
+                &text,
+                "numaplane_scheduler_dra_claims_bound_total",
+                &[("alignment", alignment)],
+            )
+            .unwrap_or(0.0);
+            assert_eq!(got, want as f64, "{alignment}");
+        }
+    }
+
+    /// The `ClaimNotNUMAAligned` Events about the pod of `a`.
+    async fn not_aligned_events(&self, a: &Admission) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let name = a.pod.rsplit('/').next().unwrap();
+        self.target
+            .events_about(&self.ns, name, "ClaimNotNUMAAligned")
+            .await
+            .unwrap()
+    }
+
     /// Runs `sizes` one pod at a time; after each admission, checks the exporter of its node.
     async fn stream(&self, sizes: &[usize]) -> Vec<Admission> {
         let mut admitted = Vec::new();
@@ -249,6 +288,7 @@ async fn under_required_every_admitted_pod_has_its_cpus_and_its_gpu_on_one_numa_
     // Pods were pinned on both NUMA nodes.
     let zones: BTreeSet<_> = admitted.iter().flat_map(|a| a.cpu_numa()).collect();
     assert_eq!(zones, BTreeSet::from([Some(0), Some(1)]));
+    env.bound_claims_counted(STREAM.len(), 0).await;
     env.cleanup().await;
 }
 
@@ -268,6 +308,44 @@ async fn under_ignore_the_same_stream_gives_misaligned_pods() {
     for a in admitted.iter().filter(|a| a.misalignment().is_some()) {
         assert_eq!(a.cpu_numa(), BTreeSet::from([Some(1)]), "{a:?}");
         assert_eq!(a.devices[0].2, "gpu-1", "{a:?}");
+    }
+    // The scheduler counts them, and raises no Event: Ignore asked for kube-scheduler's choice.
+    env.bound_claims_counted(admitted.len() - NODES, NODES).await;
+    for a in &admitted {
+        assert!(env.not_aligned_events(a).await.is_empty(), "{a:?}");
+    }
+    env.cleanup().await;
+}
+
+/// `Preferred` places a pod whose NUMA node has CPUs but no GPU left, with a GPU of the other
+/// NUMA node, and says so: a Warning Event on the pod and the misaligned count. Nine 2-CPU pods:
+/// the kubelet pins them all on NUMA node 0, which has two GPUs per node, six in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_preferred_a_pod_without_an_aligned_gpu_gets_another_and_an_event_says_so() {
+    let Some(env) = Env::start("Preferred").await else {
+        return;
+    };
+    let admitted = env.stream(&[2; 9]).await;
+    let misaligned: Vec<&Admission> = admitted.iter().filter(|a| a.misalignment().is_some()).collect();
+    assert_eq!(misaligned.len(), 9 - 2 * NODES, "{admitted:#?}");
+    env.bound_claims_counted(2 * NODES, misaligned.len()).await;
+    for a in &admitted {
+        let mut events = env.not_aligned_events(a).await;
+        let deadline = Instant::now() + WAIT;
+        while a.misalignment().is_some() && events.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            events = env.not_aligned_events(a).await;
+        }
+        if a.misalignment().is_some() {
+            assert_eq!(events.len(), 1, "{a:?}");
+            let note = events[0].note.as_deref().unwrap_or_default();
+            assert!(
+                note.contains("devices on NUMA node 1; containers") && note.contains("(cpu) on NUMA node 0"),
+                "{note}"
+            );
+        } else {
+            assert!(events.is_empty(), "{a:?}: {events:?}");
+        }
     }
     env.cleanup().await;
 }

@@ -386,7 +386,10 @@ impl Agent {
                     &self.metrics,
                     "AccountingAnomaly",
                     "Scan",
-                    format!("suspicious kubelet data worked around: {}", details.join("; ")),
+                    format!(
+                        "suspicious data from the kubelet or the ResourceSlices worked around: {}",
+                        details.join("; ")
+                    ),
                 )
                 .await;
             }

@@ -438,10 +438,12 @@ impl Cluster {
         let containers = containers_numa(pod, &placement);
         let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
         let mode = cfg.dra_numa.alignment;
-        let targets = numa::targets(mode, strict, &containers);
+        let machine = topo.info.ids();
+        let targets = numa::targets(mode, strict, machine, &containers);
         let attrs = &cfg.dra_numa.driver_attributes;
         let ctx = NodeNuma {
             targets: &targets,
+            machine,
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };
@@ -456,12 +458,13 @@ impl Cluster {
         };
         // Under Ignore the report still shows where the devices landed.
         let shown = if mode == DraNumaAlignment::Ignore {
-            numa::targets(DraNumaAlignment::Preferred, strict, &containers)
+            numa::targets(DraNumaAlignment::Preferred, strict, machine, &containers)
         } else {
             targets.clone()
         };
         let report = NodeNuma {
             targets: &shown,
+            machine,
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };

@@ -118,17 +118,25 @@ pub struct Target {
 }
 
 /// The targets of a pod's claims on one node. `strict_policy`: the node's Topology Manager
-/// policy is `single-numa-node` or `restricted`.
-pub fn targets(mode: DraNumaAlignment, strict_policy: bool, containers: &[ContainerNuma<'_>]) -> Vec<Target> {
+/// policy is `single-numa-node` or `restricted`. `machine`: the node's NUMA node ids; a
+/// container whose affinity is all of them (the kubelet narrowed nothing: no hint provider
+/// asked for anything) sets no target, as every device is local to it.
+pub fn targets(
+    mode: DraNumaAlignment,
+    strict_policy: bool,
+    machine: &[u32],
+    containers: &[ContainerNuma<'_>],
+) -> Vec<Target> {
     if mode == DraNumaAlignment::Ignore {
         return Vec::new();
     }
+    let whole_machine = |n: &[u32]| !machine.is_empty() && machine.iter().all(|m| n.contains(m));
     // Each (claim, request) in first-use order, with its users: (nodes, pinned, strict).
     type Key<'k> = (&'k str, Option<&'k str>);
     type Users<'u> = Vec<(&'u [u32], Pinned, bool)>;
     let mut uses: Vec<(Key<'_>, Users<'_>)> = Vec::new();
     for c in containers {
-        let Some(nodes) = c.numa_nodes.filter(|n| !n.is_empty()) else {
+        let Some(nodes) = c.numa_nodes.filter(|n| !n.is_empty() && !whole_machine(n)) else {
             continue;
         };
         let strict = mode == DraNumaAlignment::Required && strict_policy && c.pinned.any();
@@ -242,6 +250,9 @@ impl Quality {
 pub struct NodeNuma<'a> {
     /// The targets ([`targets`]).
     pub targets: &'a [Target],
+    /// The node's NUMA node ids: a device published on others only is one without NUMA node,
+    /// as the exporter counts it.
+    pub machine: &'a [u32],
     /// Configured driver attributes.
     pub driver_attributes: &'a DriverNumaAttributes,
     /// The node's PCI locality.
@@ -249,7 +260,7 @@ pub struct NodeNuma<'a> {
 }
 
 /// The devices of a slice whose NUMA attribute (standard or driver-specific) is present but not
-/// a NUMA node id. The allocation treats them as devices without NUMA node; this is how the
+/// a NUMA node id, or whose PCI address attribute is malformed. The allocation treats them as devices without NUMA node; this is how the
 /// driver's bug is reported (a log line and a gauge in the live scheduler, a warning in
 /// `simulate`). PCI locality is not needed: only attributes can be malformed.
 pub fn invalid_device_numa(
@@ -270,10 +281,14 @@ impl NodeNuma<'_> {
     /// The NUMA nodes of a device (`None`: unplaced; a malformed attribute counts as unplaced,
     /// the driver's bug shows as a device without NUMA node).
     pub fn device_nodes(&self, driver: &str, device: &Device) -> Option<Vec<u32>> {
-        device_numa(driver, device, self.driver_attributes, self.pci_locality)
+        let mut nodes = device_numa(driver, device, self.driver_attributes, self.pci_locality)
             .ok()
-            .flatten()
-            .map(|d| d.nodes)
+            .flatten()?
+            .nodes;
+        if !self.machine.is_empty() {
+            nodes.retain(|n| self.machine.contains(n));
+        }
+        (!nodes.is_empty()).then_some(nodes)
     }
 }
 
@@ -549,11 +564,23 @@ pub enum AlignmentStatus {
     NoNumaNode,
     /// Used by containers pinned to disjoint NUMA nodes.
     Split,
-    /// No container that uses it has a predicted NUMA affinity.
+    /// No container that uses it has a predicted NUMA affinity narrower than the whole
+    /// machine (no prediction, or nothing the kubelet aligns).
     NotPredicted,
 }
 
 impl AlignmentStatus {
+    /// As metrics label it (the JSON name).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            AlignmentStatus::Aligned => "aligned",
+            AlignmentStatus::Misaligned => "misaligned",
+            AlignmentStatus::NoNumaNode => "no-numa-node",
+            AlignmentStatus::Split => "split",
+            AlignmentStatus::NotPredicted => "not-predicted",
+        }
+    }
+
     /// As the table prints it.
     pub fn label(self) -> &'static str {
         match self {
@@ -603,6 +630,36 @@ pub struct ClaimNuma {
     pub containers: Vec<ContainerNumaEntry>,
     /// The verdict.
     pub alignment: AlignmentStatus,
+}
+
+impl ClaimNuma {
+    /// `devices on NUMA node 0; containers app (cpu) on NUMA node 1`, for a log line or an
+    /// Event.
+    pub fn describe(&self) -> String {
+        let devices: BTreeSet<u32> = self
+            .devices
+            .iter()
+            .flat_map(|d| d.numa_nodes.iter().flatten().copied())
+            .collect();
+        let containers: Vec<String> = self
+            .containers
+            .iter()
+            .map(|c| {
+                let pinned = c.pinned.map(|p| format!(" ({p})")).unwrap_or_default();
+                let nodes = c
+                    .numa_nodes
+                    .as_deref()
+                    .map_or_else(|| "no predicted NUMA node".to_owned(), nodes_text);
+                format!("{}{pinned} on {nodes}", c.name)
+            })
+            .collect();
+        let devices = if devices.is_empty() {
+            "no NUMA node".to_owned()
+        } else {
+            nodes_text(&devices.into_iter().collect::<Vec<_>>())
+        };
+        format!("devices on {devices}; containers {}", containers.join(", "))
+    }
 }
 
 /// Annotates each claim allocation on node `node` with its devices' NUMA nodes and its
@@ -760,7 +817,7 @@ mod tests {
             pinned: CPU,
             claims: &gpu,
         }];
-        let t = targets(DraNumaAlignment::Required, true, &c);
+        let t = targets(DraNumaAlignment::Required, true, &[], &c);
         assert_eq!(t, vec![required_gpu_on_node_1()]);
         // Preferred mode, a lax policy, or nothing pinned: preferred only.
         for (mode, strict, pinned) in [
@@ -772,25 +829,25 @@ mod tests {
                 pinned,
                 ..c[0].clone()
             }];
-            let t = targets(mode, strict, &c);
+            let t = targets(mode, strict, &[], &c);
             assert_eq!(t.len(), 1);
             assert!(!t[0].required, "{mode:?} {strict} {pinned:?}");
             assert_eq!(t[0].nodes, vec![1]);
         }
-        assert!(targets(DraNumaAlignment::Ignore, true, &c).is_empty());
+        assert!(targets(DraNumaAlignment::Ignore, true, &[], &c).is_empty());
         // No prediction, no target.
         let c = [ContainerNuma {
             numa_nodes: None,
             ..c[0].clone()
         }];
-        assert!(targets(DraNumaAlignment::Required, true, &c).is_empty());
+        assert!(targets(DraNumaAlignment::Required, true, &[], &c).is_empty());
     }
 
     #[test]
     fn a_claim_shared_across_disjoint_pinned_nodes_is_split_and_only_preferred() {
         let gpu = uses(&[("gpu", None)]);
         let c = cpu_pinned_on_0_and_1(&gpu, &gpu);
-        let t = targets(DraNumaAlignment::Required, true, &c);
+        let t = targets(DraNumaAlignment::Required, true, &[], &c);
         assert_eq!(t.len(), 1);
         assert!(t[0].split && !t[0].required);
         assert_eq!(t[0].nodes, vec![0, 1]);
@@ -802,7 +859,7 @@ mod tests {
             },
             c[1].clone(),
         ];
-        let t = targets(DraNumaAlignment::Required, true, &c);
+        let t = targets(DraNumaAlignment::Required, true, &[], &c);
         assert!(t[0].required && !t[0].split);
         assert_eq!(t[0].nodes, vec![1]);
         // An unpinned user does not weaken a pinned user's requirement.
@@ -814,7 +871,7 @@ mod tests {
             },
             c[1].clone(),
         ];
-        let t = targets(DraNumaAlignment::Required, true, &c);
+        let t = targets(DraNumaAlignment::Required, true, &[], &c);
         assert!(t[0].required);
         assert_eq!(t[0].nodes, vec![1]);
     }
@@ -824,7 +881,7 @@ mod tests {
         let a = uses(&[("nic", Some("rx"))]);
         let b = uses(&[("nic", Some("tx"))]);
         let c = cpu_pinned_on_0_and_1(&a, &b);
-        let t = targets(DraNumaAlignment::Required, true, &c);
+        let t = targets(DraNumaAlignment::Required, true, &[], &c);
         assert_eq!(t.len(), 2);
         assert_eq!(
             (t[0].request.as_deref(), t[0].nodes.as_slice()),
@@ -907,8 +964,10 @@ mod tests {
                 "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
                 "devices": [
                     {"name": "ok", "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}}},
-                    {"name": "negative", "attributes": {"resource.kubernetes.io/numaNode": {"int": -1}}},
+                    {"name": "negative", "attributes": {"resource.kubernetes.io/numaNode": {"int": -2}}},
+                    {"name": "no-affinity", "attributes": {"resource.kubernetes.io/numaNode": {"int": -1}}},
                     {"name": "driver-string", "attributes": {"numa": {"string": "zero"}}},
+                    {"name": "bad-pci", "attributes": {"resource.kubernetes.io/pcieRoot": {"string": "0000:3a"}}},
                     {"name": "unplaced"}
                 ]}
         }))
@@ -923,10 +982,11 @@ mod tests {
             named,
             vec![
                 ("negative", "resource.kubernetes.io/numaNode"),
-                ("driver-string", "numa")
+                ("driver-string", "numa"),
+                ("bad-pci", "resource.kubernetes.io/pcieRoot")
             ]
         );
         // Without the driver's attribute configured, its string is not read at all.
-        assert_eq!(invalid_device_numa(&slice, &DriverNumaAttributes::new()).len(), 1);
+        assert_eq!(invalid_device_numa(&slice, &DriverNumaAttributes::new()).len(), 2);
     }
 }

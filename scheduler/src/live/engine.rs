@@ -125,6 +125,8 @@ pub struct BindDone {
     pub claims: Vec<String>,
     /// The claims it reserved, with their resourceVersion after its write.
     pub written: Vec<(String, u64)>,
+    /// The NUMA report of each claim on a node with a NodeResourceTopology.
+    pub claims_numa: Vec<(String, crate::dra::numa::ClaimNuma)>,
     /// Outcome.
     pub result: Result<(), BindError>,
 }
@@ -936,6 +938,11 @@ impl Engine {
                     let enqueued = q.enqueued;
                     let binding_timeout = self.cfg.dra_binding_timeout;
                     let held = claim_names.clone();
+                    let claims_numa: Vec<_> = claims_outcome
+                        .claims
+                        .iter()
+                        .filter_map(|c| Some((c.name.clone(), c.numa.clone()?)))
+                        .collect();
                     tokio::spawn(async move {
                         let mut written = Vec::new();
                         let result = if writes.is_empty() {
@@ -977,6 +984,7 @@ impl Engine {
                             enqueued,
                             claims: held,
                             written,
+                            claims_numa,
                             result,
                         })));
                     });
@@ -1063,6 +1071,43 @@ impl Engine {
         p.last_event = Some((message, now));
     }
 
+    /// Counts a bound pod's claims by alignment and logs each. Unless alignment is ignored,
+    /// a claim whose devices sit away from its containers' NUMA nodes is a Warning Event on
+    /// the pod (under `Preferred` when no aligned device was free, or a claim allocated
+    /// before): the workload reaches its devices across NUMA nodes.
+    fn report_claims_numa(
+        &self,
+        profile: &str,
+        pod: &Pod,
+        key: &str,
+        claims: &[(String, crate::dra::numa::ClaimNuma)],
+    ) {
+        use crate::dra::numa::{AlignmentStatus, DraNumaAlignment};
+        for (claim, numa) in claims {
+            let alignment = numa.alignment.metric_label();
+            self.metrics
+                .dra_claims_bound
+                .get_or_create(&super::metrics::AlignmentLabels { alignment })
+                .inc();
+            tracing::info!(pod = %key, claim = %claim, alignment, detail = %numa.describe(), "claim bound");
+            if numa.alignment == AlignmentStatus::Misaligned
+                && self.model.dra_numa.alignment != DraNumaAlignment::Ignore
+            {
+                self.writer.event(
+                    profile,
+                    pod,
+                    EventType::Warning,
+                    "ClaimNotNUMAAligned",
+                    "Scheduling",
+                    format!(
+                        "claim {claim}: its devices are not on the NUMA nodes of its containers; {}",
+                        numa.describe()
+                    ),
+                );
+            }
+        }
+    }
+
     fn on_bound(&mut self, done: BindDone) {
         let BindDone {
             key,
@@ -1073,6 +1118,7 @@ impl Engine {
             enqueued,
             claims,
             written,
+            claims_numa,
             result,
         } = done;
         self.in_flight = self.in_flight.saturating_sub(1);
@@ -1104,6 +1150,7 @@ impl Engine {
                     "Binding",
                     format!("Successfully assigned {key} to {node}"),
                 );
+                self.report_claims_numa(&profile, &pod, &key, &claims_numa);
             }
             Err(e) => {
                 Metrics::count(&self.metrics.binding_errors, e.reason());

@@ -138,6 +138,30 @@ fn preferred_places_both_and_scores_alignment() {
 }
 
 #[test]
+fn a_container_on_every_numa_node_prefers_none() {
+    // best-effort and 16 CPUs: the container is pinned on both NUMA nodes, so every device is
+    // as local as another. No target: upstream's device choice, no bonus, not predicted.
+    let cluster = std::fs::read_to_string(example("cluster.yaml")).unwrap().replace(
+        "{name: topologyManagerPolicy, value: single-numa-node}",
+        "{name: topologyManagerPolicy, value: best-effort}",
+    );
+    let pods = std::fs::read_to_string(example("pods.yaml"))
+        .unwrap()
+        .replace("cpu: \"4\"", "cpu: \"16\"");
+    let ignore = run_texts(&cluster, &pods, DraNumaAlignment::Ignore);
+    for mode in [DraNumaAlignment::Required, DraNumaAlignment::Preferred] {
+        let report = run_texts(&cluster, &pods, mode);
+        let (r, i) = (&report.results[0], &ignore.results[0]);
+        assert!(r.decision.node.is_some(), "{mode:?}: {}", r.decision.message);
+        assert_eq!(devices(r), devices(i), "{mode:?}");
+        let numa = r.claims[0].numa.as_ref().unwrap();
+        assert_eq!(numa.containers[0].numa_nodes, Some(vec![0, 1]), "{mode:?}");
+        assert_eq!(numa.alignment, AlignmentStatus::NotPredicted, "{mode:?}");
+        assert_eq!(r.decision.nodes[0].score, i.decision.nodes[0].score, "{mode:?}");
+    }
+}
+
+#[test]
 fn device_plugin_resources_steer_the_hint_and_the_claim_follows() {
     // A device-plugin NIC on NUMA node 0 only, CPUs free on both nodes: the Topology Manager
     // puts the container on NUMA node 0 for the NIC, and the GPU claim follows it there.
@@ -185,6 +209,29 @@ fn the_table_shows_devices_and_containers_numa_and_marks_misalignment() {
     assert_eq!(numa["alignment"], "misaligned");
     assert_eq!(numa["devices"][0]["numaNodes"], serde_json::json!([0]));
     assert_eq!(numa["containers"][0]["numaNodes"], serde_json::json!([1]));
+}
+
+#[test]
+fn the_worked_example_in_the_docs_is_the_real_output() {
+    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/scheduler.md"))
+        .unwrap();
+    let command = "simulate --cluster examples/dra-numa/cluster.yaml --pods examples/dra-numa/pods.yaml\n```\n\n```text\n";
+    let start = doc.find(command).expect("the example's command and output block") + command.len();
+    let shown = &doc[start..];
+    let shown = &shown[..shown.find("```").unwrap()];
+    let real = render_table(&run(DraNumaAlignment::Required));
+    let lines = |t: &str| {
+        t.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lines(shown),
+        lines(&real),
+        "docs/scheduler.md shows:\n{shown}\nsimulate prints:\n{real}"
+    );
 }
 
 #[test]

@@ -901,7 +901,7 @@ impl Engine {
         self.queue.cluster_changed(Instant::now());
     }
 
-    /// Logs the devices of `slice` whose NUMA attribute is malformed when they differ from what
+    /// Logs the devices of `slice` whose NUMA or PCI address attribute is malformed when they differ from what
     /// the slice had before, and records them for the gauge
     /// ([`Self::publish_slices_numa_invalid`]). The allocation itself treats them as devices
     /// without NUMA node.
@@ -919,7 +919,7 @@ impl Engine {
                     driver = %slice.spec.driver,
                     node = slice.spec.node_name.as_deref().unwrap_or_default(),
                     error = %message,
-                    "malformed NUMA attribute: the device is allocated as one without NUMA node"
+                    "malformed NUMA or PCI address attribute: the device is allocated as one without NUMA node"
                 );
             }
         }
