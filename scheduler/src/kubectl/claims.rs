@@ -16,9 +16,16 @@ use numaplane::{
 };
 use serde::Serialize;
 
-use crate::dra::{
-    numa::{self, AlignmentStatus, ClaimNuma, ContainerNuma, DeviceNumaEntry, DraNumaAlignment, Pinned},
-    state::{ContainerClaim, DraState, pod_claims},
+use crate::{
+    dra::{
+        numa::{
+            self, AlignmentStatus, ClaimNuma, ContainerNuma, DeviceNumaEntry, DraNumaAlignment, NodeNuma,
+            Pinned,
+        },
+        state::{ContainerClaim, DraState, pod_claims},
+    },
+    node::NumaTopology,
+    resources::Resources,
 };
 
 /// The DRA objects a bound pod's claims are read from.
@@ -119,16 +126,22 @@ pub fn bound_claims(
             claims,
         })
         .collect();
-    let targets = numa::targets(DraNumaAlignment::Preferred, false, &containers);
-    let pci_locality = match nrt.and_then(NodeResourceTopology::pci_locality) {
-        Some(Ok(ranges)) => ranges,
-        Some(Err(e)) => {
-            problems.push(format!(
-                "NodeResourceTopology {node}: {e}: devices placed by PCI address are shown without NUMA node"
-            ));
-            Vec::new()
-        }
-        None => Vec::new(),
+    // The node as the scheduler reads its NRT: its NUMA node ids and PCI locality (a malformed
+    // NRT is reported by the caller; its devices then have no NUMA node but by attribute).
+    let topo = nrt.and_then(|t| NumaTopology::from_nrt(&mut Resources::default(), t).ok());
+    let machine = topo.as_ref().map(|t| t.info.ids().to_vec()).unwrap_or_default();
+    let pci_locality = topo.map(|t| t.pci_locality).unwrap_or_default();
+    if let Some(Err(e)) = nrt.and_then(NodeResourceTopology::pci_locality) {
+        problems.push(format!(
+            "NodeResourceTopology {node}: {e}: devices placed by PCI address are shown without NUMA node"
+        ));
+    }
+    let targets = numa::targets(DraNumaAlignment::Preferred, false, &machine, &containers);
+    let ctx = NodeNuma {
+        targets: &targets,
+        machine: &machine,
+        driver_attributes: &dra.driver_attributes,
+        pci_locality: &pci_locality,
     };
     let mut state = DraState::default();
     state.set_slices(dra.slices.clone());
@@ -187,14 +200,14 @@ pub fn bound_claims(
                         out.not_in_slices.push(id.clone());
                         None
                     }
-                    Some(d) => match device_numa(&r.driver, d, &dra.driver_attributes, &pci_locality) {
-                        Ok(n) => n.map(|n| n.nodes),
-                        Err(e) => {
-                            // As the scheduler does: the driver's bug shows as a device without NUMA node.
+                    Some(d) => {
+                        // The driver's bug is named; the device then has no NUMA node, as the
+                        // scheduler treats it.
+                        if let Err(e) = device_numa(&r.driver, d, &dra.driver_attributes, &pci_locality) {
                             problems.push(format!("pod {key} claim {}: driver {}: {e}", pc.name, r.driver));
-                            None
                         }
-                    },
+                        ctx.device_nodes(&r.driver, d)
+                    }
                 };
                 devices.push(DeviceNumaEntry {
                     device: id,
@@ -238,7 +251,7 @@ mod tests {
                     {"name": "bare"},
                     {"name": "by-driver", "attributes": {"numa": {"int": 1}}},
                     {"name": "by-pci", "attributes": {"resource.kubernetes.io/pciBusID": {"string": "0000:81:00.0"}}},
-                    {"name": "bad", "attributes": {"resource.kubernetes.io/numaNode": {"int": -1}}}
+                    {"name": "bad", "attributes": {"resource.kubernetes.io/numaNode": {"string": "zero"}}}
                 ]}
         }))
         .unwrap()
@@ -288,9 +301,13 @@ mod tests {
     }
 
     fn nrt_with_pci() -> NodeResourceTopology {
+        let zone = |z: u32| {
+            json!({"name": format!("node-{z}"), "type": "Node", "resources": [
+                {"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"}]})
+        };
         serde_json::from_value(json!({"metadata": {"name": "n1"},
             "attributes": [{"name": "numaplane.io/pci-locality", "value": "0000:80-ff=1"}],
-            "zones": []}))
+            "zones": [zone(0), zone(1)]}))
         .unwrap()
     }
 
@@ -408,6 +425,54 @@ mod tests {
     }
 
     #[test]
+    fn the_node_as_the_scheduler_reads_it() {
+        // A device on a NUMA node the node lacks has none, as the scheduler and the exporter
+        // count it; a container recorded on every NUMA node has nothing to align with.
+        let mut s = slice("n1");
+        if let Some(d) = s.spec.devices.as_mut().and_then(|d| d.first_mut()) {
+            d.attributes =
+                serde_json::from_value(json!({"resource.kubernetes.io/numaNode": {"int": 3}})).ok();
+        }
+        let dra = DraObjects {
+            slices: vec![s],
+            ..objects(vec![
+                claim("p-gpu", Some(&["gpu-0"])),
+                claim("p-nic", Some(&["gpu-1"])),
+            ])
+        };
+        let (out, _) = run(&pod(false), Some(&record(&[1], &[0])), &dra);
+        assert_eq!(numa_of(&out[0]).devices[0].numa_nodes, None);
+        assert_eq!(numa_of(&out[0]).alignment, AlignmentStatus::NoNumaNode);
+        let (out, _) = run(&pod(false), Some(&record(&[0, 1], &[0])), &dra);
+        assert_eq!(numa_of(&out[1]).alignment, AlignmentStatus::NotPredicted);
+        // A malformed PCI locality is named; the device it would place has no NUMA node.
+        let mut nrt = nrt_with_pci();
+        if let Some(a) = nrt.attributes.as_mut().and_then(|a| a.first_mut()) {
+            a.value = "0000:80-ff".into();
+        }
+        let dra = objects(vec![
+            claim("p-gpu", Some(&["by-pci"])),
+            claim("p-nic", Some(&["gpu-1"])),
+        ]);
+        let mut problems = Vec::new();
+        let out = bound_claims(
+            &pod(false),
+            "ns/p",
+            "n1",
+            Some(&record(&[1], &[0])),
+            Some(&nrt),
+            &dra,
+            &mut problems,
+        );
+        assert_eq!(numa_of(&out[0]).devices[0].numa_nodes, None);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("NodeResourceTopology n1: PCI locality"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn missing_objects_are_named_not_fatal() {
         // p-nic is missing; p-gpu names a device of no slice of n1 (gpu-9) and one with a
         // malformed NUMA attribute.
@@ -422,13 +487,20 @@ mod tests {
         assert_eq!(gpu.alignment, AlignmentStatus::NoNumaNode);
         assert_eq!(out[1].state, ClaimState::NotFound);
         assert!(out[1].numa.is_none());
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert_eq!(
-            problems,
-            vec![
-                "pod ns/p claim gpu: device gpu.example.com/n1/gpu-9 is in no ResourceSlice of node n1: its NUMA node is unknown".to_owned(),
-                "pod ns/p claim gpu: driver gpu.example.com: attribute resource.kubernetes.io/numaNode of device bad is not a NUMA node id (a non-negative int or a non-empty list of them): {\"int\":-1}".to_owned(),
-                "pod ns/p claim nic: ResourceClaim ns/p-nic not found".to_owned(),
-            ]
+            problems[0],
+            "pod ns/p claim gpu: device gpu.example.com/n1/gpu-9 is in no ResourceSlice of node n1: its NUMA node is unknown"
+        );
+        assert!(
+            problems[1].starts_with(
+                "pod ns/p claim gpu: driver gpu.example.com: attribute resource.kubernetes.io/numaNode of device bad is not a NUMA node id"
+            ),
+            "{problems:?}"
+        );
+        assert_eq!(
+            problems[2],
+            "pod ns/p claim nic: ResourceClaim ns/p-nic not found"
         );
         // Not allocated: said, not a problem. A template claim not created: a problem.
         let dra = objects(vec![claim("p-gpu", None), claim("p-nic", Some(&["gpu-1"]))]);

@@ -823,8 +823,13 @@ mod tests {
             ],
             driver_attributes: numaplane::device_numa::default_driver_numa_attributes(),
         };
+        // Two NUMA nodes: a device on one the node lacks would have none.
+        let mut two = nrt("gpu-b", &[], "2");
+        let mut zone1 = two.zones[0].clone();
+        zone1.name = "node-1".into();
+        two.zones.push(zone1);
         let listed = ListedNrts {
-            nrts: vec![nrt("gpu-b", &[], "2")],
+            nrts: vec![two],
             undecodable: vec![],
         };
         let r = bound(&p, "gpu-b", &listed, &dra, now());
