@@ -228,7 +228,7 @@ pub fn verdict_text(a: AlignmentStatus) -> String {
         AlignmentStatus::Misaligned => "a device is on none of the NUMA nodes of its containers",
         AlignmentStatus::NoNumaNode => "a device has no NUMA node, the others are aligned",
         AlignmentStatus::Split => "containers on disjoint NUMA nodes share it",
-        AlignmentStatus::NotPredicted => "no container that uses it has recorded NUMA nodes",
+        AlignmentStatus::NotPredicted => "no container that uses it is recorded on some NUMA nodes only",
     };
     format!("{} ({why})", a.label())
 }
