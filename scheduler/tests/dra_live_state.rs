@@ -202,3 +202,81 @@ fn preemption_counts_the_devices_a_victims_claims_give_back() {
     c.dra.apply_claim(a);
     assert!(c.preempt(&Config::default(), &high, 100).is_none());
 }
+
+#[test]
+fn preemption_frees_the_gpu_on_the_numa_node_where_the_kubelet_will_pin_the_cpus() {
+    // n1: NUMA node 0 with 2 free CPUs and gpu-0, NUMA node 1 with 4 free CPUs and gpu-1, under
+    // single-numa-node. The kubelet pins a 2-CPU container on NUMA node 0 (the lowest with
+    // room), so with alignment required the pod needs gpu-0, which the low-priority pod holds;
+    // gpu-1 is free, but on the other NUMA node.
+    let mut c = Cluster::new();
+    c.apply_node(&node("n1")).unwrap();
+    let zones: Vec<Value> = [("0", "2"), ("1", "4")]
+        .iter()
+        .map(|(i, free)| {
+            json!({"name": format!("node-{i}"), "type": "Node",
+                "resources": [{"name": "cpu", "capacity": "4", "allocatable": "4", "available": free}]})
+        })
+        .collect();
+    let nrt: numaplane::nrt::NodeResourceTopology = serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"},
+        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                       {"name": "topologyManagerScope", "value": "container"}],
+        "zones": zones
+    }))
+    .unwrap();
+    c.apply_nrt(&nrt).unwrap();
+    c.dra.enable();
+    c.dra.apply_class(class());
+    let mut s = slice("n1", &["gpu-0", "gpu-1"]);
+    for (d, numa) in s.spec.devices.iter_mut().flatten().zip([0, 1]) {
+        d.attributes = Some(
+            [(
+                "resource.kubernetes.io/numaNode".to_owned(),
+                serde_json::from_value(json!({"int": numa})).unwrap(),
+            )]
+            .into(),
+        );
+    }
+    c.dra.set_slices(vec![s]);
+    c.dra.apply_claim(claim("a"));
+    c.dra.apply_claim(claim("b"));
+    let victim: Pod = serde_json::from_value({
+        let mut v = pod_json("low", "a", json!({"nodeName": "n1", "priority": 0}));
+        v["status"] = json!({"phase": "Running"});
+        v
+    })
+    .unwrap();
+    c.apply_pod(&victim).unwrap();
+    let mut a = claim("a");
+    a.status = Some(
+        serde_json::from_value(json!({
+            "allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]}},
+            "reservedFor": [{"resource": "pods", "name": "low", "uid": "uid-low"}]
+        }))
+        .unwrap(),
+    );
+    c.dra.apply_claim(a);
+    let guaranteed = json!({"priority": 100, "containers": [{"name": "c", "resources": {
+        "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"},
+        "claims": [{"name": "gpu"}]}}]});
+    let high = spec(&mut c, pod_json("high", "b", guaranteed));
+    let cfg = Config::default();
+    let (d, _) = c.schedule_with_claims(&cfg, &high, true);
+    assert_eq!(d.node, None, "gpu-1 is free but not beside the CPUs");
+    assert!(
+        d.nodes[0].reasons.iter().any(|r| r.contains("NUMA node 0")),
+        "{:?}",
+        d.nodes[0].reasons
+    );
+    let p = c
+        .preempt(&cfg, &high, 100)
+        .expect("evicting low frees gpu-0 beside the CPUs");
+    assert_eq!(
+        p.victims.iter().map(|v| v.key.as_str()).collect::<Vec<_>>(),
+        ["ns/low"]
+    );
+}

@@ -4,7 +4,8 @@
 //! write order (the finalizer, then allocation and reservedFor in one status write, then the
 //! Binding: seen in a watch of the claim and the pod, by resourceVersion); a claim shared by two
 //! pods is allocated once and reserved for both; a pod that fits nowhere leaves every claim it
-//! did not allocate alone; a device's binding condition is waited for, within the bound. The
+//! did not allocate alone; a device's binding condition is waited for, within the bound; a
+//! device-plugin resource steers the NUMA node and the claim's device follows it. The
 //! HTTP-level fake gives the one fault a real server cannot be made to give on cue: a conflict
 //! on the claim's status write, which is retried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -540,5 +541,82 @@ async fn a_conflict_on_the_claims_status_write_is_retried_before_the_binding() {
     assert!(has_finalizer(&claim));
     assert_eq!(reserved_uids(&claim).len(), 1);
     assert_eq!(devices(&claim).len(), 1);
+    env.cleanup().await;
+}
+
+/// A device-plugin resource and a DRA claim in one pod: the NIC, on NUMA node 1 only, steers
+/// the Topology Manager's hint there, and the claim's GPU follows it (gpu-0 of NUMA node 0 comes
+/// first in upstream's order). The allocation record the node-side allocator reads and the
+/// claim's allocation the kubelet prepares agree on NUMA node 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_real_server() {
+    let Some(env) = Env::real(1, &[], false).await else {
+        return;
+    };
+    let client = env.target.client();
+    let node = env.nodes[0].clone();
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch_status(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"allocatable": {"example.com/nic": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let slices = Api::<ResourceSlice>::all(client.clone());
+    let mut slice = slices.get(&format!("{node}-gpus")).await.unwrap();
+    for (d, numa) in slice.spec.devices.iter_mut().flatten().zip([0, 1]) {
+        d.attributes.get_or_insert_default().insert(
+            "resource.kubernetes.io/numaNode".to_owned(),
+            serde_json::from_value(json!({"int": numa})).unwrap(),
+        );
+    }
+    slices
+        .replace(&format!("{node}-gpus"), &PostParams::default(), &slice)
+        .await
+        .unwrap();
+    use numaplane_e2e::harness::nrt;
+    nrt::publish(
+        client.clone(),
+        &node,
+        &[],
+        vec![
+            nrt::zone(0, vec![nrt::resource("cpu", "4", "4")]),
+            nrt::zone(
+                1,
+                vec![
+                    nrt::resource("cpu", "4", "4"),
+                    nrt::resource("example.com/nic", "1", "1"),
+                ],
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    env.scheduler
+        .until("numaplane_scheduler_nodes{state=valid} == 1")
+        .await;
+    env.claim("gpu").await;
+    let p: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "p", "labels": {"numaplane.io/e2e": "true"}},
+        "spec": {"schedulerName": "numaplane-scheduler", "tolerations": [{"operator": "Exists"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "1Gi", "example.com/nic": "1"},
+                    "limits": {"cpu": "2", "memory": "1Gi", "example.com/nic": "1"},
+                    "claims": [{"name": "gpu"}]}}]}}),
+    )
+    .unwrap();
+    env.pods.create(&PostParams::default(), &p).await.unwrap();
+    env.until("p is bound", async || env.node_of("p").await.is_some())
+        .await;
+    let pod = env.pods.get("p").await.unwrap();
+    let record: numaplane::allocation::Allocation =
+        serde_json::from_str(&pod.metadata.annotations.as_ref().unwrap()[numaplane::allocation::ANNOTATION])
+            .unwrap();
+    assert_eq!(record.containers[0].numa_nodes, Some(vec![1]), "{record:?}");
+    let claim = env.claims.get("gpu").await.unwrap();
+    assert_eq!(devices(&claim), [(node.clone(), "gpu-1".to_owned())]);
     env.cleanup().await;
 }

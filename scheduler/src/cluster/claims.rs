@@ -10,6 +10,7 @@ use crate::{
     admission::Placement,
     dra::{
         DraError,
+        allocator::DeviceFilter,
         numa::{self, ContainerNuma, DraNumaAlignment, MAX_BONUS, NodeNuma, NotHere, Pinned},
         state::{ClaimAllocation, ResolvedClaims},
     },
@@ -32,6 +33,16 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
+
+/// A node as the allocation sees it.
+#[derive(Clone, Copy)]
+struct OnNode<'n> {
+    node: &'n NodeBasics,
+    /// Its valid NodeResourceTopology (the zones the prediction reads).
+    topology: Option<&'n crate::node::NumaTopology>,
+    /// The devices in use, when not the cluster's.
+    in_use: Option<&'n crate::dra::AllocatedState>,
+}
 
 /// The two halves of the allocation on a node.
 #[derive(Clone, Copy)]
@@ -97,18 +108,22 @@ impl Cluster {
 
     /// Whether `pod`'s claims can be allocated on `node` once the bound pods `removed`
     /// (keys) are gone: the claims reserved only for them give their devices back
-    /// (kube-scheduler's DynamicResources filter during preemption). True for a pod without
-    /// claims.
+    /// (kube-scheduler's DynamicResources filter during preemption), and the devices follow
+    /// the NUMA nodes predicted on `topology` (the node's zones without those pods), as a
+    /// decision's do. True for a pod without claims.
     pub(super) fn claims_fit_without(
         &self,
-        pod: &PodSpec,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
         node: &NodeBasics,
         removed: &std::collections::BTreeSet<&str>,
+        topology: Option<&crate::node::NumaTopology>,
     ) -> bool {
-        if !self.dra.enabled() || pod.resource_claims.is_empty() {
+        let spec = pod.spec;
+        if !self.dra.enabled() || spec.resource_claims.is_empty() {
             return true;
         }
-        let Ok(resolved) = self.dra.resolve(&pod.namespace, &pod.resource_claims) else {
+        let Ok(resolved) = self.dra.resolve(&spec.namespace, &spec.resource_claims) else {
             return false;
         };
         let mut by_namespace: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
@@ -121,11 +136,16 @@ impl Cluster {
             .iter()
             .flat_map(|(ns, names)| self.dra.freed_by(ns, names))
             .collect();
-        let key = pod.key();
+        let in_use = self.dra.in_use_freeing(&freed);
+        let key = spec.key();
         let share = |c: usize, r: usize| share_id(&key, c, r);
+        let on = OnNode {
+            node,
+            topology,
+            in_use: in_use.as_ref(),
+        };
         matches!(
-            self.dra
-                .allocate_on_freeing(&resolved, &node.name, &node.labels, &share, &freed),
+            self.try_claims(cfg, pod, &resolved, on, &share, Step::Search),
             Ok(Ok(_))
         )
     }
@@ -185,7 +205,7 @@ impl Cluster {
                 if let Some((slot, score)) = best
                     && let Some(Some(n)) = self.slots.get(slot)
                 {
-                    match self.try_claims(cfg, prepared, &resolved, n, &share, Step::Search) {
+                    match self.try_claims(cfg, prepared, &resolved, self.on(n), &share, Step::Search) {
                         Ok(Ok((claims, bonus))) => {
                             return (
                                 self.decision_on(prepared, n.name.clone(), score.saturating_add(bonus)),
@@ -227,7 +247,7 @@ impl Cluster {
                     break;
                 }
                 let Some(&(n, _)) = tried.get(i) else { continue };
-                match self.try_claims(cfg, prepared, &resolved, n, &share, Step::Search) {
+                match self.try_claims(cfg, prepared, &resolved, self.on(n), &share, Step::Search) {
                     Ok(Ok((claims, bonus))) => {
                         let total = score.saturating_add(bonus);
                         if best
@@ -369,7 +389,7 @@ impl Cluster {
         n: &NodeBasics,
         share: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
-        match self.try_claims(cfg, prepared, resolved, n, share, Step::Search)? {
+        match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Search)? {
             Ok(found) => Ok(Ok(found)),
             Err(Some(not_here)) => Ok(Err(not_here)),
             Err(None) => self.why_no_claims(cfg, prepared, resolved, n, share),
@@ -386,7 +406,7 @@ impl Cluster {
         n: &NodeBasics,
         share: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
-        match self.try_claims(cfg, prepared, resolved, n, share, Step::Explain)? {
+        match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Explain)? {
             Ok(found) => Ok(Ok(found)),
             Err(Some(not_here)) => Ok(Err(not_here)),
             // Explain always says why.
@@ -397,37 +417,50 @@ impl Cluster {
         }
     }
 
-    /// One step of the allocation on `n`: the search (`Err(None)` when it fails and saying why
-    /// would take more searches), or the explanation after a failed search.
+    /// Node `n` as it is now.
+    fn on<'n>(&'n self, n: &'n NodeBasics) -> OnNode<'n> {
+        OnNode {
+            node: n,
+            topology: match self.topology(&n.name) {
+                TopologyState::Valid(t) => Some(t),
+                _ => None,
+            },
+            in_use: None,
+        }
+    }
+
+    /// One step of the allocation on a node: the search (`Err(None)` when it fails and saying
+    /// why would take more searches), or the explanation after a failed search.
     fn try_claims(
         &self,
         cfg: &Config,
         prepared: &PreparedPod<'_>,
         resolved: &ResolvedClaims<'_>,
-        n: &NodeBasics,
+        on: OnNode<'_>,
         share: &dyn Fn(usize, usize) -> String,
         step: Step,
     ) -> Result<Attempt, DraError> {
         let pod = prepared.spec;
+        let n = on.node;
+        let search = |filter: Option<&DeviceFilter<'_>>| {
+            self.dra
+                .allocate_in_use(resolved, &n.name, &n.labels, share, on.in_use, filter)
+        };
         let names_claims = pod
             .init_containers
             .iter()
             .chain(&pod.containers)
             .any(|c| !c.claims.is_empty());
         let unaligned = || {
-            Ok(self
-                .dra
-                .allocate_on(resolved, &n.name, &n.labels, share)?
-                .map(|c| (c, 0))
-                .map_err(|reason| {
-                    Some(NotHere {
-                        reason,
-                        alignment: false,
-                    })
-                }))
+            Ok(search(None)?.map(|c| (c, 0)).map_err(|reason| {
+                Some(NotHere {
+                    reason,
+                    alignment: false,
+                })
+            }))
         };
-        let topo = match self.topology(&n.name) {
-            TopologyState::Valid(t) if names_claims => t,
+        let topo = match on.topology {
+            Some(t) if names_claims => t,
             _ => return unaligned(),
         };
         let (placement, _) = self.placement_in(prepared, &n.name, topo);
@@ -447,10 +480,9 @@ impl Cluster {
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };
-        let on = (n.name.as_str(), &n.labels);
         let found = match step {
-            Step::Search => numa::search_aligned(&self.dra, resolved, on, share, &ctx)?.ok_or(None),
-            Step::Explain => numa::explain_not_aligned(&self.dra, resolved, on, share, &ctx)?.map_err(Some),
+            Step::Search => numa::search_aligned(resolved, &search, &ctx)?.ok_or(None),
+            Step::Explain => numa::explain_not_aligned(resolved, &search, &ctx)?.map_err(Some),
         };
         let (mut claims, quality) = match found {
             Ok(found) => found,

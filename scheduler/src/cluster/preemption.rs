@@ -243,19 +243,23 @@ impl Cluster {
         if !fit::fits(&self.res, &b, pod.spec, &pod.fit_request) {
             return false;
         }
-        if !self.claims_fit_without(pod.spec, basics, removed) {
-            return false;
-        }
-        match self.topology(&basics.name) {
-            TopologyState::Missing => cfg.no_topology != NoTopology::Reject,
-            TopologyState::Invalid { .. } => false,
-            TopologyState::Valid(_) => self
-                .topology_without(&basics.name, removed, own)
-                .is_some_and(|t| {
-                    let mut w = WorkingZones::from_topology(&t);
-                    admission::admits_prepared(&self.res, &t, &mut w, pod)
-                }),
-        }
+        let zones = match self.topology(&basics.name) {
+            TopologyState::Missing if cfg.no_topology != NoTopology::Reject => None,
+            TopologyState::Missing | TopologyState::Invalid { .. } => return false,
+            TopologyState::Valid(_) => {
+                let Some(t) = self.topology_without(&basics.name, removed, own) else {
+                    return false;
+                };
+                let mut w = WorkingZones::from_topology(&t);
+                if !admission::admits_prepared(&self.res, &t, &mut w, pod) {
+                    return false;
+                }
+                Some(t)
+            }
+        };
+        // Checked last: with the zones the victims leave, the claims' devices follow the
+        // NUMA nodes the kubelet will pin there.
+        self.claims_fit_without(cfg, pod, basics, removed, zones.as_ref())
     }
 
     /// kube-scheduler's DefaultPreemption for `pod` (priority `priority`), which fits no node

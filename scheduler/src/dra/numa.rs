@@ -32,6 +32,7 @@ use serde::Serialize;
 
 use super::{
     DraError,
+    allocator::DeviceFilter,
     state::{ClaimAllocation, ContainerClaim, DraState, ResolvedClaims},
 };
 
@@ -328,37 +329,22 @@ impl NotHere {
     }
 }
 
-/// Allocates the pending claims on the node as [`DraState::allocate_on`] does, choosing
-/// aligned devices first. `Ok(Err(_))`: not on this node; when only alignment rules the node
-/// out, the reason names the claim, its class, the NUMA nodes and what the kubelet pins.
-pub fn allocate_aligned(
-    state: &DraState,
-    claims: &ResolvedClaims<'_>,
-    node: (&str, &std::collections::BTreeMap<String, String>),
-    share_ids: &dyn Fn(usize, usize) -> String,
-    numa: &NodeNuma<'_>,
-) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
-    if let Some(found) = search_aligned(state, claims, node, share_ids, numa)? {
-        return Ok(Ok(found));
-    }
-    explain_not_aligned(state, claims, node, share_ids, numa)
-}
+/// One run of the allocator on a node, over the pod's pending claims, with a device filter
+/// (`None`: upstream's search).
+pub type Search<'s> =
+    dyn Fn(Option<&DeviceFilter<'_>>) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> + 's;
 
-/// The search of [`allocate_aligned`] without the explanation of a failure (`None`), which
-/// takes more searches: a decision needs it only when no node fits.
+/// Allocates the pending claims as `search` does, choosing aligned devices first: the first of
+/// the levels (aligned, then also unplaced, then, for what is only preferred, any) whose search
+/// finds a complete allocation. `None` when none does; saying why takes more searches
+/// ([`explain_not_aligned`]), and a decision needs that only when no node fits.
 pub fn search_aligned(
-    state: &DraState,
     claims: &ResolvedClaims<'_>,
-    node: (&str, &std::collections::BTreeMap<String, String>),
-    share_ids: &dyn Fn(usize, usize) -> String,
+    search: &Search<'_>,
     numa: &NodeNuma<'_>,
 ) -> Result<Option<(Vec<ClaimAllocation>, Quality)>, DraError> {
-    let (name, labels) = node;
     if numa.targets.is_empty() {
-        return Ok(state
-            .allocate_on(claims, name, labels, share_ids)?
-            .ok()
-            .map(|c| (c, Quality::Unconstrained)));
+        return Ok(search(None)?.ok().map(|c| (c, Quality::Unconstrained)));
     }
     let names = pod_names_of_pending(claims);
     // Levels a device the search was refused would be allowed at: when none of the devices a
@@ -410,7 +396,7 @@ pub fn search_aligned(
         let f = filter(level);
         // An error here (a selector failing on a device upstream's search would not have
         // reached) is not the pod's: only upstream's own search decides errors.
-        if let Ok(Ok(c)) = state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)) {
+        if let Ok(Ok(c)) = search(Some(&f)) {
             return Ok(Some((c, Quality::Level(level))));
         }
     }
@@ -422,14 +408,11 @@ pub fn search_aligned(
 /// pod's. A node where upstream's search succeeds and nothing is required gets that
 /// allocation, unaligned.
 pub fn explain_not_aligned(
-    state: &DraState,
     claims: &ResolvedClaims<'_>,
-    node: (&str, &std::collections::BTreeMap<String, String>),
-    share_ids: &dyn Fn(usize, usize) -> String,
+    search: &Search<'_>,
     numa: &NodeNuma<'_>,
 ) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
-    let (name, labels) = node;
-    let upstream = match state.allocate_on(claims, name, labels, share_ids)? {
+    let upstream = match search(None)? {
         Err(reason) => return Ok(Err(NotHere::upstream(reason))),
         Ok(c) => c,
     };
@@ -456,10 +439,7 @@ pub fn explain_not_aligned(
             let d = numa.device_nodes(driver, device);
             allowed(fit(d.as_deref(), &t.nodes), true, Fit::NoNumaNode)
         };
-        if !matches!(
-            state.allocate_on_filtered(claims, name, labels, share_ids, Some(&f)),
-            Ok(Ok(_))
-        ) {
+        if !matches!(search(Some(&f)), Ok(Ok(_))) {
             return Ok(Err(aligned(requirement_reason(claims, t))));
         }
     }

@@ -307,18 +307,11 @@ impl DraState {
         self.allocate_with(claims, name, labels, share_ids, &self.allocated, filter)
     }
 
-    /// [`Self::allocate_on`] once the claims `freed` (keys) no longer hold their devices: a
-    /// preemption's victims give back the claims reserved only for them.
-    pub fn allocate_on_freeing(
-        &self,
-        claims: &ResolvedClaims<'_>,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        share_ids: &dyn Fn(usize, usize) -> String,
-        freed: &[String],
-    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
+    /// The devices in use once the claims `freed` (keys) no longer hold theirs: a preemption's
+    /// victims give back the claims reserved only for them. `None`: nothing is freed.
+    pub fn in_use_freeing(&self, freed: &[String]) -> Option<AllocatedState> {
         if freed.is_empty() {
-            return self.allocate_on(claims, name, labels, share_ids);
+            return None;
         }
         let mut allocated = self.allocated.clone();
         for key in freed {
@@ -330,7 +323,28 @@ impl DraState {
                 allocated.remove(a);
             }
         }
-        self.allocate_with(claims, name, labels, share_ids, &allocated, None)
+        Some(allocated)
+    }
+
+    /// [`Self::allocate_on_filtered`] with the devices in use `in_use` (`None`: the cluster's,
+    /// [`Self::in_use_freeing`] for another).
+    pub fn allocate_in_use(
+        &self,
+        claims: &ResolvedClaims<'_>,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        share_ids: &dyn Fn(usize, usize) -> String,
+        in_use: Option<&AllocatedState>,
+        filter: Option<&allocator::DeviceFilter<'_>>,
+    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
+        self.allocate_with(
+            claims,
+            name,
+            labels,
+            share_ids,
+            in_use.unwrap_or(&self.allocated),
+            filter,
+        )
     }
 
     /// The claims a bound pod's eviction would free: those (in `namespace`) reserved for it
