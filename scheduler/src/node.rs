@@ -187,6 +187,9 @@ pub struct NumaTopology {
     /// [`numaplane::nrt::attr::PCI_LOCALITY`]), to place DRA devices that name only their PCI
     /// address; empty when not published (or not decodable, which is logged).
     pub pci_locality: Vec<numaplane::pci_locality::PciBusRange>,
+    /// Why the published PCI locality could not be decoded (reported by `simulate` and the
+    /// live scheduler's gauge `nrt_pci_locality_invalid`).
+    pub pci_locality_error: Option<String>,
 }
 
 /// Hint enumeration is exponential in the zone count, as in the kubelet; beyond this the
@@ -576,9 +579,9 @@ impl NumaTopology {
                 .map(|n| res.intern(n))
                 .collect::<std::collections::BTreeSet<ResId>>()
         });
-        let pci_locality = match obj.pci_locality() {
-            None => Vec::new(),
-            Some(Ok(ranges)) => ranges,
+        let (pci_locality, pci_locality_error) = match obj.pci_locality() {
+            None => (Vec::new(), None),
+            Some(Ok(ranges)) => (ranges, None),
             Some(Err(e)) => {
                 // Only the placement of DRA devices by PCI address depends on it: the rest of
                 // the NRT stays usable, and such devices count as without NUMA node.
@@ -587,13 +590,14 @@ impl NumaTopology {
                     error = %e,
                     "ignoring the PCI locality attribute"
                 );
-                Vec::new()
+                (Vec::new(), Some(e.to_string()))
             }
         };
         Ok(NumaTopology {
             node_level,
             lagging: Vec::new(),
             pci_locality,
+            pci_locality_error,
             unaligned_devices,
             memory_groups,
             masks,

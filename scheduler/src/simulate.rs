@@ -463,11 +463,17 @@ pub fn simulate_keeping_model(
         }
     }
     for t in nrts {
+        let name = t.metadata.name.as_deref().unwrap_or("<unnamed>");
         if let Err(e) = cluster.apply_nrt(&t) {
             warnings.push(format!(
-                "NodeResourceTopology {}: topology unknown or invalid: {}",
-                t.metadata.name.as_deref().unwrap_or("<unnamed>"),
+                "NodeResourceTopology {name}: topology unknown or invalid: {}",
                 numaplane::error_chain(&e)
+            ));
+        } else if let crate::cluster::TopologyState::Valid(topo) = cluster.topology(name)
+            && let Some(e) = &topo.pci_locality_error
+        {
+            warnings.push(format!(
+                "NodeResourceTopology {name}: PCI locality ignored ({e}); DRA devices placed only by their PCI address count as without NUMA node"
             ));
         }
     }

@@ -5,7 +5,8 @@
 //! Binding: seen in a watch of the claim and the pod, by resourceVersion); a claim shared by two
 //! pods is allocated once and reserved for both; a pod that fits nowhere leaves every claim it
 //! did not allocate alone; a device's binding condition is waited for, within the bound; a
-//! device-plugin resource steers the NUMA node and the claim's device follows it. The
+//! device-plugin resource steers the NUMA node and the claim's device follows it (a PCI
+//! locality that does not decode is counted first). The
 //! HTTP-level fake gives the one fault a real server cannot be made to give on cue: a conflict
 //! on the claim's status write, which is retried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -576,6 +577,25 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
         .await
         .unwrap();
     use numaplane_e2e::harness::nrt;
+    // First with a PCI locality that does not decode: the NRT stays usable, and the scheduler
+    // counts the node in its gauge.
+    nrt::apply(
+        client.clone(),
+        "numaplane-e2e",
+        nrt::single_numa_node(
+            json!({"name": node, "labels": {"numaplane.io/e2e": "true"}}),
+            &[(numaplane::nrt::attr::PCI_LOCALITY, "0000:zz=1")],
+            vec![nrt::zone(0, vec![nrt::resource("cpu", "4", "4")])],
+        ),
+    )
+    .await
+    .unwrap();
+    env.scheduler
+        .until("numaplane_scheduler_nrt_pci_locality_invalid == 1")
+        .await;
+    env.scheduler
+        .until("numaplane_scheduler_nodes{state=valid} == 1")
+        .await;
     nrt::publish(
         client.clone(),
         &node,
@@ -594,7 +614,7 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
     .await
     .unwrap();
     env.scheduler
-        .until("numaplane_scheduler_nodes{state=valid} == 1")
+        .until("numaplane_scheduler_nrt_pci_locality_invalid == 0")
         .await;
     env.claim("gpu").await;
     let p: Pod = serde_json::from_value(

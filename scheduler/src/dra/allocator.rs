@@ -4,7 +4,11 @@
 //! pools with binding conditions last), slices by name, devices in slice order; the first
 //! complete solution wins, found by backtracking.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+// The search hashes device IDs and request keys in its innermost loop: foldhash, not SipHash
+// (nothing here is keyed by input an attacker picks to collide).
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use k8s_openapi::api::{
     core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm},
@@ -113,7 +117,7 @@ impl AllocatedState {
 /// Everything an allocation reads besides the node and the claims.
 pub struct World<'a> {
     /// DeviceClasses by name.
-    pub classes: &'a HashMap<String, DeviceClass>,
+    pub classes: &'a std::collections::HashMap<String, DeviceClass>,
     /// Every ResourceSlice in the cluster (pool completeness is judged over all of them).
     pub all_slices: &'a [ResourceSlice],
     /// What other claims hold.
@@ -687,7 +691,7 @@ where
         let Some((slice, device)) = self.device(loc) else {
             return Ok(false);
         };
-        let id = self.id_of(loc).map(|d| d.to_string()).unwrap_or_default();
+        let id = format!("{}/{}/{}", slice.spec.driver, slice.spec.pool.name, device.name);
         let view = DeviceView {
             driver: &slice.spec.driver,
             id: &id,
@@ -1404,7 +1408,7 @@ mod tests {
         slices: &[ResourceSlice],
         claims: &[ResourceClaim],
     ) -> Result<Option<Vec<AllocationResult>>, DraError> {
-        let classes: HashMap<String, DeviceClass> = [(
+        let classes: std::collections::HashMap<String, DeviceClass> = [(
             "gpu".to_owned(),
             serde_json::from_value(json!({"metadata": {"name": "gpu"},
                 "spec": {"selectors": [{"cel": {"expression": "device.driver == \"d\""}}]}}))

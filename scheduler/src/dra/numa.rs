@@ -423,11 +423,15 @@ pub fn explain_not_aligned(
         return Ok(Ok((upstream, Quality::Level(Fit::Misaligned))));
     }
     // Only the requirement fails: which one alone cannot be met.
-    let names = pod_names_of_pending(claims);
     let aligned = |reason| NotHere {
         reason,
         alignment: true,
     };
+    if let [only] = numa.targets {
+        // The search at the level of devices without NUMA node, which failed, was this one.
+        return Ok(Err(aligned(requirement_reason(claims, only))));
+    }
+    let names = pod_names_of_pending(claims);
     for t in numa.targets.iter().filter(|t| t.required) {
         let f = |c: usize, request: &str, driver: &str, device: &Device| -> bool {
             let Some(pod_names) = names.get(c) else {

@@ -7,6 +7,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use foldhash::HashMap as FastMap;
+
 use super::cel::{CelError, DeviceView, Selector};
 
 /// Bound on cached verdicts: past it the verdicts are dropped and rebuilt on demand (memory
@@ -16,8 +18,11 @@ const MAX_VERDICTS: usize = 1 << 20;
 #[derive(Default)]
 struct Inner {
     compiled: HashMap<String, Result<(u32, Arc<Selector>), CelError>>,
-    /// (expression id, `driver/pool/device`) → verdict.
-    verdicts: HashMap<(u32, String), Result<bool, CelError>>,
+    /// Per expression id, `driver/pool/device` → verdict (looked up by `&str`: no key is
+    /// built for a hit).
+    verdicts: FastMap<u32, FastMap<String, Result<bool, CelError>>>,
+    /// Verdicts held, for the bound.
+    held: usize,
 }
 
 /// The cache. Cloning gives an empty one (a clone of the cluster starts cold).
@@ -43,6 +48,7 @@ impl SelectorCache {
     pub fn devices_changed(&self) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.verdicts.clear();
+            inner.held = 0;
         }
     }
 
@@ -68,18 +74,26 @@ impl SelectorCache {
     /// Whether `device` matches `expression`.
     pub fn matches(&self, expression: &str, device: &DeviceView<'_>) -> Result<bool, CelError> {
         let (id, selector) = self.compiled(expression)?;
-        let key = (id, device.id.to_owned());
         if let Ok(inner) = self.inner.lock()
-            && let Some(v) = inner.verdicts.get(&key)
+            && let Some(v) = inner.verdicts.get(&id).and_then(|m| m.get(device.id))
         {
             return v.clone();
         }
         let v = selector.matches(device);
         if let Ok(mut inner) = self.inner.lock() {
-            if inner.verdicts.len() >= MAX_VERDICTS {
+            if inner.held >= MAX_VERDICTS {
                 inner.verdicts.clear();
+                inner.held = 0;
             }
-            inner.verdicts.insert(key, v.clone());
+            if inner
+                .verdicts
+                .entry(id)
+                .or_default()
+                .insert(device.id.to_owned(), v.clone())
+                .is_none()
+            {
+                inner.held += 1;
+            }
         }
         v
     }

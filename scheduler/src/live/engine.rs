@@ -483,7 +483,13 @@ impl Engine {
             // has published; at the full timeout the placements it does not show expire.
             let stale_after = self.cfg.assume_timeout / 2;
             let mut counts: HashMap<&'static str, i64> = HashMap::new();
+            let mut pci_locality_invalid = 0i64;
             for n in self.cluster.node_names() {
+                if let TopologyState::Valid(t) = self.cluster.topology(n)
+                    && t.pci_locality_error.is_some()
+                {
+                    pci_locality_invalid += 1;
+                }
                 let behind = self
                     .nrt_behind
                     .get(n)
@@ -502,6 +508,7 @@ impl Engine {
                     .get_or_create(&TopologyLabels { state })
                     .set(counts.get(state).copied().unwrap_or(0));
             }
+            self.metrics.nrt_pci_locality_invalid.set(pci_locality_invalid);
         }
     }
 

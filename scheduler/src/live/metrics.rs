@@ -121,6 +121,8 @@ pub struct Metrics {
     pub invalid_objects: Family<KindLabels, Counter>,
     /// DRA devices whose NUMA attribute is malformed, now.
     pub dra_devices_numa_invalid: Gauge,
+    /// Nodes whose NRT's PCI locality attribute does not decode.
+    pub nrt_pci_locality_invalid: Gauge,
     /// Claims of the pods this scheduler bound, by alignment.
     pub dra_claims_bound: Family<AlignmentLabels, Counter>,
     /// API writes by kind (binding, event, status).
@@ -177,6 +179,7 @@ impl Metrics {
             status_patch_errors: r.family("status_patch_errors", "PodScheduled condition patches that could not be written"),
             nodes: r.family("nodes", "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)"),
             invalid_objects: r.family("invalid_objects", "Malformed objects seen by the index, by kind"),
+            nrt_pci_locality_invalid: r.family("nrt_pci_locality_invalid", "Nodes whose NodeResourceTopology carries a numaplane.io/pci-locality attribute that does not decode; their DRA devices placed only by PCI address count as without NUMA node"),
             dra_claims_bound: r.family("dra_claims_bound", "ResourceClaims of the pods this scheduler bound on a node with a NodeResourceTopology, by how their devices sit relative to the NUMA nodes predicted for the containers that use them (aligned, misaligned, no-numa-node, split, not-predicted)"),
             dra_devices_numa_invalid: r.family("dra_devices_numa_invalid", "DRA devices in the ResourceSlices whose NUMA attribute (standard or driver-specific) is not a NUMA node id, or whose pciBusID or pcieRoot is malformed; they are allocated as devices without NUMA node"),
             api_writes: r.family("api_writes", "API writes by kind (binding, event, status, volume, resourceclaim, resourceclaim_status, resourceclaim_read)"),

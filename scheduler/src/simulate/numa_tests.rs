@@ -212,6 +212,33 @@ fn the_table_shows_devices_and_containers_numa_and_marks_misalignment() {
 }
 
 #[test]
+fn a_malformed_pci_locality_is_a_warning_and_leaves_pci_placed_devices_unplaced() {
+    let cluster = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let broken = cluster.replace(
+        "{name: numaplane.io/pci-locality, value: \"0000:00-7f=0,0000:80-ff=1\"}",
+        "{name: numaplane.io/pci-locality, value: \"0000:zz=1\"}",
+    );
+    assert_ne!(broken, cluster);
+    let report = run_texts(
+        &broken,
+        &std::fs::read_to_string(example("pods.yaml")).unwrap(),
+        DraNumaAlignment::Required,
+    );
+    let warned: Vec<&String> = report
+        .warnings
+        .iter()
+        .filter(|w| w.contains("PCI locality ignored"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", report.warnings);
+    assert!(warned[0].contains("gpu-a"), "{}", warned[0]);
+    // gpu-1 is placed only by its PCIe root: without the locality it has no NUMA node, and the
+    // first pod takes it as a device without NUMA affinity.
+    let train = &report.results[0];
+    assert_eq!(devices(train), vec!["gpu-1"]);
+    assert_eq!(status(train), AlignmentStatus::NoNumaNode);
+}
+
+#[test]
 fn the_worked_example_in_the_docs_is_the_real_output() {
     let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/scheduler.md"))
         .unwrap();
