@@ -6,9 +6,10 @@
 //!
 //! Checked: `top` in table and JSON; `explain` of a pending pod (a verdict per node, a
 //! rejected node with a reason naming the cause, the fitting node); `explain` of a bound pod
-//! with its allocation record next to the NRT; and one clear stderr line with the documented
-//! exit code for a missing CRD, missing or malformed NRTs, access denied, a missing pod and
-//! bad usage.
+//! with its allocation record next to the NRT, and its DRA claims' devices with their NUMA
+//! nodes next to the container's recorded ones (MISALIGNED or aligned); and one clear stderr
+//! line with the documented exit code for a missing CRD, missing or malformed NRTs, access
+//! denied, a missing pod and bad usage.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Output;
@@ -468,6 +469,141 @@ async fn without_the_crd_or_without_any_nrt() {
     env.run(&["top"])
         .await
         .assert_fails(2, &["no NodeResourceTopology objects in the cluster"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_bound_pod_shows_its_claims_devices_next_to_the_containers_numa_nodes() {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    const DRIVER: &str = "gpu.example.com";
+    let mut env = Env::new().await;
+    let node = env.node("c", [4, 2], [&["g00", "g01"], &["g10", "g11"]]).await;
+    let client = env.target.client();
+    let class = format!("{}-gpu", env.ns);
+    Api::<DeviceClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": class}, "spec": {"selectors": [
+                {"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // One GPU per NUMA node, placed by the standard attribute.
+    Api::<ResourceSlice>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("{node}-gpus")},
+                "spec": {"driver": DRIVER, "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": "gpu-0", "attributes": {"resource.kubernetes.io/numaNode": {"int": 0}}},
+                        {"name": "gpu-1", "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}}}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &env.ns);
+    for name in ["placed-far", "placed-near"] {
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // The container's CPUs are recorded on NUMA node 1.
+    let record = json!({"version": "v1", "node": node, "policy": "single-numa-node", "scope": "container",
+        "containers": [{"name": "app", "kind": "app", "numaNodes": [1]}]});
+    let mut spec = nobodys_pod_spec();
+    spec["nodeName"] = json!(node);
+    spec["resourceClaims"] = json!([
+        {"name": "far", "resourceClaimName": "placed-far"},
+        {"name": "near", "resourceClaimName": "placed-near"}
+    ]);
+    spec["containers"][0]["resources"]["claims"] = json!([{"name": "far"}, {"name": "near"}]);
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "placed",
+        "labels": {"numaplane.io/e2e": "true"},
+        "annotations": {"numaplane.io/allocation": record.to_string()}}, "spec": spec}))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns);
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    // As kube-scheduler writes it: the allocation and the pod reserving it, through the
+    // status subresource. placed-far got the GPU of NUMA node 0, placed-near the one of node 1.
+    for (name, device) in [("placed-far", "gpu-0"), ("placed-near", "gpu-1")] {
+        claims
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "allocation": {"devices": {"results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]}},
+                    "reservedFor": [{"resource": "pods", "name": "placed", "uid": uid}]}})),
+            )
+            .await
+            .unwrap();
+    }
+    let pod = format!("{}/placed", env.ns);
+
+    let table = env.run(&["explain", &pod]).await;
+    table.assert_ok();
+    table.assert_says(&format!(
+        "DRA claims: each device's NUMA nodes (from the ResourceSlices of {node}) next to the recorded NUMA nodes of the containers that use it:\n\
+         \x20 claim far (ResourceClaim placed-far): MISALIGNED (a device is on none of the NUMA nodes of its containers)\n\
+         \x20   device {DRIVER}/{node}/gpu-0 (request gpu): NUMA 0\n\
+         \x20   container app: NUMA 1\n\
+         \x20 claim near (ResourceClaim placed-near): aligned\n\
+         \x20   device {DRIVER}/{node}/gpu-1 (request gpu): NUMA 1\n\
+         \x20   container app: NUMA 1\n"
+    ));
+
+    let json = env.run(&["explain", &pod, "-o", "json"]).await;
+    json.assert_ok();
+    let v = json.json();
+    assert_eq!(v["state"], "bound");
+    let far = &v["claims"][0];
+    assert_eq!(far["name"], "far");
+    assert_eq!(far["state"], "allocated");
+    assert_eq!(
+        far["numa"]["devices"][0],
+        json!({"device": format!("{DRIVER}/{node}/gpu-0"), "request": "gpu", "numaNodes": [0]})
+    );
+    assert_eq!(
+        far["numa"]["containers"],
+        json!([{"name": "app", "numaNodes": [1]}])
+    );
+    assert_eq!(far["numa"]["alignment"], "misaligned");
+    assert_eq!(v["claims"][1]["numa"]["devices"][0]["numaNodes"], json!([1]));
+    assert_eq!(v["claims"][1]["numa"]["alignment"], "aligned");
+
+    // The slice gone: the device's NUMA node is unknown, said on stderr (exit 2), no panic.
+    Api::<ResourceSlice>::all(client.clone())
+        .delete(&format!("{node}-gpus"), &Default::default())
+        .await
+        .unwrap();
+    let gone = env.run(&["explain", &pod]).await;
+    assert_eq!(gone.code, Some(2), "{}\n{}", gone.stdout, gone.stderr);
+    gone.assert_says(&format!(
+        "device {DRIVER}/{node}/gpu-0 (request gpu): NUMA unknown (in no ResourceSlice of {node})"
+    ));
+    assert!(
+        gone.stderr.contains(&format!(
+            "kubectl-numa: pod {pod} claim far: device {DRIVER}/{node}/gpu-0 is in no ResourceSlice of node {node}"
+        )),
+        "{}",
+        gone.stderr
+    );
+    assert!(!gone.stderr.contains("panicked"), "{}", gone.stderr);
+    numaplane_e2e::harness::dra::delete_gpu_objects(&client, std::slice::from_ref(&node), &class).await;
+    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

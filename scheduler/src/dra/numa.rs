@@ -663,55 +663,83 @@ pub fn annotate(
             .filter(|(_, c)| c.metadata.name.as_deref() == Some(a.name.as_str()))
             .map(|(p, _)| *p)
             .collect();
-        let users: Vec<&ContainerNuma<'_>> = containers
-            .iter()
-            .filter(|c| c.claims.iter().any(|cc| pod_names.contains(&cc.name.as_str())))
-            .collect();
-        let mut devices = Vec::new();
-        let mut worst: Option<Fit> = None;
-        let mut split = false;
-        for r in a
+        let devices = a
             .allocation
             .devices
             .iter()
             .flat_map(|d| d.results.iter().flatten())
-        {
-            let nodes = state
-                .device_on(node, &r.driver, &r.pool, &r.device)
-                .and_then(|d| numa.device_nodes(&r.driver, d));
-            let base = r.request.split('/').next().unwrap_or("");
-            for t in numa.targets.iter().filter(|t| {
-                pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|q| q == base)
-            }) {
-                split |= t.split;
-                let f = fit(nodes.as_deref(), &t.nodes);
-                worst = Some(worst.map_or(f, |w| w.max(f)));
-            }
-            devices.push(DeviceNumaEntry {
+            .map(|r| DeviceNumaEntry {
                 device: format!("{}/{}/{}", r.driver, r.pool, r.device),
                 request: r.request.clone(),
-                numa_nodes: nodes,
-            });
+                numa_nodes: state
+                    .device_on(node, &r.driver, &r.pool, &r.device)
+                    .and_then(|d| numa.device_nodes(&r.driver, d)),
+            })
+            .collect();
+        a.numa = Some(claim_numa(&pod_names, devices, containers, numa.targets));
+    }
+}
+
+/// The verdict on a claim whose `devices` (each: the request it serves, as the allocation
+/// names it, and its NUMA nodes, `None` when unplaced) serve the pod claims `pod_names`, against
+/// the `targets` of the pod's containers. The one rule behind [`annotate`] (a predicted
+/// placement) and `kubectl numa explain` (a bound pod's record): the worst [`fit`] of a device
+/// to a target of its claim and request decides, a target shared across disjoint NUMA nodes
+/// makes the claim `split`, and no target at all leaves it `not predicted`.
+pub fn claim_alignment<'d>(
+    pod_names: &[&str],
+    devices: impl IntoIterator<Item = (&'d str, Option<&'d [u32]>)>,
+    targets: &[Target],
+) -> AlignmentStatus {
+    let mut worst: Option<Fit> = None;
+    let mut split = false;
+    for (request, nodes) in devices {
+        // A subrequest (`req/sub`) is served for its request.
+        let base = request.split('/').next().unwrap_or("");
+        for t in targets.iter().filter(|t| {
+            pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|q| q == base)
+        }) {
+            split |= t.split;
+            let f = fit(nodes, &t.nodes);
+            worst = Some(worst.map_or(f, |w| w.max(f)));
         }
-        let alignment = match worst {
-            _ if split => AlignmentStatus::Split,
-            None => AlignmentStatus::NotPredicted,
-            Some(Fit::Aligned) => AlignmentStatus::Aligned,
-            Some(Fit::NoNumaNode) => AlignmentStatus::NoNumaNode,
-            Some(Fit::Misaligned) => AlignmentStatus::Misaligned,
-        };
-        a.numa = Some(ClaimNuma {
-            devices,
-            containers: users
-                .iter()
-                .map(|c| ContainerNumaEntry {
-                    name: c.name.to_owned(),
-                    numa_nodes: c.numa_nodes.map(<[u32]>::to_vec),
-                    pinned: c.pinned.describe(),
-                })
-                .collect(),
-            alignment,
-        });
+    }
+    match worst {
+        _ if split => AlignmentStatus::Split,
+        None => AlignmentStatus::NotPredicted,
+        Some(Fit::Aligned) => AlignmentStatus::Aligned,
+        Some(Fit::NoNumaNode) => AlignmentStatus::NoNumaNode,
+        Some(Fit::Misaligned) => AlignmentStatus::Misaligned,
+    }
+}
+
+/// A claim's `devices` next to the `containers` that name one of its pod claims `pod_names`,
+/// with the [`claim_alignment`] verdict against `targets`.
+pub fn claim_numa(
+    pod_names: &[&str],
+    devices: Vec<DeviceNumaEntry>,
+    containers: &[ContainerNuma<'_>],
+    targets: &[Target],
+) -> ClaimNuma {
+    let alignment = claim_alignment(
+        pod_names,
+        devices
+            .iter()
+            .map(|d| (d.request.as_str(), d.numa_nodes.as_deref())),
+        targets,
+    );
+    ClaimNuma {
+        devices,
+        containers: containers
+            .iter()
+            .filter(|c| c.claims.iter().any(|cc| pod_names.contains(&cc.name.as_str())))
+            .map(|c| ContainerNumaEntry {
+                name: c.name.to_owned(),
+                numa_nodes: c.numa_nodes.map(<[u32]>::to_vec),
+                pinned: c.pinned.describe(),
+            })
+            .collect(),
+        alignment,
     }
 }
 

@@ -1,6 +1,7 @@
 //! `kubectl numa explain`: why a pending pod is not placed, or where a bound pod's recorded
-//! allocation sits in its node's NodeResourceTopology. Pure: built from what
-//! [`super::fetch`] listed.
+//! allocation sits in its node's NodeResourceTopology, and where its DRA claims' devices sit
+//! relative to the NUMA nodes recorded for its containers ([`super::claims`]). Pure: built from
+//! what [`super::fetch`] listed.
 //!
 //! A pending pod goes through [`crate::simulate::simulate`] with every node explained: the
 //! same cluster index, verdicts and text as `numaplane-scheduler simulate --explain all`,
@@ -19,6 +20,7 @@ use numaplane::{
 use serde::Serialize;
 
 use super::{
+    claims::{self, BoundClaim, ClaimState, DraObjects},
     fetch::ListedNrts,
     top::{self, Freshness, ZoneTop},
 };
@@ -85,7 +87,10 @@ pub struct BoundExplain {
     pub nrt: Option<NrtView>,
     /// Each recorded device ID, and the zones whose free list still names it.
     pub devices: Vec<DeviceCheck>,
-    /// Malformed record, missing or malformed NRT.
+    /// Each of the pod's `spec.resourceClaims`: its devices' NUMA nodes next to the recorded
+    /// NUMA nodes of the containers that use it, and the alignment verdict.
+    pub claims: Vec<BoundClaim>,
+    /// Malformed record, missing or malformed NRT, missing claim or device.
     pub problems: Vec<String>,
 }
 
@@ -260,8 +265,9 @@ fn nrt_view(t: &NodeResourceTopology, now: Timestamp) -> NrtView {
     }
 }
 
-/// The bound `pod`'s record next to what `node`'s NRT shows.
-pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> ExplainReport {
+/// The bound `pod`'s record next to what `node`'s NRT shows, and its DRA claims read from
+/// `dra` (empty for a pod without claims).
+pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, dra: &DraObjects, now: Timestamp) -> ExplainReport {
     let key = pod_key(pod);
     let mut problems = Vec::new();
     let record = pod
@@ -321,6 +327,7 @@ pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> Expl
             }
         }
     }
+    let claims = claims::bound_claims(pod, &key, node, record.as_ref(), nrt, dra, &mut problems);
     ExplainReport::Bound(Box::new(BoundExplain {
         schema: SCHEMA,
         pod: key,
@@ -329,6 +336,7 @@ pub fn bound(pod: &Pod, node: &str, listed: &ListedNrts, now: Timestamp) -> Expl
         record,
         nrt: view,
         devices,
+        claims,
         problems,
     }))
 }
@@ -484,7 +492,78 @@ fn render_bound(b: &BoundExplain) -> String {
             );
         }
     }
+    render_claims(&mut out, b);
     out
+}
+
+/// Each claim's devices with their NUMA nodes next to its containers' recorded ones.
+fn render_claims(out: &mut String, b: &BoundExplain) {
+    if b.claims.is_empty() {
+        return;
+    }
+    if !out.ends_with("\n\n") {
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "DRA claims: each device's NUMA nodes (from the ResourceSlices of {}) next to the recorded NUMA nodes of the containers that use it:",
+        b.node
+    );
+    let ns = b.pod.split_once('/').map_or("default", |(ns, _)| ns);
+    for c in &b.claims {
+        let rc = c
+            .resource_claim
+            .as_deref()
+            .map(|n| format!(" (ResourceClaim {n})"))
+            .unwrap_or_default();
+        let numa = match (c.state, &c.numa) {
+            (ClaimState::Allocated, Some(numa)) => numa,
+            (ClaimState::NotCreated, _) => {
+                let _ = writeln!(
+                    out,
+                    "  claim {}: no ResourceClaim created from its template yet",
+                    c.name
+                );
+                continue;
+            }
+            (ClaimState::NotFound, _) => {
+                let _ = writeln!(out, "  claim {}{rc}: not found in namespace {ns}", c.name);
+                continue;
+            }
+            _ => {
+                let _ = writeln!(out, "  claim {}{rc}: not allocated yet", c.name);
+                continue;
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  claim {}{rc}: {}",
+            c.name,
+            claims::verdict_text(numa.alignment)
+        );
+        for d in &numa.devices {
+            let at = match &d.numa_nodes {
+                Some(n) => format!("NUMA {}", numa_list(Some(n))),
+                None if c.not_in_slices.contains(&d.device) => {
+                    format!("NUMA unknown (in no ResourceSlice of {})", b.node)
+                }
+                None => "no NUMA node (no source places it)".to_owned(),
+            };
+            let _ = writeln!(out, "    device {} (request {}): {at}", d.device, d.request);
+        }
+        if numa.containers.is_empty() {
+            let _ = writeln!(out, "    no container names it in resources.claims");
+        }
+        for k in &numa.containers {
+            let at = match (&k.numa_nodes, &b.record) {
+                (Some(n), _) => format!("NUMA {}", numa_list(Some(n))),
+                (None, Some(_)) => "NUMA any (none recorded)".to_owned(),
+                (None, None) => format!("NUMA not predicted (no {ANNOTATION} record)"),
+            };
+            let pinned = k.pinned.map(|p| format!(", pins {p}")).unwrap_or_default();
+            let _ = writeln!(out, "    container {}: {at}{pinned}", k.name);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -656,7 +735,13 @@ mod tests {
             nrts: vec![nrt("n1", &["g1"], "2")],
             undecodable: vec![],
         };
-        let r = bound(&pod(Some("n1"), Some(record.to_string())), "n1", &listed, now());
+        let r = bound(
+            &pod(Some("n1"), Some(record.to_string())),
+            "n1",
+            &listed,
+            &DraObjects::default(),
+            now(),
+        );
         let ExplainReport::Bound(b) = &r else {
             panic!("not bound: {r:?}")
         };
@@ -678,6 +763,7 @@ mod tests {
             &pod(Some("n1"), Some("{".into())),
             "n1",
             &ListedNrts::default(),
+            &DraObjects::default(),
             now(),
         );
         let problems = bad.problems();
@@ -690,5 +776,90 @@ mod tests {
             problems[1].contains("no NodeResourceTopology for node n1"),
             "{problems:?}"
         );
+    }
+
+    /// The example of docs/kubectl-numa.md: pod ml/train-0 on gpu-b, its container's CPUs
+    /// recorded on NUMA node 1.
+    #[test]
+    fn bound_pod_claims_show_device_and_container_numa_nodes() {
+        let record = json!({"version": "v1", "node": "gpu-b", "policy": "single-numa-node", "scope": "container",
+            "containers": [{"name": "app", "kind": "app", "numaNodes": [1]}]});
+        let mut p = pod(Some("gpu-b"), Some(record.to_string()));
+        p.metadata.name = Some("train-0".into());
+        p.metadata.namespace = Some("ml".into());
+        if let Some(s) = p.spec.as_mut() {
+            s.resource_claims = serde_json::from_value(json!([
+                {"name": "gpu", "resourceClaimName": "train-0-gpu"},
+                {"name": "gpu2", "resourceClaimName": "train-0-gpu2"},
+                {"name": "scratch", "resourceClaimName": "train-0-scratch"},
+                {"name": "cache", "resourceClaimName": "train-0-cache"}]))
+            .ok();
+            s.containers[0].resources.get_or_insert_default().claims = serde_json::from_value(json!(
+                [{"name": "gpu"}, {"name": "gpu2"}, {"name": "scratch"}, {"name": "cache"}]
+            ))
+            .ok();
+        }
+        let claim = |name: &str, device: Option<&str>| -> k8s_openapi::api::resource::v1::ResourceClaim {
+            let mut c = json!({"metadata": {"name": name, "namespace": "ml"}, "spec": {}});
+            if let Some(d) = device {
+                c["status"] = json!({"allocation": {"devices": {"results": [
+                    {"request": "gpu", "driver": "gpu.example.com", "pool": "gpu-b", "device": d}]}}});
+            }
+            serde_json::from_value(c).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let slice = serde_json::from_value(json!({"metadata": {"name": "gpu-b-gpus"},
+            "spec": {"driver": "gpu.example.com", "nodeName": "gpu-b",
+                "pool": {"name": "gpu-b", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": "gpu-0", "attributes": {"resource.kubernetes.io/numaNode": {"int": 0}}},
+                    {"name": "gpu-1", "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}}}]}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let dra = DraObjects {
+            slices: vec![slice],
+            claims: vec![
+                claim("train-0-gpu", Some("gpu-0")),
+                claim("train-0-gpu2", Some("gpu-1")),
+                claim("train-0-scratch", None),
+            ],
+            driver_attributes: numaplane::device_numa::default_driver_numa_attributes(),
+        };
+        // Two NUMA nodes: a device on one the node lacks would have none.
+        let mut two = nrt("gpu-b", &[], "2");
+        let mut zone1 = two.zones[0].clone();
+        zone1.name = "node-1".into();
+        two.zones.push(zone1);
+        let listed = ListedNrts {
+            nrts: vec![two],
+            undecodable: vec![],
+        };
+        let r = bound(&p, "gpu-b", &listed, &dra, now());
+        assert_eq!(
+            r.problems(),
+            ["pod ml/train-0 claim cache: ResourceClaim ml/train-0-cache not found"]
+        );
+        let text = render_table(&r);
+        let expected = "\
+DRA claims: each device's NUMA nodes (from the ResourceSlices of gpu-b) next to the recorded NUMA nodes of the containers that use it:
+  claim gpu (ResourceClaim train-0-gpu): MISALIGNED (a device is on none of the NUMA nodes of its containers)
+    device gpu.example.com/gpu-b/gpu-0 (request gpu): NUMA 0
+    container app: NUMA 1
+  claim gpu2 (ResourceClaim train-0-gpu2): aligned
+    device gpu.example.com/gpu-b/gpu-1 (request gpu): NUMA 1
+    container app: NUMA 1
+  claim scratch (ResourceClaim train-0-scratch): not allocated yet
+  claim cache (ResourceClaim train-0-cache): not found in namespace ml
+";
+        assert!(text.ends_with(expected), "{text}");
+        // The documented example is this output.
+        let doc = include_str!("../../../docs/kubectl-numa.md");
+        assert!(
+            doc.contains(expected),
+            "docs/kubectl-numa.md does not show:\n{expected}"
+        );
+        let v = serde_json::to_value(&r).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["claims"][0]["numa"]["alignment"], "misaligned");
+        assert_eq!(v["claims"][1]["numa"]["alignment"], "aligned");
+        assert_eq!(v["claims"][2]["state"], "notAllocated");
+        assert_eq!(v["claims"][3]["state"], "notFound");
     }
 }

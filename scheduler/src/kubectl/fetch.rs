@@ -214,15 +214,32 @@ pub async fn list_dra(
     ),
     KubectlError,
 > {
-    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    use k8s_openapi::api::resource::v1::DeviceClass;
     let classes: Api<DeviceClass> = Api::all(client.clone());
+    let classes = classes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| request_error("list deviceclasses.resource.k8s.io".to_owned(), e))?;
+    let (slices, claims) = list_slices_and_claims(client, namespace).await?;
+    Ok((classes.items, slices, claims))
+}
+
+/// Where a bound pod's claims' devices are: every ResourceSlice, and the ResourceClaims of the
+/// pod's namespace (`resource.k8s.io/v1`).
+pub async fn list_slices_and_claims(
+    client: &Client,
+    namespace: &str,
+) -> Result<
+    (
+        Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+        Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+    ),
+    KubectlError,
+> {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
     let lp = ListParams::default();
-    let classes = classes
-        .list(&lp)
-        .await
-        .map_err(|e| request_error("list deviceclasses.resource.k8s.io".to_owned(), e))?;
     let slices = slices
         .list(&lp)
         .await
@@ -231,7 +248,7 @@ pub async fn list_dra(
         .list(&lp)
         .await
         .map_err(|e| request_error(format!("list resourceclaims.resource.k8s.io in {namespace}"), e))?;
-    Ok((classes.items, slices.items, claims.items))
+    Ok((slices.items, claims.items))
 }
 
 /// Lists every Namespace: their labels decide `namespaceSelector`s.

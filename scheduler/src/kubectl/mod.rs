@@ -5,12 +5,15 @@
 //! - `explain NAMESPACE/POD`: for a pending pod, every node's verdict from the scheduler's own
 //!   model (the same cluster index and verdict text as `numaplane-scheduler simulate --explain
 //!   all`, fed from the live Nodes, NRTs and bound Pods); for a bound pod, its recorded
-//!   allocation next to what the node's NRT shows.
+//!   allocation next to what the node's NRT shows, and each DRA claim's devices with their NUMA
+//!   nodes next to its containers' recorded ones.
 //!
-//! API access is in [`fetch`]; [`top`] and [`explain`] are pure functions over what it read.
+//! API access is in [`fetch`]; [`top`], [`explain`] and [`claims`] are pure functions over what
+//! it read.
 //!
 //! Exit codes: [`EXIT_OK`], [`EXIT_API`], [`EXIT_DATA`], [`EXIT_USAGE`] (see docs/kubectl-numa.md).
 
+pub mod claims;
 pub mod explain;
 pub mod fetch;
 pub mod top;
@@ -54,7 +57,8 @@ pub enum Command {
     /// how fresh each NodeResourceTopology is.
     Top(TopArgs),
     /// Why a pod is pending (every node's verdict from the scheduler's model), or where a bound
-    /// pod's recorded allocation sits in its node's NodeResourceTopology.
+    /// pod's recorded allocation sits in its node's NodeResourceTopology and where its DRA
+    /// claims' devices sit relative to its containers' NUMA nodes.
     Explain(ExplainArgs),
 }
 
@@ -87,7 +91,8 @@ pub struct ExplainArgs {
     /// The pod, as NAMESPACE/POD (or POD in the context's namespace).
     pub pod: String,
     /// The scheduler's configuration file (as given to `numaplane-scheduler run --config`):
-    /// its scoringStrategy and noTopology apply to the verdicts.
+    /// its scoringStrategy, noTopology and draNuma apply to the verdicts, and
+    /// draNuma.driverAttributes to the NUMA nodes of a bound pod's claim devices.
     #[arg(long, env = "NUMAPLANE_SCHEDULER_CONFIG")]
     pub config: Option<PathBuf>,
     /// Output format.
@@ -273,7 +278,20 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                 .filter(|n| !n.is_empty());
             let now = k8s_openapi::jiff::Timestamp::now();
             let report = match bound_to {
-                Some(node) => explain::bound(&pod, &node, &listed, now),
+                Some(node) => {
+                    let dra = if has_resource_claims(&pod) {
+                        let (slices, claims) = fetch::list_slices_and_claims(&client, &ns).await?;
+                        let cfg = sched_config.unwrap_or_default();
+                        claims::DraObjects {
+                            slices,
+                            claims,
+                            driver_attributes: cfg.dra_numa.resolve(None).driver_attributes,
+                        }
+                    } else {
+                        claims::DraObjects::default()
+                    };
+                    explain::bound(&pod, &node, &listed, &dra, now)
+                }
                 None => {
                     let nodes = fetch::list_nodes(&client).await?;
                     let pods = fetch::list_bound_pods(&client).await?;
@@ -294,12 +312,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                             Vec::new()
                         };
                     // Only a pod with resource claims needs the DRA objects.
-                    let has_claims = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.resource_claims.as_ref())
-                        .is_some_and(|c| !c.is_empty());
-                    let (device_classes, resource_slices, resource_claims) = if has_claims {
+                    let (device_classes, resource_slices, resource_claims) = if has_resource_claims(&pod) {
                         fetch::list_dra(&client, &ns).await?
                     } else {
                         Default::default()
@@ -328,6 +341,13 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
             })
         }
     }
+}
+
+fn has_resource_claims(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// The error and its causes on one line, leaving out a cause whose text an outer message
