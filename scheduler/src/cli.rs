@@ -214,7 +214,10 @@ mod dra_numa_settings {
     fn serve(args: &[&str], file: Option<&str>) -> Result<crate::model_config::DraNuma, String> {
         let dir = std::env::temp_dir().join(format!("numaplane-dra-numa-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let path = dir.join(format!("config-{}.yaml", args.len()));
+        // Tests run in parallel: one file per call.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("config-{call}.yaml"));
         let mut argv = vec!["numaplane-scheduler".to_owned(), "run".to_owned()];
         if let Some(text) = file {
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
