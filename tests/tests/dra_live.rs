@@ -6,7 +6,8 @@
 //! pods is allocated once and reserved for both; a pod that fits nowhere leaves every claim it
 //! did not allocate alone; a device's binding condition is waited for, within the bound; a
 //! device-plugin resource steers the NUMA node and the claim's device follows it (a PCI
-//! locality that does not decode is counted first). The
+//! locality that does not decode is counted first); a stale copy of a claim allocated
+//! elsewhere meanwhile is left untouched. The
 //! HTTP-level fake gives the one fault a real server cannot be made to give on cue: a conflict
 //! on the claim's status write, which is retried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -433,8 +434,14 @@ async fn a_pod_that_fits_nowhere_releases_nothing_it_did_not_make() {
     );
     let after = env.claims.get("foreign").await.unwrap();
     assert_eq!(
-        after.metadata.resource_version, before.metadata.resource_version,
-        "a claim numaplane did not allocate is left alone"
+        after.metadata.resource_version,
+        before.metadata.resource_version,
+        "a claim numaplane did not allocate is left alone: {:#?}",
+        (
+            &after.metadata.managed_fields,
+            &after.status,
+            &after.metadata.finalizers
+        )
     );
     let greedy = env.pods.get("greedy").await.unwrap();
     let name = greedy.status.unwrap().resource_claim_statuses.unwrap()[0]
@@ -638,5 +645,66 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
     assert_eq!(record.containers[0].numa_nodes, Some(vec![1]), "{record:?}");
     let claim = env.claims.get("gpu").await.unwrap();
     assert_eq!(devices(&claim), [(node.clone(), "gpu-1".to_owned())]);
+    env.cleanup().await;
+}
+
+/// The scheduler's copy of a claim can be behind: here it shows `c` unallocated while a driver
+/// has allocated it to another device. The finalizer Update on that copy conflicts; the claim
+/// read again is allocated elsewhere, so the reservation fails without writing anything, as
+/// kube-scheduler's `bindClaim` does (the finalizer of a claim it does not allocate or reserve
+/// would keep a foreign claim from being deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_of_a_claim_allocated_elsewhere_is_left_untouched() {
+    use numaplane_scheduler::live::{
+        api::Writer,
+        engine::dra::{ClaimError, ClaimWrite, PodRef, reserve_claim},
+        metrics::Metrics,
+    };
+    let Some(env) = Env::real(1, &[], false).await else {
+        return;
+    };
+    let node = env.nodes[0].clone();
+    env.claim("c").await;
+    let stale = env.claims.get("c").await.unwrap();
+    let mut c = stale.clone();
+    c.status = Some(
+        serde_json::from_value(json!({"allocation": {"devices": {"results": [
+            {"request": "gpus", "driver": DRIVER, "pool": node, "device": "gpu-1"}]}}}))
+        .unwrap(),
+    );
+    let pp = PostParams {
+        field_manager: Some("e2e-driver".to_owned()),
+        ..PostParams::default()
+    };
+    let before = env.claims.replace_status("c", &pp, &c).await.unwrap();
+    let (writer, _aux) = Writer::new(
+        env.target.client(),
+        100.0,
+        100,
+        "e2e".to_owned(),
+        std::sync::Arc::new(Metrics::new()),
+    );
+    let ours: k8s_openapi::api::resource::v1::AllocationResult = serde_json::from_value(
+        json!({"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": node, "device": "gpu-0"}]}}),
+    )
+    .unwrap();
+    let w = ClaimWrite {
+        claim: stale,
+        allocation: ours,
+        allocate: true,
+    };
+    let pod = PodRef {
+        namespace: &env.ns,
+        name: "p",
+        uid: "uid-p",
+    };
+    let got = reserve_claim(&writer, pod, &w).await;
+    assert!(
+        matches!(got, Err(ClaimError::AllocatedElsewhere { .. })),
+        "{got:?}"
+    );
+    let after = env.claims.get("c").await.unwrap();
+    assert_eq!(after.metadata.resource_version, before.metadata.resource_version);
+    assert!(!has_finalizer(&after), "{after:?}");
     env.cleanup().await;
 }

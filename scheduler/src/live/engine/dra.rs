@@ -335,6 +335,16 @@ pub async fn reserve_claim(writer: &Writer, pod: PodRef<'_>, w: &ClaimWrite) -> 
                 resource_version: crate::dra::state::resource_version(&claim),
             });
         }
+        // Checked before any write, as kube-scheduler checks a claim it read again: a claim
+        // allocated elsewhere meanwhile (or our index's copy was behind) is not ours to touch,
+        // not even to add the finalizer.
+        match claim.status.as_ref().and_then(|s| s.allocation.as_ref()) {
+            None if !w.allocate => return Err(ClaimError::Deallocated { claim: key }),
+            Some(a) if !same_devices(a, &w.allocation) => {
+                return Err(ClaimError::AllocatedElsewhere { claim: key });
+            }
+            _ => {}
+        }
         if !claim.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER) {
             claim
                 .metadata
