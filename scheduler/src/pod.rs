@@ -182,15 +182,7 @@ fn container_spec(
         }
     }
     let integer_cpu = effective.get(CPU) % 1000 == 0;
-    let claims = r
-        .and_then(|r| r.claims.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| ContainerClaim {
-            name: c.name.clone(),
-            request: c.request.clone().filter(|r| !r.is_empty()),
-        })
-        .collect();
+    let claims = container_claims(c);
     Ok(ContainerSpec {
         name: c.name.clone(),
         requests: effective,
@@ -503,6 +495,20 @@ impl ContainerSpec {
             .map(|(id, _)| id)
             .filter(|&id| res.kind(id) == ResKind::Extended)
     }
+}
+
+/// The `resources.claims` of a container (an empty `request` names the whole claim).
+pub fn container_claims(c: &Container) -> Vec<ContainerClaim> {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.claims.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| ContainerClaim {
+            name: c.name.clone(),
+            request: c.request.clone().filter(|r| !r.is_empty()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

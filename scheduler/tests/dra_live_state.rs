@@ -72,6 +72,14 @@ fn cluster() -> Cluster {
     c
 }
 
+/// A running pod `low` of priority 0 on n1, claiming `a`.
+fn bind_low_on_n1(c: &mut Cluster) {
+    let mut v = pod_json("low", "a", json!({"nodeName": "n1", "priority": 0}));
+    v["status"] = json!({"phase": "Running"});
+    let victim: Pod = serde_json::from_value(v).unwrap();
+    c.apply_pod(&victim).unwrap();
+}
+
 fn placed(c: &Cluster, s: &PodSpec) -> Option<String> {
     let (d, outcome) = c.schedule_with_claims(&Config::default(), s, false);
     assert!(outcome.error.is_none(), "{:?}", outcome.error);
@@ -167,13 +175,7 @@ fn a_shared_claim_in_flight_is_allocated_once_and_held_until_its_last_binding_fa
 fn preemption_counts_the_devices_a_victims_claims_give_back() {
     let mut c = cluster();
     // A low-priority pod bound to n1 holds the GPU through claim a, reserved only for it.
-    let victim: Pod = serde_json::from_value({
-        let mut v = pod_json("low", "a", json!({"nodeName": "n1", "priority": 0}));
-        v["status"] = json!({"phase": "Running"});
-        v
-    })
-    .unwrap();
-    c.apply_pod(&victim).unwrap();
+    bind_low_on_n1(&mut c);
     let mut a = claim("a");
     let holder = spec(&mut c, pod_json("holder", "a", json!({})));
     let (_, outcome) = c.schedule_with_claims(&Config::default(), &holder, false);
@@ -243,13 +245,7 @@ fn preemption_frees_the_gpu_on_the_numa_node_where_the_kubelet_will_pin_the_cpus
     c.dra.set_slices(vec![s]);
     c.dra.apply_claim(claim("a"));
     c.dra.apply_claim(claim("b"));
-    let victim: Pod = serde_json::from_value({
-        let mut v = pod_json("low", "a", json!({"nodeName": "n1", "priority": 0}));
-        v["status"] = json!({"phase": "Running"});
-        v
-    })
-    .unwrap();
-    c.apply_pod(&victim).unwrap();
+    bind_low_on_n1(&mut c);
     let mut a = claim("a");
     a.status = Some(
         serde_json::from_value(json!({

@@ -57,6 +57,17 @@ enum Step {
 /// said yet).
 type Attempt = Result<(Vec<ClaimAllocation>, i64), Option<NotHere>>;
 
+/// An attempt whose failure is said; one left unsaid gets the generic category (explaining
+/// always says why, so only a bug would leave one).
+fn told_why(a: Attempt) -> Result<(Vec<ClaimAllocation>, i64), NotHere> {
+    a.map_err(|not_here| {
+        not_here.unwrap_or_else(|| NotHere {
+            reason: CATEGORY.to_owned(),
+            alignment: false,
+        })
+    })
+}
+
 /// Every node with what the search found there, if it was tried: a decision where no node
 /// fits explains each node without searching it again.
 type Tried<'n> = Vec<(&'n NodeBasics, Option<Attempt>)>;
@@ -390,9 +401,8 @@ impl Cluster {
         share: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
         match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Search)? {
-            Ok(found) => Ok(Ok(found)),
-            Err(Some(not_here)) => Ok(Err(not_here)),
             Err(None) => self.why_no_claims(cfg, prepared, resolved, n, share),
+            told => Ok(told_why(told)),
         }
     }
 
@@ -406,15 +416,14 @@ impl Cluster {
         n: &NodeBasics,
         share: &dyn Fn(usize, usize) -> String,
     ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
-        match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Explain)? {
-            Ok(found) => Ok(Ok(found)),
-            Err(Some(not_here)) => Ok(Err(not_here)),
-            // Explain always says why.
-            Err(None) => Ok(Err(NotHere {
-                reason: CATEGORY.to_owned(),
-                alignment: false,
-            })),
-        }
+        Ok(told_why(self.try_claims(
+            cfg,
+            prepared,
+            resolved,
+            self.on(n),
+            share,
+            Step::Explain,
+        )?))
     }
 
     /// Node `n` as it is now.

@@ -6,7 +6,7 @@
 //! what [`super::fetch`] listed.
 
 use k8s_openapi::api::{
-    core::v1::{Container, Pod},
+    core::v1::Pod,
     resource::v1::{ResourceClaim, ResourceSlice},
 };
 use numaplane::{
@@ -75,20 +75,6 @@ pub struct BoundClaim {
     pub not_in_slices: Vec<String>,
 }
 
-/// The `resources.claims` of a container.
-fn container_claims(c: &Container) -> Vec<ContainerClaim> {
-    c.resources
-        .as_ref()
-        .and_then(|r| r.claims.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| ContainerClaim {
-            name: c.name.clone(),
-            request: c.request.clone().filter(|r| !r.is_empty()),
-        })
-        .collect()
-}
-
 /// The claims of `pod` (`namespace/name` `key`), bound to `node`, next to its `record`. The
 /// record does not say what the kubelet pins, so every container with recorded NUMA nodes
 /// counts as a user whose nodes the devices should follow (as under mode `Preferred`): a claim
@@ -112,7 +98,7 @@ pub fn bound_claims(
         .spec
         .iter()
         .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-        .map(|c| (c.name.as_str(), container_claims(c)))
+        .map(|c| (c.name.as_str(), crate::pod::container_claims(c)))
         .collect();
     let containers: Vec<ContainerNuma<'_>> = spec_containers
         .iter()
