@@ -188,6 +188,14 @@ pub fn targets(
         .collect()
 }
 
+impl Target {
+    /// Whether it applies to the devices of `request` (a request name, not a subrequest's) of
+    /// a ResourceClaim that the pod names as `pod_names`.
+    fn applies_to(&self, pod_names: &[&str], request: &str) -> bool {
+        pod_names.contains(&self.claim.as_str()) && self.request.as_deref().is_none_or(|r| r == request)
+    }
+}
+
 /// Where a device sits relative to a target, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fit {
@@ -351,7 +359,8 @@ pub fn search_aligned(
     // failed search was refused opens up at the next level, the search there makes the same
     // calls with the same answers (it is deterministic), so it fails the same way.
     let opens_at = std::cell::Cell::new([false; LEVELS.len()]);
-    let filter = |level: Fit| {
+    // The filter at `LEVELS[here]`.
+    let filter = |here: usize| {
         let names = &names;
         let opens_at = &opens_at;
         move |c: usize, request: &str, driver: &str, device: &Device| -> bool {
@@ -360,16 +369,13 @@ pub fn search_aligned(
             };
             let mut nodes: Option<Option<Vec<u32>>> = None;
             let mut verdicts = [true; LEVELS.len()];
-            for t in numa.targets.iter().filter(|t| {
-                pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|r| r == request)
-            }) {
+            for t in numa.targets.iter().filter(|t| t.applies_to(pod_names, request)) {
                 let d = nodes.get_or_insert_with(|| numa.device_nodes(driver, device));
                 let f = fit(d.as_deref(), &t.nodes);
                 for (v, l) in verdicts.iter_mut().zip(LEVELS) {
                     *v &= allowed(f, t.required, l);
                 }
             }
-            let here = LEVELS.iter().position(|&l| l == level).unwrap_or(0);
             let ok = verdicts.get(here).copied().unwrap_or(true);
             if !ok {
                 let mut o = opens_at.get();
@@ -393,7 +399,7 @@ pub fn search_aligned(
         }
         opens_at.set([false; LEVELS.len()]);
         searched = true;
-        let f = filter(level);
+        let f = filter(i);
         // An error here (a selector failing on a device upstream's search would not have
         // reached) is not the pod's: only upstream's own search decides errors.
         if let Ok(Ok(c)) = search(Some(&f)) {
@@ -437,7 +443,7 @@ pub fn explain_not_aligned(
             let Some(pod_names) = names.get(c) else {
                 return true;
             };
-            if !pod_names.contains(&t.claim.as_str()) || t.request.as_deref().is_some_and(|r| r != request) {
+            if !t.applies_to(pod_names, request) {
                 return true;
             }
             let d = numa.device_nodes(driver, device);
@@ -686,7 +692,7 @@ pub fn annotate(
 /// placement) and `kubectl numa explain` (a bound pod's record): the worst [`fit`] of a device
 /// to a target of its claim and request decides, a target shared across disjoint NUMA nodes
 /// makes the claim `split`, and no target at all leaves it `not predicted`.
-pub fn claim_alignment<'d>(
+fn claim_alignment<'d>(
     pod_names: &[&str],
     devices: impl IntoIterator<Item = (&'d str, Option<&'d [u32]>)>,
     targets: &[Target],
@@ -696,9 +702,7 @@ pub fn claim_alignment<'d>(
     for (request, nodes) in devices {
         // A subrequest (`req/sub`) is served for its request.
         let base = request.split('/').next().unwrap_or("");
-        for t in targets.iter().filter(|t| {
-            pod_names.contains(&t.claim.as_str()) && t.request.as_deref().is_none_or(|q| q == base)
-        }) {
+        for t in targets.iter().filter(|t| t.applies_to(pod_names, base)) {
             split |= t.split;
             let f = fit(nodes, &t.nodes);
             worst = Some(worst.map_or(f, |w| w.max(f)));

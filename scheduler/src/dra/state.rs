@@ -270,18 +270,6 @@ impl DraState {
         Ok(out)
     }
 
-    /// Allocates the pending claims on the node `name` with `labels`. Claims allocated before
-    /// must be usable there (their node selector). `Ok(None)`: not on this node, with why.
-    pub fn allocate_on(
-        &self,
-        claims: &ResolvedClaims<'_>,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        share_ids: &dyn Fn(usize, usize) -> String,
-    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
-        self.allocate_on_filtered(claims, name, labels, share_ids, None)
-    }
-
     /// A device of the node `name`, by driver, pool and name.
     pub fn device_on(&self, name: &str, driver: &str, pool: &str, device: &str) -> Option<&Device> {
         self.by_node
@@ -293,18 +281,6 @@ impl DraState {
             .filter(|s| s.spec.driver == driver && s.spec.pool.name == pool)
             .flat_map(|s| s.spec.devices.iter().flatten())
             .find(|d| d.name == device)
-    }
-
-    /// [`Self::allocate_on`] with a device filter on the pending claims' requests.
-    pub fn allocate_on_filtered(
-        &self,
-        claims: &ResolvedClaims<'_>,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        share_ids: &dyn Fn(usize, usize) -> String,
-        filter: Option<&allocator::DeviceFilter<'_>>,
-    ) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> {
-        self.allocate_with(claims, name, labels, share_ids, &self.allocated, filter)
     }
 
     /// The devices in use once the claims `freed` (keys) no longer hold theirs: a preemption's
@@ -326,8 +302,10 @@ impl DraState {
         Some(allocated)
     }
 
-    /// [`Self::allocate_on_filtered`] with the devices in use `in_use` (`None`: the cluster's,
-    /// [`Self::in_use_freeing`] for another).
+    /// Allocates the pending claims on the node `name` with `labels`. Claims allocated before
+    /// must be usable there (their node selector). `Ok(Err(_))`: not on this node, with why.
+    /// `in_use`: the devices in use (`None`: the cluster's; [`Self::in_use_freeing`] for
+    /// another); `filter`: devices the search may take (`None`: upstream's search).
     pub fn allocate_in_use(
         &self,
         claims: &ResolvedClaims<'_>,
