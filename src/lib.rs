@@ -1,5 +1,6 @@
-//! numaplane shared vocabulary: the kubelet gRPC APIs, the NodeResourceTopology types and CRD,
-//! exact Kubernetes quantities and the pod-set fingerprint.
+//! numaplane shared vocabulary: the NodeResourceTopology types and CRD, exact Kubernetes
+//! quantities and the pod-set fingerprint. Behind features: the kubelet gRPC APIs
+//! (`kubelet-api`) and the metrics and probe server both binaries serve (`serve`).
 
 pub mod allocation;
 pub mod crd;
@@ -11,6 +12,8 @@ pub mod nrt;
 pub mod pci_locality;
 pub mod quantity;
 pub mod resource_name;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 /// Renders an error and its whole source chain on one line, `outer: inner: root`, for the
 /// single clear line that command-line failures print.
@@ -70,6 +73,7 @@ pub fn parse_args<T: clap::Parser>(bin: &str) -> Result<T, std::process::ExitCod
 }
 
 /// Generated kubelet gRPC APIs.
+#[cfg(feature = "kubelet-api")]
 pub mod proto {
     /// Pod-resources API v1.
     pub mod podresources {
@@ -83,7 +87,7 @@ pub mod proto {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "kubelet-api"))]
 mod proto_wire_tests {
     //! Hand-built bytes at the documented field numbers prove wire compatibility with the kubelet.
     use prost::Message;

@@ -61,7 +61,7 @@ pub struct SimulateArgs {
     pub explain: simulate::Explain,
     /// NUMA alignment of DRA devices with the CPUs the kubelet pins (Required, Preferred or
     /// Ignore); overrides the config file's `draNuma.alignment` [default: Required].
-    #[arg(long, env = "NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT", value_enum)]
+    #[arg(long, env = "NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT", value_parser = crate::live::daemon_config::dra_numa_alignment())]
     pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
 }
 

@@ -1,32 +1,20 @@
-//! numaplane scheduling model: exact prediction of kubelet Topology Manager admission, NUMA-aware
-//! filter and score, device choice, and the recorded allocation. Pure and synchronous: no
-//! Kubernetes I/O lives here.
+//! numaplane's scheduler front ends: the live scheduler (`run`), the scheduler extender, the
+//! offline `simulate`, `kubectl numa` and their command line. Everything that decides lives in
+//! `numaplane-model`; this crate reads the cluster (kube's client, watches), writes Bindings,
+//! Events and claims, serves HTTP, and reads files.
+//!
+//! The model's modules are re-exported under their old paths, so `numaplane_scheduler::cluster`
+//! and `numaplane_model::cluster` are one module.
 
-pub mod admission;
-mod cache;
+pub use numaplane_model::{
+    admission, cluster, constraints, decision, dra, fit, gates, model_config, node, nodeaffinity, pod,
+    pod_facts, preempt, prepared, queue, resources, score, selector, topology_manager, unsupported,
+    volume_binding,
+};
+
 pub mod cli;
-pub mod cluster;
 pub mod config_file;
-pub mod constraints;
-pub mod decision;
-pub mod dra;
 pub mod extender;
-pub mod fit;
-pub mod gates;
 pub mod kubectl;
 pub mod live;
-pub mod model_config;
-pub mod node;
-pub mod nodeaffinity;
-pub mod pod;
-pub mod pod_facts;
-pub mod preempt;
-pub mod prepared;
-pub mod queue;
-pub mod resources;
-pub mod score;
-pub mod selector;
 pub mod simulate;
-pub mod topology_manager;
-pub mod unsupported;
-pub mod volume_binding;

@@ -365,3 +365,57 @@ fn the_demo_build_resolves_the_features_of_the_test_build() {
         differ.join("\n")
     );
 }
+
+/// The crates `cargo tree -e normal` lists under `package` (names only).
+fn normal_graph(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .args(["-p", package, "-e", "normal"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The scheduling model is pure by its manifest: no kube client or runtime, no async runtime,
+/// no HTTP or gRPC stack anywhere in its normal dependencies (the shared crate's kubelet APIs
+/// and server are features the model does not turn on). The scheduler's own graph has them,
+/// which shows the query reads what it should.
+#[test]
+fn the_model_crate_has_no_client_runtime_or_server_in_its_graph() {
+    const FORBIDDEN: [&str; 8] = [
+        "kube",
+        "kube-client",
+        "kube-runtime",
+        "tokio",
+        "hyper",
+        "tonic",
+        "warp",
+        "tower",
+    ];
+    let model = normal_graph("numaplane-model");
+    assert!(
+        model.contains("numaplane") && model.contains("k8s-openapi") && model.contains("cel"),
+        "{model:?}"
+    );
+    let found: Vec<&str> = FORBIDDEN.into_iter().filter(|c| model.contains(*c)).collect();
+    assert!(found.is_empty(), "numaplane-model depends on {found:?}");
+    let front = normal_graph("numaplane-scheduler");
+    for c in ["numaplane-model", "kube", "tokio", "warp"] {
+        assert!(front.contains(c), "numaplane-scheduler lacks {c}: {front:?}");
+    }
+}

@@ -89,7 +89,7 @@ pub struct ServeArgs {
     pub bind_concurrency: Option<usize>,
     /// NUMA alignment of DRA devices with the CPUs the kubelet pins: Required, Preferred or
     /// Ignore [default: Required].
-    #[arg(long, env = "NUMAPLANE_DRA_NUMA_ALIGNMENT", value_enum)]
+    #[arg(long, env = "NUMAPLANE_DRA_NUMA_ALIGNMENT", value_parser = dra_numa_alignment())]
     pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
     /// How long a binding waits for the binding conditions of its claimed devices, as
     /// kube-scheduler's DynamicResources `bindingTimeout` [default: 10m].
@@ -375,4 +375,15 @@ impl ServeArgs {
             dra_numa,
         })
     }
+}
+
+/// The parser of a `--dra-numa-alignment` flag: the model's modes by name, each with its
+/// summary in `--help` (the model stays free of clap, so the modes are listed here).
+pub fn dra_numa_alignment()
+-> impl clap::builder::TypedValueParser<Value = crate::model_config::DraNumaAlignment> {
+    use crate::model_config::DraNumaAlignment;
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(DraNumaAlignment::ALL.map(|m| PossibleValue::new(m.name()).help(m.summary())))
+        // The parser above admits only the names of ALL.
+        .map(|name| DraNumaAlignment::from_name(&name).unwrap_or_default())
 }

@@ -596,8 +596,8 @@ fn cache_compiles_each_expression_once() {
 // ---- the conformance vectors ----------------------------------------------------------------
 
 fn vectors() -> Json {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/dra_allocator_cases.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/conformance/dra_allocator_cases.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }

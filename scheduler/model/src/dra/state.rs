@@ -103,7 +103,7 @@ pub struct ClaimAllocation {
     /// Its devices' NUMA nodes next to its containers' predicted ones, on a node with a
     /// NodeResourceTopology.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub numa: Option<super::numa::ClaimNuma>,
+    pub numa: Option<super::verdict::ClaimNuma>,
 }
 
 /// The DRA part of the cluster.

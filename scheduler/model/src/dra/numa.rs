@@ -30,30 +30,61 @@ use numaplane::{
 };
 use serde::Serialize;
 
+pub use super::verdict::{AlignmentStatus, ClaimNuma, ContainerNumaEntry, DeviceNumaEntry};
 use super::{
     DraError,
     allocator::DeviceFilter,
     state::{ClaimAllocation, ContainerClaim, DraState, ResolvedClaims},
+    verdict::nodes_text,
 };
 
 /// Whether the devices of a DRA claim follow the NUMA nodes where the kubelet pins the CPUs and
 /// memory of the containers that use it.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, Serialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, Serialize)]
 pub enum DraNumaAlignment {
     /// Devices must sit on the predicted NUMA nodes of a container with exclusive CPUs or
     /// pinned memory on a node whose Topology Manager policy is `single-numa-node` or
     /// `restricted` (a node without such devices is not feasible); preferred everywhere else.
     #[default]
-    #[value(name = "Required")]
     Required,
     /// Aligned devices are preferred in the device choice and the node score, never required.
-    #[value(name = "Preferred")]
     Preferred,
     /// kube-scheduler's choice: upstream's search order, no NUMA in the score.
-    #[value(name = "Ignore")]
     Ignore,
+}
+
+impl DraNumaAlignment {
+    /// Every mode, in the order the command lines list them.
+    pub const ALL: [DraNumaAlignment; 3] = [Self::Required, Self::Preferred, Self::Ignore];
+
+    /// The name flags and the config file use (`draNuma.alignment`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Required => "Required",
+            Self::Preferred => "Preferred",
+            Self::Ignore => "Ignore",
+        }
+    }
+
+    /// One line on what the mode does, for `--help`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Required => {
+                "Devices must sit on the predicted NUMA nodes of a container with exclusive CPUs or \
+                 pinned memory on a node whose Topology Manager policy is `single-numa-node` or \
+                 `restricted` (a node without such devices is not feasible); preferred everywhere else"
+            }
+            Self::Preferred => {
+                "Aligned devices are preferred in the device choice and the node score, never required"
+            }
+            Self::Ignore => "kube-scheduler's choice: upstream's search order, no NUMA in the score",
+        }
+    }
+
+    /// The mode named `name`, exactly as [`Self::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
 }
 
 /// What the kubelet pins for a container.
@@ -456,15 +487,6 @@ pub fn explain_not_aligned(
     Ok(Err(aligned(combined_reason(numa.targets))))
 }
 
-fn nodes_text(nodes: &[u32]) -> String {
-    let ids = nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    if nodes.len() == 1 {
-        format!("NUMA node {ids}")
-    } else {
-        format!("NUMA nodes {ids}")
-    }
-}
-
 /// The classes and the device count a target asks for.
 fn asked(claim: &ResourceClaim, request: Option<&str>) -> (Vec<String>, i64) {
     let requests: Vec<&DeviceRequest> = claim
@@ -540,116 +562,6 @@ fn combined_reason(targets: &[Target]) -> String {
         nodes_text(&nodes.into_iter().collect::<Vec<_>>()),
         pinned.describe().unwrap_or("the containers")
     )
-}
-
-/// How a claim's devices sit relative to the containers that use it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AlignmentStatus {
-    /// Every device on the containers' NUMA nodes.
-    Aligned,
-    /// A device on other NUMA nodes only.
-    Misaligned,
-    /// Devices aligned or without NUMA node, at least one without.
-    NoNumaNode,
-    /// Used by containers pinned to disjoint NUMA nodes.
-    Split,
-    /// No container that uses it has a predicted NUMA affinity narrower than the whole
-    /// machine (no prediction, or nothing the kubelet aligns).
-    NotPredicted,
-}
-
-impl AlignmentStatus {
-    /// As metrics label it (the JSON name).
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            AlignmentStatus::Aligned => "aligned",
-            AlignmentStatus::Misaligned => "misaligned",
-            AlignmentStatus::NoNumaNode => "no-numa-node",
-            AlignmentStatus::Split => "split",
-            AlignmentStatus::NotPredicted => "not-predicted",
-        }
-    }
-
-    /// As the table prints it.
-    pub fn label(self) -> &'static str {
-        match self {
-            AlignmentStatus::Aligned => "aligned",
-            AlignmentStatus::Misaligned => "MISALIGNED",
-            AlignmentStatus::NoNumaNode => "no NUMA node",
-            AlignmentStatus::Split => "split",
-            AlignmentStatus::NotPredicted => "not predicted",
-        }
-    }
-}
-
-/// One device of a claim and its NUMA nodes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeviceNumaEntry {
-    /// `driver/pool/device`.
-    pub device: String,
-    /// The request it serves.
-    pub request: String,
-    /// Its NUMA nodes; absent when no source places it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub numa_nodes: Option<Vec<u32>>,
-}
-
-/// A container that uses a claim and its predicted NUMA nodes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerNumaEntry {
-    /// Container name.
-    pub name: String,
-    /// Predicted NUMA affinity; absent when none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub numa_nodes: Option<Vec<u32>>,
-    /// What the kubelet pins there (`cpu`, `memory`, `cpu and memory`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pinned: Option<&'static str>,
-}
-
-/// A claim's devices next to its containers' predicted NUMA nodes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimNuma {
-    /// The devices, in allocation order.
-    pub devices: Vec<DeviceNumaEntry>,
-    /// The containers that name the claim.
-    pub containers: Vec<ContainerNumaEntry>,
-    /// The verdict.
-    pub alignment: AlignmentStatus,
-}
-
-impl ClaimNuma {
-    /// `devices on NUMA node 0; containers app (cpu) on NUMA node 1`, for a log line or an
-    /// Event.
-    pub fn describe(&self) -> String {
-        let devices: BTreeSet<u32> = self
-            .devices
-            .iter()
-            .flat_map(|d| d.numa_nodes.iter().flatten().copied())
-            .collect();
-        let containers: Vec<String> = self
-            .containers
-            .iter()
-            .map(|c| {
-                let pinned = c.pinned.map(|p| format!(" ({p})")).unwrap_or_default();
-                let nodes = c
-                    .numa_nodes
-                    .as_deref()
-                    .map_or_else(|| "no predicted NUMA node".to_owned(), nodes_text);
-                format!("{}{pinned} on {nodes}", c.name)
-            })
-            .collect();
-        let devices = if devices.is_empty() {
-            "no NUMA node".to_owned()
-        } else {
-            nodes_text(&devices.into_iter().collect::<Vec<_>>())
-        };
-        format!("devices on {devices}; containers {}", containers.join(", "))
-    }
 }
 
 /// Annotates each claim allocation on node `node` with its devices' NUMA nodes and its

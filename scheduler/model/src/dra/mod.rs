@@ -9,6 +9,7 @@ pub mod numa;
 pub mod pools;
 pub mod selectors;
 pub mod state;
+pub mod verdict;
 
 pub use allocator::{AllocatedState, DeviceId, World, allocate, claim_key};
 pub use selectors::SelectorCache;
