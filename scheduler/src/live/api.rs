@@ -21,7 +21,7 @@ use kube::{
 };
 use tokio::sync::mpsc;
 
-use super::metrics::Metrics;
+use super::metrics::{Families, Metrics};
 use numaplane::allocation::ANNOTATION;
 
 /// The event note limit of the API server; kube-scheduler cuts there too, with " ...".
@@ -76,7 +76,7 @@ pub enum BindError {
         pod: String,
         /// Cause.
         #[source]
-        source: super::engine::dra::ClaimError,
+        source: super::claim_error::ClaimError,
     },
     /// 404: the pod is gone.
     #[error("binding {pod}: pod not found")]
@@ -213,7 +213,7 @@ impl Writer {
             },
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        Metrics::count(&self.metrics.api_writes, "binding");
+        Families::count(&self.metrics.api_writes, "binding");
         let pp = PostParams::default();
         let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &binding);
         let result = match tokio::time::timeout(self.timeout, call).await {
@@ -250,7 +250,7 @@ impl Writer {
 
     fn enqueue(&self, aux: Aux, kind: &'static str) {
         if self.aux.try_send(aux).is_err() {
-            Metrics::count(&self.metrics.writes_dropped, kind);
+            Families::count(&self.metrics.writes_dropped, kind);
         }
     }
 
@@ -324,7 +324,7 @@ impl Writer {
             Api::namespaced(self.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {
             crate::volume_binding::SELECTED_NODE: node}}});
-        Metrics::count(&self.metrics.api_writes, "volume");
+        Families::count(&self.metrics.api_writes, "volume");
         match tokio::time::timeout(
             self.timeout,
             api.patch(claim, &PatchParams::default(), &Patch::Merge(&patch)),
@@ -372,7 +372,7 @@ impl Writer {
                         action: action.to_owned(),
                         secondary: None,
                     };
-                    Metrics::count(&self.metrics.api_writes, "event");
+                    Families::count(&self.metrics.api_writes, "event");
                     if let Err(e) = recorder.publish(&ev, &reference).await {
                         self.metrics.event_write_errors.inc();
                         tracing::warn!(reason, pod = ?reference.name, error = %numaplane::error_chain(&e), "cannot publish event");
@@ -390,7 +390,7 @@ impl Writer {
                         "message": message,
                         "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
                     }]}});
-                    Metrics::count(&self.metrics.api_writes, "status");
+                    Families::count(&self.metrics.api_writes, "status");
                     if let Err(e) = api
                         .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                         .await

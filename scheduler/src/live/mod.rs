@@ -8,6 +8,7 @@
 //! [`crate::cluster::Cluster`].
 
 pub mod api;
+pub mod claim_error;
 pub mod daemon_config;
 pub mod engine;
 pub mod eviction;
@@ -43,7 +44,7 @@ pub enum LiveError {
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The HTTP server cannot start.
     #[error("serving HTTP")]
-    Server(#[from] server::ServerError),
+    Server(#[from] numaplane::serve::ServeError),
     /// Leader election cannot start.
     #[error("starting leader election on Lease {namespace}/{name}")]
     Lease {
