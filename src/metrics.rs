@@ -5,6 +5,54 @@
 
 use prometheus_client::registry::{Metric, Registry, Unit};
 
+/// The metric families of one binary: the handles its code records into, registered under one
+/// prefix. [`Registered`] builds them with the registry that serves them.
+pub trait Families: Sized {
+    /// The prefix of every name (`numaplane_exporter`, `numaplane_scheduler`).
+    const PREFIX: &'static str;
+
+    /// Registers every family and returns the handles.
+    fn register(r: &mut Registrar<'_>) -> Self;
+}
+
+/// A binary's families and the registry that serves them, built together; the families are
+/// reached through `Deref` (`metrics.scans.inc()`).
+#[derive(Debug)]
+pub struct Registered<F> {
+    registry: Registry,
+    families: F,
+}
+
+impl<F: Families> Registered<F> {
+    /// Registers every family of `F` under [`Families::PREFIX`].
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(F::PREFIX);
+        let families = F::register(&mut Registrar::new(&mut registry));
+        Registered { registry, families }
+    }
+}
+
+impl<F: Families> Default for Registered<F> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<F> Registered<F> {
+    /// The OpenMetrics text of every family.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        encode(&self.registry)
+    }
+}
+
+impl<F> std::ops::Deref for Registered<F> {
+    type Target = F;
+
+    fn deref(&self) -> &F {
+        &self.families
+    }
+}
+
 /// Registers families into a registry (or a sub-registry) and hands each back.
 #[derive(Debug)]
 pub struct Registrar<'a> {
@@ -54,6 +102,34 @@ pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
 mod tests {
     use super::*;
     use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Histogram};
+
+    #[derive(Debug)]
+    struct Two {
+        calls: Counter,
+        up: Gauge,
+    }
+
+    impl Families for Two {
+        const PREFIX: &'static str = "two";
+
+        fn register(r: &mut Registrar<'_>) -> Self {
+            Two {
+                calls: r.family("calls", "Calls"),
+                up: r.family("up", "1 while up"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_binary_s_families_are_served_by_the_registry_built_with_them() {
+        let m = Registered::<Two>::new();
+        m.calls.inc_by(3);
+        m.up.set(1);
+        let text = m.encode().expect("encode");
+        assert!(text.contains("two_calls_total 3"), "{text}");
+        assert!(text.contains("two_up 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
 
     #[test]
     fn registered_families_share_state_with_the_handles_returned() {

@@ -407,7 +407,7 @@ pub struct SoakNode {
 }
 
 fn spawn_exporter(bin: &Path, args: &[String]) -> Result<Agent, HarnessError> {
-    Agent::spawn_binary(bin, "run", args, "--metrics-address", "info")
+    Agent::spawn_binary(bin, "run", args, "--listen", "info")
 }
 
 impl SoakNode {

@@ -1,13 +1,13 @@
-//! `/metrics`, `/healthz` and `/readyz` on a warp server. It starts before anything else so
-//! that probes and metrics work while the agent waits for the kubelet or the CRD.
+//! The agent's `/metrics`, `/healthz` and `/readyz`, on the server both binaries share
+//! ([`numaplane::serve`]). It starts before anything else so that probes and metrics work
+//! while the agent waits for the kubelet or the CRD.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use warp::Filter as _;
-use warp::http::StatusCode;
+use numaplane::serve::{Probes, ServeError};
 
 use crate::metrics::{Metrics, unix_now};
 
@@ -66,18 +66,28 @@ impl Health {
     }
 }
 
-/// Errors starting the server.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// The address cannot be bound.
-    #[error("cannot listen on {addr}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+/// The agent's answers to the probes: alive while the main loop beats within `max_silence`,
+/// ready while the current object is published.
+struct AgentProbes {
+    health: Arc<Health>,
+    max_silence: Duration,
+}
+
+impl Probes for AgentProbes {
+    fn healthz(&self) -> Result<String, String> {
+        if self.health.alive(self.max_silence) {
+            Ok("ok\n".to_owned())
+        } else {
+            Err("main loop stalled\n".to_owned())
+        }
+    }
+
+    fn readyz(&self) -> Result<String, String> {
+        self.health
+            .readiness()
+            .map(|()| "ok\n".to_owned())
+            .map_err(|reason| format!("{reason}\n"))
+    }
 }
 
 /// Binds `addr` and serves until the returned task is aborted. `max_silence` is how long the
@@ -87,43 +97,34 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     max_silence: Duration,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServerError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind { addr, source })?;
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServeError> {
+    numaplane::serve::serve(addr, metrics, Arc::new(AgentProbes { health, max_silence }), None).await
+}
 
-    let metrics_route = warp::path("metrics")
-        .and(warp::path::end())
-        .and(warp::header::optional::<String>("accept"))
-        .map(move |accept: Option<String>| match metrics.encode() {
-            Ok(body) => {
-                let content_type = numaplane::exposition::negotiate(accept.as_deref());
-                warp::http::Response::builder()
-                    .header("content-type", content_type)
-                    .body(numaplane::exposition::render(body, content_type))
-            }
-            Err(_) => warp::http::Response::builder()
-                .status(StatusCode::INTERNAL_SERVER_ERROR)
-                .body("cannot encode metrics\n".to_owned()),
-        });
-    let h = health.clone();
-    let healthz = warp::path("healthz").and(warp::path::end()).map(move || {
-        if h.alive(max_silence) {
-            warp::reply::with_status("ok\n".to_owned(), StatusCode::OK)
-        } else {
-            warp::reply::with_status("main loop stalled\n".to_owned(), StatusCode::SERVICE_UNAVAILABLE)
+/// The address to serve on: `--listen`, else the deprecated `--metrics-address` (with a
+/// warning), else `default`.
+pub fn listen_address(
+    listen: Option<SocketAddr>,
+    deprecated: Option<SocketAddr>,
+    default: SocketAddr,
+) -> SocketAddr {
+    match (listen, deprecated) {
+        (Some(addr), Some(old)) => {
+            tracing::warn!(
+                %addr,
+                ignored = %old,
+                "--metrics-address (NUMAPLANE_METRICS_ADDRESS) is deprecated and ignored next to --listen (NUMAPLANE_LISTEN)"
+            );
+            addr
         }
-    });
-    let readyz = warp::path("readyz")
-        .and(warp::path::end())
-        .map(move || match health.readiness() {
-            Ok(()) => warp::reply::with_status("ok\n".to_owned(), StatusCode::OK),
-            Err(reason) => warp::reply::with_status(format!("{reason}\n"), StatusCode::SERVICE_UNAVAILABLE),
-        });
-    let routes = warp::get().and(metrics_route.or(healthz).or(readyz));
-    let server = warp::serve(routes).incoming(listener);
-    Ok((local, tokio::spawn(server.run())))
+        (Some(addr), None) => addr,
+        (None, Some(old)) => {
+            tracing::warn!(
+                addr = %old,
+                "--metrics-address (NUMAPLANE_METRICS_ADDRESS) is deprecated: use --listen (NUMAPLANE_LISTEN)"
+            );
+            old
+        }
+        (None, None) => default,
+    }
 }

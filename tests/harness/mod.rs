@@ -433,25 +433,25 @@ pub struct Agent {
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 impl Agent {
-    /// Starts the agent with `args` (after `run`); `--metrics-address` is added. The environment
+    /// Starts the agent with `args` (after `run`); `--listen` is added. The environment
     /// is cleared of `NUMAPLANE_*` and `KUBECONFIG` so only the flags decide.
     pub fn spawn(args: &[String]) -> Result<Self, HarnessError> {
         Self::spawn_binary(
             crate::binaries::exporter(),
             "run",
             args,
-            "--metrics-address",
+            "--listen",
             "info,numaplane_exporter=debug",
         )
     }
 
-    /// Starts `numaplane-exporter <subcommand>` with `args`; `--metrics-address` is added.
+    /// Starts `numaplane-exporter <subcommand>` with `args`; `--listen` is added.
     pub fn spawn_exporter(subcommand: &str, args: &[String]) -> Result<Self, HarnessError> {
         Self::spawn_binary(
             crate::binaries::exporter(),
             subcommand,
             args,
-            "--metrics-address",
+            "--listen",
             "info,numaplane_exporter=debug",
         )
     }
@@ -547,7 +547,7 @@ impl Agent {
         http_get(self.metrics, path)
     }
 
-    /// The address it serves on (`--listen` / `--metrics-address`).
+    /// The address it serves on (`--listen`).
     pub fn addr(&self) -> SocketAddr {
         self.metrics
     }

@@ -106,6 +106,24 @@ fn render_command(out: &mut String, cmd: &clap::Command, path: &str, depth: usiz
         }
         out.push('\n');
     }
+    // Old spellings still read, kept out of --help: listed so that a manifest using one is
+    // understood, and so that removing one is a visible change here.
+    let deprecated: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.is_hide_set() && a.get_long().is_some())
+        .collect();
+    for a in deprecated {
+        let env = a
+            .get_env()
+            .map(|e| format!(" (`{}`)", e.to_string_lossy()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "Hidden from `--help`: {}{env}. {}\n",
+            flag_name(a),
+            describe_arg(a)
+        );
+    }
     for sub in cmd
         .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
@@ -122,7 +140,13 @@ fn render() -> String {
          `NUMAPLANE_UPDATE_DOCS=1 cargo test -p numaplane-e2e --test cli_reference`.\n\n\
          Every flag can also be set through its environment variable; a flag given on the command \
          line wins. A default written in brackets in the description (\"[default: …]\") is applied \
-         after the configuration file, where the command has one (see docs/scheduler.md).\n\n",
+         after the configuration file, where the command has one (see docs/scheduler.md).\n\n\
+         One thing has one name in every binary: the address of `/metrics`, `/healthz` and \
+         `/readyz` is `--listen` (`NUMAPLANE_LISTEN`), the kubeconfig file `--kubeconfig` \
+         (`NUMAPLANE_KUBECONFIG`, then `$KUBECONFIG`), the log filter `--log-level` \
+         (`NUMAPLANE_LOG`), the output format `-o`/`--output` (`NUMAPLANE_OUTPUT`). An older \
+         spelling that is still read is listed under its command, hidden from `--help`; see \
+         docs/upgrading.md.\n\n",
     );
     let commands = [
         ("numaplane-exporter", numaplane_exporter::cli::Cli::command()),

@@ -451,7 +451,7 @@ fn start_exporter(dir: &Path, socket: &Path, kubeconfig: &Path, metrics: SocketA
         .arg(xml)
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--metrics-address", &metrics.to_string()])
+        .args(["--listen", &metrics.to_string()])
         .args(["--resync-interval", "1s", "--force-write-interval", "3s"])
         .args(["--api-backoff-min", "200ms", "--api-backoff-max", "1s"])
         .args(["--log-level", "info,numaplane_exporter=debug"])

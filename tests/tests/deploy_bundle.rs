@@ -513,9 +513,8 @@ fn every_flag_and_environment_variable_is_one_the_binary_reads() {
         }
         // The serving port is the container port the probes and the Service use.
         // The extender's verbs stay on loopback; its probes and metrics have their own address.
-        let listen_flag = if binary == "numaplane-exporter" {
-            "--metrics-address"
-        } else if effective(&c, "--metrics-listen").is_some() {
+        // Both binaries call it `--listen`; only the scheduler has a separate metrics address.
+        let listen_flag = if binary != "numaplane-exporter" && effective(&c, "--metrics-listen").is_some() {
             "--metrics-listen"
         } else {
             "--listen"
@@ -1414,7 +1413,7 @@ async fn each_service_account_grants_exactly_what_its_binary_requests() {
             "NUMAPLANE_PODRESOURCES_SOCKET",
             podres_socket.display().to_string(),
         ),
-        ("NUMAPLANE_METRICS_ADDRESS", exporter_metrics.to_string()),
+        ("NUMAPLANE_LISTEN", exporter_metrics.to_string()),
         ("NUMAPLANE_POOLS", pools.display().to_string()),
         ("NUMAPLANE_DEVICE_PLUGIN_DIR", plugins.display().to_string()),
         (

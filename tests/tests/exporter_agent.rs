@@ -346,6 +346,33 @@ async fn publishes_with_owner_reference_and_skips_unchanged_writes() {
     s.cleanup().await;
 }
 
+/// `--metrics-address` is the deprecated spelling of `--listen`: the agent still serves its
+/// probes and metrics there, and says in its log what to write instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deprecated_metrics_address_still_serves_and_says_so() {
+    let s = Setup::plain().await;
+    let mut agent = Agent::spawn_binary(
+        numaplane_e2e::binaries::exporter(),
+        "run",
+        &s.args("10s", &[]),
+        "--metrics-address",
+        "info",
+    )
+    .unwrap();
+    agent.set_wait(WAIT);
+    agent.wait_serving(WAIT).await.unwrap();
+    assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
+    assert!(agent.metrics().unwrap().contains("numaplane_exporter_kubelet_reconnects_total"));
+    let log = agent.stderr();
+    assert!(
+        log.contains(
+            "--metrics-address (NUMAPLANE_METRICS_ADDRESS) is deprecated: use --listen (NUMAPLANE_LISTEN)"
+        ),
+        "{log}"
+    );
+    s.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreates_the_object_after_someone_deletes_it() {
     let s = Setup::plain().await;

@@ -125,9 +125,9 @@ fn mount_of<'a>(ds: &'a DaemonSet, path: &str) -> (&'a VolumeMount, &'a Volume) 
     render::mount_of(container(ds), pod_spec(ds), path)
 }
 
-/// The metrics port: the port of the effective `--metrics-address`.
+/// The metrics port: the port of the effective `--listen`.
 fn metrics_port(c: &Container) -> i32 {
-    let addr: std::net::SocketAddr = effective(c, "--metrics-address").unwrap().parse().unwrap();
+    let addr: std::net::SocketAddr = effective(c, "--listen").unwrap().parse().unwrap();
     i32::from(addr.port())
 }
 
@@ -275,7 +275,7 @@ fn probes_and_scraping_use_the_metrics_port() {
         .expect("a port named metrics");
     assert_eq!(
         named.container_port, port,
-        "the metrics port is the --metrics-address port"
+        "the metrics port is the --listen port"
     );
     let resolves = |p: &IntOrString| match p {
         IntOrString::Int(n) => *n == port,
@@ -523,7 +523,7 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
         .env("NODE_NAME", NODE)
         .env("POD_NAME", "numaplane-exporter-rbac")
         .env("NUMAPLANE_PODRESOURCES_SOCKET", &socket)
-        .env("NUMAPLANE_METRICS_ADDRESS", "127.0.0.1:0")
+        .env("NUMAPLANE_LISTEN", "127.0.0.1:0")
         .env(
             "NUMAPLANE_TOPOLOGY_XML",
             workspace().join("topology/tests/fixtures/2numa.xml"),
@@ -543,7 +543,7 @@ async fn cluster_role_allows_every_request_of_a_running_agent() {
         if let Some(v) = &e.value
             && !matches!(
                 e.name.as_str(),
-                "NUMAPLANE_PODRESOURCES_SOCKET" | "NUMAPLANE_KUBELET_CONFIG" | "NUMAPLANE_METRICS_ADDRESS"
+                "NUMAPLANE_PODRESOURCES_SOCKET" | "NUMAPLANE_KUBELET_CONFIG" | "NUMAPLANE_LISTEN"
             )
         {
             cmd.env(&e.name, v);

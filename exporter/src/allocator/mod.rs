@@ -41,6 +41,9 @@ pub const DEVICE_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 /// How often the PCI inventory is read again for device health by default (`run` uses it
 /// as is).
 pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+/// Where `device-plugin` serves /metrics and the probes by default (`run` serves on 2112).
+const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 2113);
 
 /// Flags of `device-plugin` (and the pool flags `run` shares).
 #[derive(Debug, Clone, clap::Args)]
@@ -54,8 +57,8 @@ pub struct DevicePluginArgs {
     /// This node's name.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// Kubeconfig; default: in-cluster, then $KUBECONFIG.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig file; default: $KUBECONFIG, then in-cluster configuration.
+    #[arg(long, env = "NUMAPLANE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Read the machine (PCI inventory) from this hwloc XML file instead of the live system.
     #[arg(long, env = "NUMAPLANE_TOPOLOGY_XML")]
@@ -63,9 +66,13 @@ pub struct DevicePluginArgs {
     /// The kubelet pod-resources socket.
     #[arg(long, env = "NUMAPLANE_PODRESOURCES_SOCKET", default_value = crate::podresources::DEFAULT_SOCKET)]
     pub podresources_socket: PathBuf,
-    /// Address of /metrics, /healthz and /readyz.
-    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2113")]
-    pub metrics_address: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz [default: 0.0.0.0:2113]; the scheduler's flag
+    /// of the same name.
+    #[arg(long, env = "NUMAPLANE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Deprecated spelling of --listen, still read (with a warning in the log).
+    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", hide = true)]
+    pub metrics_address: Option<SocketAddr>,
     /// How often pod-resources is read to reconcile holders, slots and records (0: off).
     #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
@@ -99,7 +106,7 @@ pub enum AllocatorError {
     Socket(#[source] crate::podresources::PodResourcesError),
     /// The metrics server cannot start.
     #[error("cannot start the metrics server")]
-    Server(#[source] crate::server::ServerError),
+    Server(#[source] numaplane::serve::ServeError),
     /// A `shared: cluster` pool outside `run`: only `run` publishes the slots its node holds.
     #[error(
         "pool {resource} has shared: cluster, which needs `numaplane-exporter run --pools` (the node's NRT publishes the slots held here)"
@@ -828,8 +835,9 @@ pub async fn run(args: DevicePluginArgs) -> Result<(), AllocatorError> {
     }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(crate::server::Health::default());
+    let listen = crate::server::listen_address(args.listen, args.metrics_address, DEFAULT_LISTEN);
     let (addr, server) = crate::server::serve(
-        args.metrics_address,
+        listen,
         metrics.clone(),
         health.clone(),
         args.resync_interval

@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 
 use crate::accounting::{Accounting, AnomalyKind};
 
@@ -173,9 +173,12 @@ pub struct KubeletConfigErrorLabels {
     pub reason: String,
 }
 
-/// Every metric the agent exports.
-pub struct Metrics {
-    registry: Registry,
+/// Every metric the agent exports, with the registry that serves them.
+pub type Metrics = numaplane::metrics::Registered<Families>;
+
+/// The agent's metric families.
+#[derive(Debug)]
+pub struct Families {
     /// Per-zone capacity.
     pub zone_capacity: Family<ZoneLabels, GaugeF>,
     /// Per-zone allocatable.
@@ -244,17 +247,10 @@ pub struct Metrics {
     pub allocator: allocator::AllocatorMetrics,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+impl numaplane::metrics::Families for Families {
+    const PREFIX: &'static str = "numaplane_exporter";
 
-impl Metrics {
-    /// Registers every family under the `numaplane_exporter` prefix.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("numaplane_exporter");
-        let mut r = Registrar::new(&mut registry);
+    fn register(r: &mut Registrar<'_>) -> Self {
         let allocator = allocator::AllocatorMetrics::register(&mut r.sub("allocator"));
         let m = Self {
             allocator,
@@ -289,7 +285,6 @@ impl Metrics {
             nrt_crd_installed: r.family("nrt_crd_installed", "1 while the API server serves the NodeResourceTopology API, 0 while the CRD (noderesourcetopologies.topology.node.k8s.io) is not installed"),
             info: r.family("info", "Agent configuration"),
             last_anomalies: std::sync::Mutex::default(),
-            registry: Registry::default(),
         };
         for kind in AnomalyKind::ALL {
             // Zero series up front, so rate() works from the first anomaly on.
@@ -299,14 +294,11 @@ impl Metrics {
             let _ = m.anomalies.get_or_create(&labels);
             let _ = m.anomalies_current.get_or_create(&labels);
         }
-        Self { registry, ..m }
+        m
     }
+}
 
-    /// The text exposition format.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        numaplane::metrics::encode(&self.registry)
-    }
-
+impl Families {
     /// Records where init containers' leftovers came from this scan (`None`: not matched).
     pub fn record_held_sources(&self, sources: Option<crate::init_held::Sources>) {
         use crate::init_held::Source;
@@ -498,7 +490,7 @@ impl Metrics {
     }
 }
 
-impl Metrics {
+impl Families {
     /// The per-zone DRA gauges: exactly the (NUMA node, driver) pairs of the last scan; none
     /// while the node's ResourceSlices are not known.
     fn record_dra_zones(&self, node: &str, zones: Option<&crate::accounting::DraZones>) {

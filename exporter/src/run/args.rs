@@ -121,9 +121,9 @@ pub struct RunArgs {
     /// Format of the printed object.
     #[arg(short = 'o', long, env = "NUMAPLANE_OUTPUT", value_enum, default_value_t = ObjectFormat::Yaml)]
     pub output: ObjectFormat,
-    /// Kubeconfig file; default: in-cluster configuration. With --dry-run it is used only to
-    /// drop terminal pods.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig file; default: $KUBECONFIG, then in-cluster configuration. With --dry-run it
+    /// is used only to drop terminal pods.
+    #[arg(long, env = "NUMAPLANE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Period of the resync scan, which also re-reads allocatable resources (0: off).
     #[arg(long, env = "NUMAPLANE_RESYNC_INTERVAL", default_value = "10s", value_parser = parse_duration)]
@@ -150,9 +150,13 @@ pub struct RunArgs {
     /// Timeout of each pod-resources call (with --once: also how long to wait for the socket).
     #[arg(long, env = "NUMAPLANE_CALL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub call_timeout: Duration,
-    /// Address of /metrics, /healthz and /readyz.
-    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", default_value = "0.0.0.0:2112")]
-    pub metrics_address: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz [default: 0.0.0.0:2112]; the scheduler's flag
+    /// of the same name.
+    #[arg(long, env = "NUMAPLANE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Deprecated spelling of --listen, still read (with a warning in the log).
+    #[arg(long, env = "NUMAPLANE_METRICS_ADDRESS", hide = true)]
+    pub metrics_address: Option<SocketAddr>,
     /// First retry delay for the API server (CRD wait, failed writes).
     #[arg(long, env = "NUMAPLANE_API_BACKOFF_MIN", default_value = "5s", value_parser = parse_duration)]
     pub api_backoff_min: Duration,
@@ -222,6 +226,16 @@ fn parse_dra_numa_attribute(s: &str) -> Result<(String, String), String> {
 }
 
 impl RunArgs {
+    /// Where /metrics and the probes are served (`--listen`, or the deprecated
+    /// `--metrics-address`).
+    pub fn listen_address(&self) -> SocketAddr {
+        crate::server::listen_address(
+            self.listen,
+            self.metrics_address,
+            SocketAddr::from(([0, 0, 0, 0], 2112)),
+        )
+    }
+
     /// The driver NUMA attributes: the built-in defaults, each driver named by
     /// `--dra-numa-attribute` replaced by its flags in order (`DRIVER=` leaves it none).
     pub fn dra_driver_attributes(&self) -> numaplane::device_numa::DriverNumaAttributes {

@@ -5,8 +5,8 @@ use crate::output;
 use crate::podresources::PodResourcesError;
 use crate::publish::PublishError;
 use crate::scan::ScanError;
-use crate::server::ServerError;
 use crate::triggers::NotifyFileError;
+use numaplane::serve::ServeError;
 
 /// Errors of `run`, split into bad configuration (exit 64) and runtime failures (exit 1).
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ pub enum RunError {
     Socket(#[source] PodResourcesError),
     /// The metrics server cannot start.
     #[error("cannot start the metrics server")]
-    Server(#[source] ServerError),
+    Server(#[source] ServeError),
     /// The notify file cannot be used.
     #[error("bad --notify-file")]
     NotifyFile(#[source] NotifyFileError),

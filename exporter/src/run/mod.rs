@@ -44,8 +44,9 @@ pub async fn run(
             crate::podresources::DEFAULT_BURST,
         );
     let scanner = Scanner::new(client, machine_view, args.kubelet_state_dir.clone());
-    // Without --kubeconfig a dry run needs no API server.
-    let kube = if args.dry_run && args.kubeconfig.is_none() {
+    // Without a kubeconfig (--kubeconfig, NUMAPLANE_KUBECONFIG or $KUBECONFIG) a dry run needs
+    // no API server; kube's inference reads $KUBECONFIG when no path is given.
+    let kube = if args.dry_run && args.kubeconfig.is_none() && std::env::var_os("KUBECONFIG").is_none() {
         None
     } else {
         Some(crate::plumbing::kube_client(args.kubeconfig.as_ref()).await?)

@@ -35,10 +35,14 @@ impl Agent {
         // the slowest retry.
         let max_silence =
             args.resync_interval.max(Duration::from_secs(10)) * 3 + args.api_backoff_max + args.call_timeout;
-        let (addr, server_task) =
-            server::serve(args.metrics_address, metrics.clone(), health.clone(), max_silence)
-                .await
-                .map_err(RunError::Server)?;
+        let (addr, server_task) = server::serve(
+            args.listen_address(),
+            metrics.clone(),
+            health.clone(),
+            max_silence,
+        )
+        .await
+        .map_err(RunError::Server)?;
         tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
         let (triggers, coalescer) = triggers::channel(args.debounce, args.max_debounce);
         let notify = match &args.notify_file {

@@ -34,7 +34,7 @@ pub(crate) use self::extender::{POD_CAP, POD_TTL, bind_unaligned};
 use super::{
     api::{BindError, Writer},
     daemon_config::ServeConfig,
-    metrics::{KindLabels, Metrics, QueueLabels, TopologyLabels},
+    metrics::{Families, KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{
     cluster::{AssumptionStats, Cluster, Config, TopologyState},
@@ -555,7 +555,7 @@ impl Engine {
                     Stream::Budgets => "poddisruptionbudgets",
                     Stream::Namespaces => "namespaces",
                 };
-                super::metrics::Metrics::count(&self.metrics.watch_errors, reason);
+                Families::count(&self.metrics.watch_errors, reason);
                 tracing::warn!(watch = reason, error = %message, "watch failed; retrying");
             }
             Input::NrtCrdMissing => self.on_nrt_crd_missing(),
@@ -1160,7 +1160,7 @@ impl Engine {
                 self.report_claims_numa(&profile, &pod, &key, &claims_numa);
             }
             Err(e) => {
-                Metrics::count(&self.metrics.binding_errors, e.reason());
+                Families::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", &profile);
                 tracing::warn!(error = %numaplane::error_chain(&e), "binding failed; placement dropped");
                 if let BindError::Claim { source, .. } = &e {

@@ -10,7 +10,7 @@ use kube::{
     runtime::events::EventType,
 };
 
-use super::{api::Writer, metrics::Metrics};
+use super::{api::Writer, metrics::Families};
 use crate::preempt::{DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, VictimInfo};
 
 /// A preemption write that failed.
@@ -48,7 +48,7 @@ pub async fn nominate(w: &Writer, namespace: &str, name: &str, node: &str) -> Re
     w.priority_budget().await;
     let api: Api<Pod> = Api::namespaced(w.client(), namespace);
     let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
-    Metrics::count(&w.metrics().api_writes, "status");
+    Families::count(&w.metrics().api_writes, "status");
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
@@ -78,7 +78,7 @@ pub async fn evict(
         "message": format!("{profile}: preempting to accommodate a higher priority pod"),
         "lastTransitionTime": now(),
     }]}});
-    Metrics::count(&w.metrics().api_writes, "status");
+    Families::count(&w.metrics().api_writes, "status");
     if let Err(e) = api
         .patch_status(
             &victim.name,
@@ -99,7 +99,7 @@ pub async fn evict(
         }),
         ..DeleteParams::default()
     };
-    Metrics::count(&w.metrics().api_writes, "delete");
+    Families::count(&w.metrics().api_writes, "delete");
     match api.delete(&victim.name, &dp).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {

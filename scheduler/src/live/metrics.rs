@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 
 /// `result` (scheduled, unschedulable, error) and `profile` (scheduler name).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,10 +91,12 @@ struct BuildLabels {
     version: &'static str,
 }
 
-/// Every metric of the live scheduler.
+/// Every metric of the live scheduler, with the registry that serves them.
+pub type Metrics = numaplane::metrics::Registered<Families>;
+
+/// The live scheduler's metric families.
 #[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
+pub struct Families {
     /// Attempts by result and profile.
     pub attempts: Family<AttemptLabels, Counter>,
     /// Queue add to successful bind.
@@ -152,18 +154,11 @@ pub struct Metrics {
     pub eviction_errors: Counter,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+impl numaplane::metrics::Families for Families {
+    const PREFIX: &'static str = "numaplane_scheduler";
 
-impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("numaplane_scheduler");
-        let mut r = Registrar::new(&mut registry);
-        let m = Metrics {
+    fn register(r: &mut Registrar<'_>) -> Self {
+        let m = Families {
             preemption_attempts: r.family("preemption_attempts", "Preemption attempts for pods that fit nowhere, by result (victims_chosen, no_victims, waiting_for_victims)"),
             preemption_victims: r.family("preemption_victims", "Pods chosen as preemption victims"),
             eviction_errors: r.family("eviction_errors", "Preemption victims whose deletion failed"),
@@ -193,7 +188,6 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
             })),
             unsupported_constraints: r.family("unsupported_constraints", "Pods given an UnsupportedConstraint warning, by the pod field the model does not enforce"),
-            registry: Registry::default(),
         };
         let build: Family<BuildLabels, Gauge> = r.family("build_info", "Build information");
         build
@@ -201,14 +195,11 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             })
             .set(1);
-        Metrics { registry, ..m }
+        m
     }
+}
 
-    /// The OpenMetrics text.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        numaplane::metrics::encode(&self.registry)
-    }
-
+impl Families {
     /// Zero series for every result of each profile, so `increase()` sees the first attempt
     /// (a series born at 1 shows no increase).
     pub fn prepare_attempts<'a>(&self, profiles: impl IntoIterator<Item = &'a str>) {

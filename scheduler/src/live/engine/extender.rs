@@ -17,7 +17,7 @@ use crate::{
     },
     live::{
         api::{BindError, Writer},
-        metrics::{KindLabels, Metrics},
+        metrics::{Families, KindLabels, Metrics},
     },
 };
 
@@ -46,7 +46,7 @@ pub(crate) async fn bind_unaligned(
             Ok(())
         }
         Err(e) => {
-            Metrics::count(&metrics.binding_errors, e.reason());
+            Families::count(&metrics.binding_errors, e.reason());
             metrics.attempt("error", PROFILE);
             let why = numaplane::error_chain(&e);
             tracing::warn!(pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node, error = %why, "extender binding failed");
@@ -361,7 +361,7 @@ impl Engine {
                 Ok(())
             }
             Err(e) => {
-                Metrics::count(&self.metrics.binding_errors, e.reason());
+                Families::count(&self.metrics.binding_errors, e.reason());
                 self.metrics.attempt("error", PROFILE);
                 tracing::warn!(pod = %key, node = %node, error = %numaplane::error_chain(&e), "extender binding failed; placement dropped");
                 self.binding_refused(&key, uid.as_deref(), &e);
