@@ -53,6 +53,11 @@ pub mod attr {
     /// Kubelet CPU manager policy options, `name=value` pairs sorted by name and joined by
     /// commas (e.g. `full-pcpus-only=true`); absent when none are set.
     pub const CPU_MANAGER_POLICY_OPTIONS: &str = "numaplane.io/cpu-manager-policy-options";
+    /// Kubelet Topology Manager policy options, every one the configuration sets (known or
+    /// not), `name=value` pairs sorted by name and joined by commas, as
+    /// [`CPU_MANAGER_POLICY_OPTIONS`]; absent when none are set. The scheduler names the ones
+    /// its model does not know as making its predictions approximate.
+    pub const TOPOLOGY_MANAGER_POLICY_OPTIONS: &str = "numaplane.io/topology-manager-policy-options";
     /// Kubelet `reservedSystemCPUs`, as the kubelet config writes it (a cpuset, e.g. `0-1,8`).
     pub const RESERVED_CPUS: &str = "numaplane.io/reserved-cpus";
     /// Kubelet memory manager policy (`None`, `Static`).

@@ -12,6 +12,7 @@ pub mod fake_device_kubelet;
 pub mod fake_kubelet;
 pub mod fake_kubelet_https;
 pub mod harness;
+pub mod oracle;
 pub mod rbac;
 pub mod render;
 pub mod rollout;

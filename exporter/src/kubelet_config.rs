@@ -272,8 +272,10 @@ fn settings(cfg: KubeletConfiguration, origin: &str) -> Result<ResourceManagerSe
     for name in cfg.topology_manager_policy_options.keys().filter(|k| {
         ![MAX_ALLOWABLE_NUMA_NODES_OPTION, PREFER_CLOSEST_NUMA_NODES_OPTION].contains(&k.as_str())
     }) {
-        // A newer kubelet may know options we do not model: say so, do not refuse to run.
-        tracing::warn!(option = %name, origin, "unknown Topology Manager policy option; not published");
+        // A newer kubelet may know options we do not model: say so, do not refuse to run. The
+        // option is published with the others, and the scheduler reports its predictions
+        // for this node as approximate.
+        tracing::warn!(option = %name, origin, "unknown Topology Manager policy option");
     }
     let cpu_manager_policy = cfg
         .cpu_manager_policy
@@ -312,6 +314,7 @@ fn settings(cfg: KubeletConfiguration, origin: &str) -> Result<ResourceManagerSe
                 .map(|r| r.trim().to_owned())
                 .filter(|r| !r.is_empty()),
             memory_manager_policy,
+            topology_manager_policy_options: cfg.topology_manager_policy_options,
         }),
     };
     validate(&settings, origin)?;

@@ -63,6 +63,10 @@ pub struct SimulateArgs {
     /// Ignore); overrides the config file's `draNuma.alignment` [default: Required].
     #[arg(long, env = "NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT", value_parser = crate::live::daemon_config::dra_numa_alignment())]
     pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
+    /// Nodes whose kubelet options the model cannot predict: Warn or Avoid; overrides the
+    /// config file's `unknownKubeletOptions` [default: Warn].
+    #[arg(long, env = "NUMAPLANE_SIM_UNKNOWN_KUBELET_OPTIONS", value_parser = crate::live::daemon_config::unknown_kubelet_options())]
+    pub unknown_kubelet_options: Option<crate::model_config::UnknownKubeletOptions>,
 }
 
 /// Runs the parsed command line.
@@ -131,6 +135,9 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
     let mut config = config;
     if let Some(a) = args.dra_numa_alignment {
         config.dra_numa.alignment = Some(a);
+    }
+    if let Some(u) = args.unknown_kubelet_options {
+        config.unknown_kubelet_options = u;
     }
     let cluster = match simulate::read_inputs(&args.cluster) {
         Ok(i) => i,

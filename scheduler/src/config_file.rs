@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    model_config::{DraNuma, DraNumaAlignment, NoTopology},
+    model_config::{DraNuma, DraNumaAlignment, NoTopology, UnknownKubeletOptions},
     score::Strategy,
 };
 
@@ -27,6 +27,9 @@ pub struct ConfigFile {
     /// NUMA alignment of DRA devices.
     #[serde(default)]
     pub dra_numa: DraNumaFile,
+    /// Nodes whose kubelet options the model cannot predict: `Warn` (default) or `Avoid`.
+    #[serde(default)]
+    pub unknown_kubelet_options: UnknownKubeletOptions,
 }
 
 /// `draNuma` section.
@@ -117,6 +120,9 @@ pub struct FileConfig {
     /// NUMA alignment of DRA devices.
     #[serde(default)]
     pub dra_numa: Option<DraNumaFile>,
+    /// Nodes whose kubelet options the model cannot predict: `Warn` or `Avoid`.
+    #[serde(default)]
+    pub unknown_kubelet_options: Option<UnknownKubeletOptions>,
 }
 
 /// `leaderElection` in the file; durations as `15s`, `1m`.
@@ -143,6 +149,7 @@ impl FileConfig {
             no_topology: self.no_topology.unwrap_or_default(),
             pod_topology_spread: self.pod_topology_spread.unwrap_or_default(),
             dra_numa: self.dra_numa.unwrap_or_default(),
+            unknown_kubelet_options: self.unknown_kubelet_options.unwrap_or_default(),
         }
     }
 }

@@ -472,12 +472,18 @@ pub fn simulate_keeping_model(
                 "NodeResourceTopology {name}: topology unknown or invalid: {}",
                 numaplane::error_chain(&e)
             ));
-        } else if let crate::cluster::TopologyState::Valid(topo) = cluster.topology(name)
-            && let Some(e) = &topo.pci_locality_error
-        {
-            warnings.push(format!(
-                "NodeResourceTopology {name}: PCI locality ignored ({e}); DRA devices placed only by their PCI address count as without NUMA node"
-            ));
+        } else if let crate::cluster::TopologyState::Valid(topo) = cluster.topology(name) {
+            if let Some(e) = &topo.pci_locality_error {
+                warnings.push(format!(
+                    "NodeResourceTopology {name}: PCI locality ignored ({e}); DRA devices placed only by their PCI address count as without NUMA node"
+                ));
+            }
+            for a in &topo.approximate {
+                warnings.push(format!(
+                    "node {name}: predictions are approximate: {a} (--unknown-kubelet-options {})",
+                    cfg_file.unknown_kubelet_options.name()
+                ));
+            }
         }
     }
     for p in cluster_pods {
@@ -510,6 +516,7 @@ pub fn simulate_keeping_model(
         },
         no_topology: cfg_file.no_topology,
         dra_numa,
+        unknown_kubelet_options: cfg_file.unknown_kubelet_options,
     };
     let mut results = Vec::with_capacity(pods.len());
     for p in pods {

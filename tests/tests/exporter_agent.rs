@@ -362,7 +362,12 @@ async fn the_deprecated_metrics_address_still_serves_and_says_so() {
     agent.set_wait(WAIT);
     agent.wait_serving(WAIT).await.unwrap();
     assert_eq!(agent.http_get("/healthz").unwrap().0, 200);
-    assert!(agent.metrics().unwrap().contains("numaplane_exporter_kubelet_reconnects_total"));
+    assert!(
+        agent
+            .metrics()
+            .unwrap()
+            .contains("numaplane_exporter_kubelet_reconnects_total")
+    );
     let log = agent.stderr();
     assert!(
         log.contains(

@@ -66,6 +66,12 @@ pub(super) fn attributes(
                 value: nrt::join_cpu_manager_options(&rm.cpu_manager_policy_options),
             });
         }
+        if !rm.topology_manager_policy_options.is_empty() {
+            attributes.push(AttributeInfo {
+                name: attr::TOPOLOGY_MANAGER_POLICY_OPTIONS.to_owned(),
+                value: nrt::join_cpu_manager_options(&rm.topology_manager_policy_options),
+            });
+        }
         if let Some(reserved) = &rm.reserved_cpus {
             attributes.push(AttributeInfo {
                 name: attr::RESERVED_CPUS.to_owned(),

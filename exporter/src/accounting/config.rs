@@ -25,8 +25,8 @@ pub struct PodExclude {
     pub name_pattern: String,
 }
 
-/// The kubelet's CPU and memory manager settings, as its config file sets them (kubelet
-/// defaults for absent fields).
+/// The kubelet's CPU and memory manager settings and its Topology Manager options, as its config
+/// file sets them (kubelet defaults for absent fields).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ResourceManagers {
     /// `cpuManagerPolicy` (`none` by default).
@@ -37,6 +37,10 @@ pub struct ResourceManagers {
     pub reserved_cpus: Option<String>,
     /// `memoryManagerPolicy` (`None` by default).
     pub memory_manager_policy: String,
+    /// Every `topologyManagerPolicyOptions` entry, known or not, published whole so that the
+    /// scheduler can name the ones its model does not know (the two it knows are also
+    /// published on their own).
+    pub topology_manager_policy_options: BTreeMap<String, String>,
 }
 
 /// Everything besides the two kubelet responses that shapes the published object.

@@ -1087,6 +1087,7 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
         .into(),
         reserved_cpus: Some("7".into()),
         memory_manager_policy: "Static".into(),
+        topology_manager_policy_options: [("spread-evenly".to_owned(), "true".to_owned())].into(),
     });
     let nrt = account(&m, &alloc, &l, &c).unwrap().to_nrt("n1");
     for (name, value) in [
@@ -1098,6 +1099,7 @@ fn smt_width_free_cores_and_resource_manager_settings_are_published() {
         (attr::RESERVED_CPUS, "7"),
         (attr::MEMORY_MANAGER_POLICY, "Static"),
         (attr::THREADS_PER_CORE, "2"),
+        (attr::TOPOLOGY_MANAGER_POLICY_OPTIONS, "spread-evenly=true"),
     ] {
         assert_eq!(nrt.attribute(name), Some(value), "{name}");
     }

@@ -22,6 +22,16 @@ pub struct NodeVerdict {
     /// Human reasons when infeasible.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
+    /// The reason the kubelet would reject the pod with, were it bound here anyway
+    /// (`TopologyAffinityError`, `UnexpectedAdmissionError`, `SMTAlignmentError`,
+    /// `OutOf<resource>`), when infeasible and explained; absent when the kubelet would not be
+    /// the one to refuse it (taints, affinity, volumes, no NRT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_reason: Option<String>,
+    /// Why the model's prediction for this node is approximate: kubelet options it cannot
+    /// predict (`kubelet option align-by-socket=true: …`); empty when it is exact.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approximate: Vec<String>,
     /// Aggregate categories (kube-scheduler style) when infeasible: the reasons of the first
     /// plugin that rejects the node, as kube-scheduler counts it.
     #[serde(skip)]
@@ -59,6 +69,8 @@ pub fn blocked_decision<'a>(pod: &PodSpec, reason: &str, nodes: impl Iterator<It
     let verdicts: Vec<NodeVerdict> = nodes
         .map(|n| NodeVerdict {
             node: n.to_owned(),
+            kubelet_reason: None,
+            approximate: Vec::new(),
             feasible: false,
             score: None,
             reasons: vec![reason.to_owned()],

@@ -14,6 +14,7 @@ pub mod decision;
 pub mod dra;
 pub mod fit;
 pub mod gates;
+pub mod kubelet_options;
 pub mod model_config;
 pub mod node;
 pub mod nodeaffinity;

@@ -40,6 +40,45 @@ impl Default for DraNuma {
 
 pub use numaplane::device_numa::default_driver_numa_attributes;
 
+/// What to do on a node whose kubelet options the model cannot predict
+/// ([`crate::kubelet_options`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, Serialize)]
+pub enum UnknownKubeletOptions {
+    /// Schedule there on the model's prediction, reported as approximate (warnings, the
+    /// node's verdict, the live scheduler's gauge).
+    #[default]
+    Warn,
+    /// Keep pods the Topology Manager aligns (exclusive CPUs, pinned memory, NUMA-affine
+    /// devices) off such nodes; other pods are placed as usual.
+    Avoid,
+}
+
+impl UnknownKubeletOptions {
+    /// Every mode, in the order the command lines list them.
+    pub const ALL: [UnknownKubeletOptions; 2] = [Self::Warn, Self::Avoid];
+
+    /// The name flags and the config file use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Warn => "Warn",
+            Self::Avoid => "Avoid",
+        }
+    }
+
+    /// One line on what the mode does, for `--help`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Warn => "Schedule on the model's prediction and report it as approximate",
+            Self::Avoid => "Keep pods the Topology Manager aligns off nodes whose prediction is approximate",
+        }
+    }
+
+    /// The mode named `name`, exactly as [`Self::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
 /// Scheduler configuration.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
@@ -49,4 +88,6 @@ pub struct Config {
     pub no_topology: NoTopology,
     /// NUMA alignment of DRA devices.
     pub dra_numa: DraNuma,
+    /// Nodes whose kubelet options the model cannot predict.
+    pub unknown_kubelet_options: UnknownKubeletOptions,
 }

@@ -168,6 +168,11 @@ pub struct NumaTopology {
     /// Threads per core when the kubelet runs the static CPU manager with `full-pcpus-only`
     /// on an SMT machine (published attributes); `None` otherwise, or when not published.
     pub full_pcpus_threads: Option<i64>,
+    /// The static CPU manager splits multi-NUMA allocations evenly (`distribute-cpus-across-numa`).
+    pub cpu_distribute: bool,
+    /// Kubelet options published for this node whose effect the model cannot predict: its
+    /// predictions here are approximate, for these reasons.
+    pub approximate: Vec<crate::kubelet_options::Approximation>,
     /// The Static memory manager's groups holding memory, by NUMA id, when the exporter read
     /// them from the kubelet's checkpoint; `None`: unknown (the model then guesses safely).
     pub memory_groups: Option<Vec<Vec<u32>>>,
@@ -593,6 +598,10 @@ impl NumaTopology {
                 (Vec::new(), Some(e.to_string()))
             }
         };
+        let policy = cfg.policy.unwrap_or(Policy::None);
+        let cpu_options = crate::kubelet_options::cpu_manager_options(obj, policy == Policy::SingleNumaNode);
+        let mut approximate = crate::kubelet_options::topology_manager_approximations(obj);
+        approximate.extend(cpu_options.approximate.iter().cloned());
         Ok(NumaTopology {
             node_level,
             lagging: Vec::new(),
@@ -604,6 +613,8 @@ impl NumaTopology {
             shared_devices,
             cluster_held,
             full_pcpus_threads,
+            cpu_distribute: cpu_options.distribute_across_numa,
+            approximate,
             policy: cfg.policy.unwrap_or(Policy::None),
             scope: cfg.scope.unwrap_or(Scope::Container),
             options,

@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// Ignore [default: Required].
     #[arg(long, env = "NUMAPLANE_DRA_NUMA_ALIGNMENT", value_parser = dra_numa_alignment())]
     pub dra_numa_alignment: Option<crate::model_config::DraNumaAlignment>,
+    /// Nodes whose kubelet options the model cannot predict (docs/scheduler.md "Kubelet
+    /// options"): Warn schedules there on the model's prediction, reported as approximate;
+    /// Avoid keeps pods the Topology Manager aligns off them [default: Warn].
+    #[arg(long, env = "NUMAPLANE_UNKNOWN_KUBELET_OPTIONS", value_parser = unknown_kubelet_options())]
+    pub unknown_kubelet_options: Option<crate::model_config::UnknownKubeletOptions>,
     /// How long a binding waits for the binding conditions of its claimed devices, as
     /// kube-scheduler's DynamicResources `bindingTimeout` [default: 10m].
     #[arg(long, env = "NUMAPLANE_DRA_BINDING_TIMEOUT", value_parser = humantime::parse_duration)]
@@ -147,6 +152,8 @@ pub struct ServeConfig {
     pub spread_defaults: crate::constraints::SpreadDefaults,
     /// NUMA alignment of DRA devices.
     pub dra_numa: crate::model_config::DraNuma,
+    /// Nodes whose kubelet options the model cannot predict.
+    pub unknown_kubelet_options: crate::model_config::UnknownKubeletOptions,
 }
 
 impl ServeConfig {
@@ -165,6 +172,7 @@ impl ServeConfig {
             },
             no_topology: self.no_topology,
             dra_numa: self.dra_numa.clone(),
+            unknown_kubelet_options: self.unknown_kubelet_options,
         }
     }
 }
@@ -373,8 +381,24 @@ impl ServeArgs {
             extender: false,
             spread_defaults,
             dra_numa,
+            unknown_kubelet_options: self
+                .unknown_kubelet_options
+                .or(file.unknown_kubelet_options)
+                .unwrap_or_default(),
         })
     }
+}
+
+/// The parser of a `--unknown-kubelet-options` flag, as [`dra_numa_alignment`].
+pub fn unknown_kubelet_options()
+-> impl clap::builder::TypedValueParser<Value = crate::model_config::UnknownKubeletOptions> {
+    use crate::model_config::UnknownKubeletOptions;
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(
+        UnknownKubeletOptions::ALL.map(|m| PossibleValue::new(m.name()).help(m.summary())),
+    )
+    // The parser above admits only the names of ALL.
+    .map(|name| UnknownKubeletOptions::from_name(&name).unwrap_or_default())
 }
 
 /// The parser of a `--dra-numa-alignment` flag: the model's modes by name, each with its

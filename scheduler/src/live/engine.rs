@@ -34,7 +34,7 @@ pub(crate) use self::extender::{POD_CAP, POD_TTL, bind_unaligned};
 use super::{
     api::{BindError, Writer},
     daemon_config::ServeConfig,
-    metrics::{Families, KindLabels, Metrics, QueueLabels, TopologyLabels},
+    metrics::{ApproximateLabels, Families, KindLabels, Metrics, QueueLabels, TopologyLabels},
 };
 use crate::{
     cluster::{AssumptionStats, Cluster, Config, TopologyState},
@@ -484,11 +484,21 @@ impl Engine {
             let stale_after = self.cfg.assume_timeout / 2;
             let mut counts: HashMap<&'static str, i64> = HashMap::new();
             let mut pci_locality_invalid = 0i64;
+            self.metrics.node_prediction_approximate.clear();
             for n in self.cluster.node_names() {
-                if let TopologyState::Valid(t) = self.cluster.topology(n)
-                    && t.pci_locality_error.is_some()
-                {
-                    pci_locality_invalid += 1;
+                if let TopologyState::Valid(t) = self.cluster.topology(n) {
+                    if t.pci_locality_error.is_some() {
+                        pci_locality_invalid += 1;
+                    }
+                    for a in &t.approximate {
+                        self.metrics
+                            .node_prediction_approximate
+                            .get_or_create(&ApproximateLabels {
+                                node: n.to_owned(),
+                                option: a.option.clone(),
+                            })
+                            .set(1);
+                    }
                 }
                 let behind = self
                     .nrt_behind

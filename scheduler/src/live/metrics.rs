@@ -71,6 +71,15 @@ pub struct ExtenderLabels {
     pub result: &'static str,
 }
 
+/// A node and a kubelet option the model cannot predict there.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApproximateLabels {
+    /// Node name.
+    pub node: String,
+    /// `name=value` of the kubelet option.
+    pub option: String,
+}
+
 /// `verb` of an extender call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
@@ -125,6 +134,8 @@ pub struct Families {
     pub dra_devices_numa_invalid: Gauge,
     /// Nodes whose NRT's PCI locality attribute does not decode.
     pub nrt_pci_locality_invalid: Gauge,
+    /// 1 per node and kubelet option the model cannot predict there.
+    pub node_prediction_approximate: Family<ApproximateLabels, Gauge>,
     /// Claims of the pods this scheduler bound, by alignment.
     pub dra_claims_bound: Family<AlignmentLabels, Counter>,
     /// API writes by kind (binding, event, status).
@@ -174,6 +185,7 @@ impl numaplane::metrics::Families for Families {
             status_patch_errors: r.family("status_patch_errors", "PodScheduled condition patches that could not be written"),
             nodes: r.family("nodes", "Nodes by topology data state (valid; stale: pods bound there or gone more than half the assume timeout ago, and the NRT unchanged since; missing; invalid)"),
             invalid_objects: r.family("invalid_objects", "Malformed objects seen by the index, by kind"),
+            node_prediction_approximate: r.family("node_prediction_approximate", "1 for each node and kubelet option (name=value) whose effect the model cannot predict there: the scheduler's predictions for that node are approximate (--unknown-kubelet-options; docs/scheduler.md, Kubelet options)"),
             nrt_pci_locality_invalid: r.family("nrt_pci_locality_invalid", "Nodes whose NodeResourceTopology carries a numaplane.io/pci-locality attribute that does not decode; their DRA devices placed only by PCI address count as without NUMA node"),
             dra_claims_bound: r.family("dra_claims_bound", "ResourceClaims of the pods this scheduler bound on a node with a NodeResourceTopology, by how their devices sit relative to the NUMA nodes predicted for the containers that use them (aligned, misaligned, no-numa-node, split, not-predicted)"),
             dra_devices_numa_invalid: r.family("dra_devices_numa_invalid", "DRA devices in the ResourceSlices whose NUMA attribute (standard or driver-specific) is not a NUMA node id, or whose pciBusID or pcieRoot is malformed; they are allocated as devices without NUMA node"),

@@ -125,6 +125,9 @@ pub fn render_table(report: &Report) -> String {
                 "      {:<width$}  {verdict:<8}  {score:>5}  {reason}",
                 v.node
             );
+            for a in &v.approximate {
+                let _ = writeln!(out, "      {:<width$}  approximate: {a}", "");
+            }
         }
         out.push('\n');
     }

@@ -19,6 +19,16 @@ use crate::{
     topology_manager::NumaMask,
 };
 
+/// The NUMA ids of the zone positions set in `bits`, ascending.
+pub(super) fn zone_ids(w: &WorkingZones, bits: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..w.ids.len())
+        .filter(|i| bits & (1 << i) != 0)
+        .map(|i| w.ids[i])
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Consumes `req` from the working zones under `mask`, each manager by its own rules, as the
 /// kubelet allocates after the merge (whether the merged hint is preferred or not): exclusive
 /// CPUs from the mask's nodes first, then from the rest, each part NUMA-packed
@@ -65,6 +75,7 @@ pub(super) fn allocate(
     if let Some(n) = exclusive_cpus(u, topo) {
         smt_aligned(topo, n, *pool_cpus_taken, &placement.name)?;
         placement.exclusive_cpus = n;
+        let mut touched = 0;
         let reused = take_reusing(
             w,
             reuse,
@@ -74,8 +85,10 @@ pub(super) fn allocate(
             n.saturating_mul(1000),
             init,
             Some(topo),
+            &mut touched,
         )
         .map_err(|_| exhausted("exclusive cpu".to_owned()))?;
+        placement.cpu_zones = touched;
         *pool_cpus_taken = pool_cpus_taken.saturating_add(n.saturating_sub(reused / 1000));
         if reused > 0 && !init {
             notes.push(format!(
@@ -95,6 +108,7 @@ pub(super) fn allocate(
             }
             groups.record(bits);
             placement.memory_mask = Some(topo.masks[bits]);
+            placement.memory_numa_nodes = Some(zone_ids(w, bits));
         }
     }
     for (id, need) in req
@@ -232,7 +246,7 @@ pub(super) fn allocate(
                 .fold(0i64, |a, z| a.saturating_add(z.get_or_zero(id)))
                 .saturating_add(reuse.total_aligned(id));
             let from_zones = left.min(in_zones);
-            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init, None)
+            let reused = take_reusing(w, reuse, &in_mask, &rest, id, from_zones, init, None, &mut 0)
                 .map_err(|_| exhausted(res.name(id).to_owned()))?;
             let (ids, counted) =
                 take_unaligned(&mut w.unaligned, id, left - from_zones, w.free_devices.is_some())

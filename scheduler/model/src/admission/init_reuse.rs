@@ -2,7 +2,7 @@
 //! first, as the kubelet's managers do (aligned per zone, unaligned devices by ID).
 
 use super::*;
-use crate::admission::packing::cpu_packing;
+use crate::admission::packing::{cpu_distributed, cpu_packing};
 use crate::{
     node::{MAX_ZONES, NumaTopology, Unaligned},
     resources::{ResId, ResList},
@@ -194,6 +194,7 @@ pub(super) fn take_reusing(
     need: i64,
     init: bool,
     packing: Option<&NumaTopology>,
+    touched: &mut usize,
 ) -> Result<i64, ()> {
     let available = w
         .available
@@ -203,25 +204,32 @@ pub(super) fn take_reusing(
         return Err(());
     }
     let (mut left, mut reused) = (need, 0);
-    let take_reusable = |reuse: &mut Reuse, group: &[usize], left: &mut i64, reused: &mut i64| {
-        for &i in group {
-            let t = reuse.take_amount(id, i, *left, init);
-            *left -= t;
-            *reused += t;
-        }
-    };
+    let take_reusable =
+        |reuse: &mut Reuse, group: &[usize], left: &mut i64, reused: &mut i64, touched: &mut usize| {
+            for &i in group {
+                let t = reuse.take_amount(id, i, *left, init);
+                if t > 0 {
+                    *touched |= 1 << i;
+                }
+                *left -= t;
+                *reused += t;
+            }
+        };
     // The device manager hands out every reusable device before any free one, wherever it
     // is; the CPU manager takes the mask's CPUs (reusable or free) before the others.
     if packing.is_none() {
-        take_reusable(reuse, in_mask, &mut left, &mut reused);
-        take_reusable(reuse, rest, &mut left, &mut reused);
+        take_reusable(reuse, in_mask, &mut left, &mut reused, touched);
+        take_reusable(reuse, rest, &mut left, &mut reused, touched);
     }
     for group in [in_mask, rest] {
         if packing.is_some() {
-            take_reusable(reuse, group, &mut left, &mut reused);
+            take_reusable(reuse, group, &mut left, &mut reused, touched);
         }
         // Amounts per zone position, on the stack: this runs for every node the filter evaluates.
         let takes = match packing {
+            Some(topo) if topo.cpu_distribute => {
+                cpu_distributed(topo, w, group, left, topo.full_pcpus_threads.unwrap_or(1))
+            }
             Some(topo) => cpu_packing(topo, w, group, left),
             None => {
                 let (mut takes, mut want) = ([0i64; MAX_ZONES], left);
@@ -239,6 +247,7 @@ pub(super) fn take_reusing(
             let t = takes.get(i).copied().unwrap_or(0);
             if t > 0 {
                 w.available[i].sub_clamped(id, t);
+                *touched |= 1 << i;
                 left -= t;
                 if init {
                     reuse.add(

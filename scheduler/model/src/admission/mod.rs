@@ -130,6 +130,17 @@ pub struct ContainerPlacement {
     /// How many exclusive CPUs the static CPU manager gives it (0: none; not serialised).
     #[serde(skip)]
     pub exclusive_cpus: i64,
+    /// Zone positions (bits) its exclusive CPUs come from; filled only when recorded as
+    /// [`Self::cpu_numa_nodes`] (not serialised).
+    #[serde(skip)]
+    pub cpu_zones: usize,
+    /// The NUMA nodes its exclusive CPUs come from (the mask's first, then the rest, as the
+    /// CPU manager packs or distributes them); `None` without exclusive CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_numa_nodes: Option<Vec<u32>>,
+    /// The NUMA nodes of the Static memory manager's block for it; `None` without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_numa_nodes: Option<Vec<u32>>,
 }
 
 /// A predicted admission.
@@ -388,11 +399,17 @@ fn run_world(
             explanation: String::new(),
             memory_mask: None,
             exclusive_cpus: 0,
+            cpu_zones: 0,
+            cpu_numa_nodes: None,
+            memory_numa_nodes: None,
         };
         // Regular init containers finish before the app containers start: what they got is
         // reusable by the later containers of the pod, and held by the pod otherwise.
         let notes = allocate(res, topo, w, &mut st, u, mask, &mut placement)?;
         if record {
+            if placement.exclusive_cpus > 0 {
+                placement.cpu_numa_nodes = Some(allocate::zone_ids(w, placement.cpu_zones));
+            }
             placement.explanation = std::iter::once(explain_devices(&placement))
                 .chain(notes)
                 .filter(|s| !s.is_empty())

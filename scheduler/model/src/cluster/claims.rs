@@ -181,6 +181,8 @@ impl Cluster {
                     .nodes()
                     .map(|n| NodeVerdict {
                         node: n.name.clone(),
+                        kubelet_reason: None,
+                        approximate: Vec::new(),
                         feasible: false,
                         score: None,
                         reasons: vec![e.to_string()],
@@ -540,6 +542,8 @@ impl Cluster {
                 allocation: None,
                 nodes: vec![NodeVerdict {
                     node: node.name.clone(),
+                    kubelet_reason: None,
+                    approximate: Vec::new(),
                     feasible: false,
                     score: None,
                     reasons: vec![message],

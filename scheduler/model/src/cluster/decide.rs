@@ -6,6 +6,7 @@ use crate::{
     admission::{self, Placement, WorkingZones},
     cache::{ShapeKey, Shapes, UNKNOWN_FAILURE},
     fit,
+    model_config::UnknownKubeletOptions,
     node::NodeBasics,
     pod::PodSpec,
     prepared::PreparedPod,
@@ -35,6 +36,8 @@ impl Cluster {
             .zip(scores)
             .map(|(n, score)| NodeVerdict {
                 node: n.name.clone(),
+                kubelet_reason: None,
+                approximate: Vec::new(),
                 feasible: score.is_some(),
                 score,
                 reasons: vec![],
@@ -54,6 +57,8 @@ impl Cluster {
     ) -> NodeVerdict {
         let mut verdict = NodeVerdict {
             node: basics.name.clone(),
+            kubelet_reason: None,
+            approximate: Vec::new(),
             feasible: false,
             score: None,
             reasons: vec![],
@@ -68,6 +73,7 @@ impl Cluster {
         if !failures.is_empty() {
             if explain {
                 verdict.filter = failures.first().map(|f| f.filter);
+                verdict.kubelet_reason = self.kubelet_reason_if_bound(pod, &basics.name, &failures);
                 for f in failures {
                     verdict.categories.push(f.category);
                     verdict.reasons.push(f.message);
@@ -79,12 +85,46 @@ impl Cluster {
         verdict
     }
 
+    /// What the kubelet would answer were the pod bound to a node that fails node fit: the
+    /// kubelet's admission runs the Topology Manager and its managers' allocations before the
+    /// resource-fit predicate (verified-facts.md, "OutOfcpu comes after the Topology Manager"),
+    /// so a predicted admission failure is its reason; otherwise the first short resource is
+    /// `OutOf<resource>`, as the kubelet's predicate names it. `None` when the failure is not the
+    /// kubelet's to find (taints, affinity, ports, volumes).
+    fn kubelet_reason_if_bound(
+        &self,
+        pod: &PreparedPod<'_>,
+        node: &str,
+        failures: &[fit::FitFailure],
+    ) -> Option<String> {
+        // Only a node short of resources alone: elsewhere the scheduler's own filters decide,
+        // and the kubelet's answer would be spent work on the explanation path.
+        if failures.iter().any(|f| f.filter != fit::Filter::NodeResourcesFit) {
+            return None;
+        }
+        if let TopologyState::Valid(topo) = self.topology(node) {
+            let mut w = WorkingZones::from_topology(topo);
+            if let Err(r) = admission::predict_prepared(&self.res, topo, &mut w, pod)
+                && !r.kubelet_reason.is_empty()
+            {
+                return Some(r.kubelet_reason.to_owned());
+            }
+        }
+        failures
+            .iter()
+            .filter(|f| f.filter == fit::Filter::NodeResourcesFit)
+            .find_map(|f| f.category.strip_prefix("Insufficient "))
+            .map(|r| format!("OutOf{r}"))
+    }
+
     /// The NUMA part of the filter alone (predicted kubelet admission from the node's NRT),
     /// without node-level fit: what the upstream NodeResourceTopologyMatch Filter decides,
     /// and what `kubectl numa why` style diagnostics want.
     pub fn topology_verdict(&self, cfg: &Config, pod: &PodSpec, node: &str) -> NodeVerdict {
         let mut verdict = NodeVerdict {
             node: node.to_owned(),
+            kubelet_reason: None,
+            approximate: Vec::new(),
             feasible: false,
             score: None,
             reasons: vec![],
@@ -143,6 +183,24 @@ impl Cluster {
                 }
             }
             TopologyState::Valid(topo) => {
+                if explain && !topo.approximate.is_empty() {
+                    verdict.approximate = topo.approximate.iter().map(ToString::to_string).collect();
+                }
+                if cfg.unknown_kubelet_options == UnknownKubeletOptions::Avoid
+                    && !topo.approximate.is_empty()
+                    && pod.spec.topology_aligned(&self.res)
+                {
+                    if explain {
+                        verdict
+                            .categories
+                            .push("node(s) had kubelet options the model cannot predict".to_owned());
+                        verdict.reasons.push(format!(
+                            "avoided (--unknown-kubelet-options=Avoid): the prediction here is approximate: {}",
+                            verdict.approximate.join("; ")
+                        ));
+                    }
+                    return;
+                }
                 let mut w = WorkingZones::from_topology(topo);
                 match admission::predict_prepared(&self.res, topo, &mut w, pod) {
                     Ok(_) => {
@@ -152,6 +210,8 @@ impl Cluster {
                     }
                     Err(r) => {
                         if explain {
+                            verdict.kubelet_reason =
+                                (!r.kubelet_reason.is_empty()).then(|| r.kubelet_reason.to_owned());
                             verdict.categories.push(r.category);
                             verdict.reasons.push(r.message);
                         }
@@ -394,6 +454,8 @@ impl Cluster {
             message: format!("Successfully assigned {} to {node}", pod.spec.key()),
             nodes: vec![NodeVerdict {
                 node: node.clone(),
+                kubelet_reason: None,
+                approximate: Vec::new(),
                 feasible: true,
                 score: Some(score),
                 reasons: vec![],

@@ -355,6 +355,8 @@ impl Cluster {
             allocation,
             nodes: vec![NodeVerdict {
                 node: node.to_owned(),
+                kubelet_reason: None,
+                approximate: Vec::new(),
                 feasible: true,
                 score: None,
                 reasons: vec![],
