@@ -73,6 +73,10 @@ pub struct Scenario {
     /// Only with [`NIGHTLY_ENV`].
     #[serde(default)]
     pub nightly: bool,
+    /// The options (`name=value`) simulate must report as making its predictions approximate;
+    /// with none listed, it must report none.
+    #[serde(default)]
+    pub approximate: Vec<String>,
     /// Pods, in creation order.
     pub pods: Vec<ScenarioPod>,
 }

@@ -633,4 +633,6 @@ pub fn placements(report: &Report) -> HashMap<String, usize> {
 }
 
 #[cfg(test)]
+mod kubelet_options_tests;
+#[cfg(test)]
 mod numa_tests;

@@ -591,7 +591,14 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
         "numaplane-e2e",
         nrt::single_numa_node(
             json!({"name": node, "labels": {"numaplane.io/e2e": "true"}}),
-            &[(numaplane::nrt::attr::PCI_LOCALITY, "0000:zz=1")],
+            &[
+                (numaplane::nrt::attr::PCI_LOCALITY, "0000:zz=1"),
+                (numaplane::nrt::attr::CPU_MANAGER_POLICY, "static"),
+                (
+                    numaplane::nrt::attr::CPU_MANAGER_POLICY_OPTIONS,
+                    "align-by-socket=true",
+                ),
+            ],
             vec![nrt::zone(0, vec![nrt::resource("cpu", "4", "4")])],
         ),
     )
@@ -603,6 +610,13 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
     env.scheduler
         .until("numaplane_scheduler_nodes{state=valid} == 1")
         .await;
+    // A kubelet option the model cannot predict: the node and the option in one gauge, gone
+    // with the option.
+    let approximate = format!(
+        "numaplane_scheduler_node_prediction_approximate{{node=\"{node}\",option=\"align-by-socket=true\"}} 1"
+    );
+    let text = env.scheduler.metrics().unwrap();
+    assert!(text.contains(&approximate), "{approximate} missing:\n{text}");
     nrt::publish(
         client.clone(),
         &node,
@@ -623,6 +637,11 @@ async fn device_plugin_resources_steer_the_hint_and_the_claim_follows_on_the_rea
     env.scheduler
         .until("numaplane_scheduler_nrt_pci_locality_invalid == 0")
         .await;
+    let text = env.scheduler.metrics().unwrap();
+    assert!(
+        !text.contains("numaplane_scheduler_node_prediction_approximate{"),
+        "{text}"
+    );
     env.claim("gpu").await;
     let p: Pod = serde_json::from_value(
         json!({"metadata": {"name": "p", "labels": {"numaplane.io/e2e": "true"}},

@@ -8,13 +8,19 @@
 //!
 //! Needs the kit's `node` (root, cgroup v1, containerd, runc; CI has them). Without the kit the
 //! test prints one line saying how to run it; `NUMAPLANE_ORACLE_NIGHTLY=1` adds the
-//! nightly-sized scenarios (docs/testing.md).
+//! nightly-sized scenarios, `NUMAPLANE_ORACLE_ONLY=<part of a name>` picks scenarios and
+//! `NUMAPLANE_ORACLE_VERBOSE=1` prints both answers for every pod (docs/testing.md).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
 use numaplane_e2e::control_plane::{self, Options, repo_root};
 use numaplane_e2e::oracle::{self, NIGHTLY_ENV, Scenario};
+
+/// Runs only the scenarios whose name contains this.
+const ONLY_ENV: &str = "NUMAPLANE_ORACLE_ONLY";
+/// Prints both answers for every pod.
+const VERBOSE_ENV: &str = "NUMAPLANE_ORACLE_VERBOSE";
 
 fn scenario_dirs() -> Vec<PathBuf> {
     vec![
@@ -25,11 +31,13 @@ fn scenario_dirs() -> Vec<PathBuf> {
 
 fn all_scenarios() -> Vec<Scenario> {
     let nightly = std::env::var_os(NIGHTLY_ENV).is_some();
+    let only = std::env::var(ONLY_ENV).unwrap_or_default();
     scenario_dirs()
         .into_iter()
         .filter(|d| d.is_dir())
         .flat_map(|d| oracle::scenarios(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())))
         .filter(|s| nightly || !s.nightly)
+        .filter(|s| s.name.contains(&only))
         .collect()
 }
 
@@ -93,7 +101,31 @@ async fn the_model_predicts_what_the_real_kubelet_does() {
                 );
                 continue;
             }
+            if std::env::var_os(VERBOSE_ENV).is_some() {
+                for (pod, k, m) in &r.pods {
+                    println!("{}: {pod}: kubelet {k}; model {m}", r.label);
+                }
+            }
             mismatches.extend(r.mismatches());
+            let flagged: Vec<&String> = r
+                .warnings
+                .iter()
+                .filter(|w| w.contains("predictions are approximate"))
+                .collect();
+            for option in &s.approximate {
+                if !flagged
+                    .iter()
+                    .any(|w| w.contains(&format!("kubelet option {option}:")))
+                {
+                    mismatches.push(format!(
+                        "{}: simulate did not report {option} as making its predictions approximate: {flagged:?}",
+                        r.label
+                    ));
+                }
+            }
+            if s.approximate.is_empty() && !flagged.is_empty() {
+                mismatches.push(format!("{}: approximate without a reason: {flagged:?}", r.label));
+            }
         }
     }
     println!(

@@ -645,3 +645,105 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod distribute_tests {
+    //! `distribute-cpus-across-numa`, checked against the kubelet v1.36.2 traces of
+    //! tests/oracle (cpu-distribute-across-numa*): where each container's CPUs land.
+    use super::*;
+    use crate::node::NumaTopology;
+
+    /// An NRT of `zones` NUMA nodes of `cpus` CPUs each, CPU 0 reserved, the static CPU
+    /// manager with `options`, under `policy`.
+    fn topology(res: &mut Resources, zones: u32, cpus: u32, policy: &str, options: &str) -> NumaTopology {
+        let zone = |z: u32| {
+            let alloc = if z == 0 { cpus - 1 } else { cpus };
+            serde_json::json!({"name": format!("node-{z}"), "type": "Node",
+                "costs": (0..zones).map(|t| serde_json::json!({"name": format!("node-{t}"), "value": if t == z { 10 } else { 20 }})).collect::<Vec<_>>(),
+                "resources": [{"name": "cpu", "capacity": cpus.to_string(), "allocatable": alloc.to_string(), "available": alloc.to_string()}]})
+        };
+        let nrt: numaplane::nrt::NodeResourceTopology = serde_json::from_value(serde_json::json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+            "metadata": {"name": "n"},
+            "zones": (0..zones).map(zone).collect::<Vec<_>>(),
+            "attributes": [
+                {"name": "topologyManagerPolicy", "value": policy},
+                {"name": "topologyManagerScope", "value": "container"},
+                {"name": "numaplane.io/cpu-manager-policy", "value": "static"},
+                {"name": "numaplane.io/cpu-manager-policy-options", "value": options},
+                {"name": "numaplane.io/reserved-cpus", "value": "0"},
+            ],
+        }))
+        .expect("nrt");
+        NumaTopology::from_nrt(res, &nrt).expect("topology")
+    }
+
+    fn pod(res: &mut Resources, cpus: u32) -> PodSpec {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "requests": {"cpu": cpus.to_string(), "memory": "64Mi"},
+                "limits": {"cpu": cpus.to_string(), "memory": "64Mi"}}}]}
+        }))
+        .expect("pod");
+        PodSpec::from_pod(res, &pod).expect("pod spec")
+    }
+
+    /// The CPUs' NUMA nodes of each pod in turn (`None`: rejected).
+    fn run(zones: u32, policy: &str, options: &str, pods: &[u32]) -> Vec<Option<Vec<u32>>> {
+        let mut res = Resources::default();
+        let topo = topology(&mut res, zones, 4, policy, options);
+        let mut w = WorkingZones::from_topology(&topo);
+        pods.iter()
+            .map(|&n| {
+                let p = pod(&mut res, n);
+                match predict(&res, &topo, &mut w, &p) {
+                    Ok(pl) => pl.containers[0].cpu_numa_nodes.clone(),
+                    Err(r) => {
+                        assert!(!r.kubelet_reason.is_empty(), "{r:?}");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn six_cpus_split_three_and_three_so_the_next_cpu_is_on_numa_1() {
+        let on = "distribute-cpus-across-numa=true";
+        for policy in ["best-effort", "restricted"] {
+            assert_eq!(
+                run(2, policy, on, &[6, 1]),
+                [Some(vec![0, 1]), Some(vec![1])],
+                "{policy}"
+            );
+            // Packed, the kubelet fills NUMA 1 and leaves CPU 3 on NUMA 0.
+            assert_eq!(
+                run(2, policy, "", &[6, 1]),
+                [Some(vec![0, 1]), Some(vec![0])],
+                "{policy}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_hint_single_node_requests_go_to_the_best_balance_node() {
+        // Topology Manager none: 2 CPUs go to NUMA 1 (4 free), the next 2 to NUMA 0.
+        let on = "distribute-cpus-across-numa=true";
+        assert_eq!(
+            run(2, "none", on, &[2, 2, 3]),
+            [Some(vec![1]), Some(vec![0]), Some(vec![0, 1])]
+        );
+        assert_eq!(run(2, "none", "", &[2, 2]), [Some(vec![0]), Some(vec![0, 1])]);
+    }
+
+    #[test]
+    fn remainders_and_wider_spans_on_four_numa_nodes() {
+        let on = "distribute-cpus-across-numa=true";
+        // 7 over {0,1}: 3 + 3, the seventh where the balance is best; 9 over three nodes.
+        assert_eq!(
+            run(4, "restricted", on, &[7, 9, 2, 2]),
+            [Some(vec![0, 1]), None, Some(vec![2]), Some(vec![2])]
+        );
+    }
+}
