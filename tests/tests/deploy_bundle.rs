@@ -635,6 +635,7 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::daemon_config::ServeA
         assume_timeout: None,
         bind_concurrency: None,
         dra_numa_alignment: None,
+        unknown_kubelet_options: None,
         dra_binding_timeout: None,
     }
 }

@@ -310,8 +310,8 @@ fn the_cargo_stand_in_refuses_a_package_with_two_binaries_and_no_default_run() {
     );
 }
 
-/// Crate → the feature sets cargo resolves for it, per `cargo tree` over `args`.
-fn resolved_features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+/// What `cargo tree --prefix none --format <format> args…` prints, one line a crate.
+fn cargo_tree(format: &str, args: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args([
@@ -321,15 +321,21 @@ fn resolved_features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
             "--prefix",
             "none",
             "--format",
-            "{p} [{f}]",
+            format,
         ])
         .args(args)
         .current_dir(repo())
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Crate → the feature sets cargo resolves for it, per `cargo tree` over `args`.
+fn resolved_features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let text = cargo_tree("{p} [{f}]", args);
     let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
+    for line in text.lines() {
         let line = line.replace(" (*)", "").replace(" (proc-macro)", "");
         let Some((krate, features)) = line.split_once(" [") else {
             continue;
@@ -368,24 +374,7 @@ fn the_demo_build_resolves_the_features_of_the_test_build() {
 
 /// The crates `cargo tree -e normal` lists under `package` (names only).
 fn normal_graph(package: &str) -> BTreeSet<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
-        ])
-        .args(["-p", package, "-e", "normal"])
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
+    cargo_tree("{p}", &["-p", package, "-e", "normal"])
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .collect()

@@ -27,11 +27,11 @@ pub struct NodeVerdict {
     /// `OutOf<resource>`), when infeasible and explained; absent when the kubelet would not be
     /// the one to refuse it (taints, affinity, volumes, no NRT).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubelet_reason: Option<String>,
+    pub kubelet_reason: Option<Box<str>>,
     /// Why the model's prediction for this node is approximate: kubelet options it cannot
     /// predict (`kubelet option align-by-socket=true: …`); empty when it is exact.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub approximate: Vec<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub approximate: Box<[String]>,
     /// Aggregate categories (kube-scheduler style) when infeasible: the reasons of the first
     /// plugin that rejects the node, as kube-scheduler counts it.
     #[serde(skip)]
@@ -70,7 +70,7 @@ pub fn blocked_decision<'a>(pod: &PodSpec, reason: &str, nodes: impl Iterator<It
         .map(|n| NodeVerdict {
             node: n.to_owned(),
             kubelet_reason: None,
-            approximate: Vec::new(),
+            approximate: Box::default(),
             feasible: false,
             score: None,
             reasons: vec![reason.to_owned()],

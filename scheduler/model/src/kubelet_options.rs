@@ -12,8 +12,9 @@
 //! - `strict-cpu-reservation`: modelled; it only keeps shared containers off the reserved CPUs,
 //!   exclusive allocation and hints are unchanged;
 //! - `prefer-align-cpus-by-uncorecache`: exact where every pool is one NUMA node
-//!   (`single-numa-node`); elsewhere it may place CPUs by uncore cache (the socket, without
-//!   cache information), which the NRT does not describe: approximate;
+//!   (`single-numa-node`), unless `full-pcpus-only` counts whole cores on an SMT machine;
+//!   elsewhere it may place CPUs by uncore cache (the socket, without cache information), which
+//!   the NRT does not describe: approximate;
 //! - `align-by-socket`, `distribute-cpus-across-cores`: they change nothing at the NUMA level
 //!   on a machine with one socket per NUMA node and (the latter) one thread per core, but the
 //!   NRT does not say how many sockets the machine has: approximate;
@@ -63,7 +64,17 @@ pub fn cpu_manager_options(obj: &NodeResourceTopology, single_numa_pools: bool) 
     let Some(value) = obj.attribute(nrt::attr::CPU_MANAGER_POLICY_OPTIONS) else {
         return out;
     };
-    for (name, v) in nrt::split_cpu_manager_options(value) {
+    let options = nrt::split_cpu_manager_options(value);
+    // On SMT, uncore alignment picks other cores inside the NUMA node than the default, and
+    // with `full-pcpus-only` the free whole cores the NRT counts then differ.
+    let whole_cores_counted = options
+        .iter()
+        .any(|(k, v)| k == "full-pcpus-only" && numaplane::parse_go_bool(v) == Some(true))
+        && obj
+            .attribute(nrt::attr::THREADS_PER_CORE)
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .is_some_and(|t| t > 1);
+    for (name, v) in options {
         let on = numaplane::parse_go_bool(&v);
         let option = format!("{name}={v}");
         if on.is_none() {
@@ -81,7 +92,10 @@ pub fn cpu_manager_options(obj: &NodeResourceTopology, single_numa_pools: bool) 
             continue;
         }
         let why = match name.as_str() {
-            "prefer-align-cpus-by-uncorecache" if single_numa_pools => continue,
+            "prefer-align-cpus-by-uncorecache" if single_numa_pools && !whole_cores_counted => continue,
+            "prefer-align-cpus-by-uncorecache" if single_numa_pools => {
+                "picks other cores inside the NUMA node than the default on SMT, so with full-pcpus-only the free whole cores differ from what the NRT's count predicts"
+            }
             "prefer-align-cpus-by-uncorecache" => {
                 "places CPUs that span NUMA nodes by uncore cache (the socket without cache information), which the NRT does not describe"
             }
@@ -187,6 +201,15 @@ mod tests {
         ]);
         assert!(cpu_manager_options(&obj, true).approximate.is_empty());
         assert_eq!(cpu_manager_options(&obj, false).approximate.len(), 1);
+        let smt = nrt_with(&[
+            ("numaplane.io/cpu-manager-policy", "static"),
+            (
+                "numaplane.io/cpu-manager-policy-options",
+                "full-pcpus-only=true,prefer-align-cpus-by-uncorecache=true",
+            ),
+            ("numaplane.io/threads-per-core", "2"),
+        ]);
+        assert_eq!(cpu_manager_options(&smt, true).approximate.len(), 1);
     }
 
     #[test]

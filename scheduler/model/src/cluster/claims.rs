@@ -182,7 +182,7 @@ impl Cluster {
                     .map(|n| NodeVerdict {
                         node: n.name.clone(),
                         kubelet_reason: None,
-                        approximate: Vec::new(),
+                        approximate: Box::default(),
                         feasible: false,
                         score: None,
                         reasons: vec![e.to_string()],
@@ -543,7 +543,7 @@ impl Cluster {
                 nodes: vec![NodeVerdict {
                     node: node.name.clone(),
                     kubelet_reason: None,
-                    approximate: Vec::new(),
+                    approximate: Box::default(),
                     feasible: false,
                     score: None,
                     reasons: vec![message],

@@ -37,7 +37,7 @@ impl Cluster {
             .map(|(n, score)| NodeVerdict {
                 node: n.name.clone(),
                 kubelet_reason: None,
-                approximate: Vec::new(),
+                approximate: Box::default(),
                 feasible: score.is_some(),
                 score,
                 reasons: vec![],
@@ -58,7 +58,7 @@ impl Cluster {
         let mut verdict = NodeVerdict {
             node: basics.name.clone(),
             kubelet_reason: None,
-            approximate: Vec::new(),
+            approximate: Box::default(),
             feasible: false,
             score: None,
             reasons: vec![],
@@ -96,7 +96,7 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         node: &str,
         failures: &[fit::FitFailure],
-    ) -> Option<String> {
+    ) -> Option<Box<str>> {
         // Only a node short of resources alone: elsewhere the scheduler's own filters decide,
         // and the kubelet's answer would be spent work on the explanation path.
         if failures.iter().any(|f| f.filter != fit::Filter::NodeResourcesFit) {
@@ -107,14 +107,14 @@ impl Cluster {
             if let Err(r) = admission::predict_prepared(&self.res, topo, &mut w, pod)
                 && !r.kubelet_reason.is_empty()
             {
-                return Some(r.kubelet_reason.to_owned());
+                return Some(r.kubelet_reason.into());
             }
         }
         failures
             .iter()
             .filter(|f| f.filter == fit::Filter::NodeResourcesFit)
             .find_map(|f| f.category.strip_prefix("Insufficient "))
-            .map(|r| format!("OutOf{r}"))
+            .map(|r| format!("OutOf{r}").into())
     }
 
     /// The NUMA part of the filter alone (predicted kubelet admission from the node's NRT),
@@ -124,7 +124,7 @@ impl Cluster {
         let mut verdict = NodeVerdict {
             node: node.to_owned(),
             kubelet_reason: None,
-            approximate: Vec::new(),
+            approximate: Box::default(),
             feasible: false,
             score: None,
             reasons: vec![],
@@ -211,7 +211,7 @@ impl Cluster {
                     Err(r) => {
                         if explain {
                             verdict.kubelet_reason =
-                                (!r.kubelet_reason.is_empty()).then(|| r.kubelet_reason.to_owned());
+                                (!r.kubelet_reason.is_empty()).then(|| r.kubelet_reason.into());
                             verdict.categories.push(r.category);
                             verdict.reasons.push(r.message);
                         }
@@ -348,10 +348,10 @@ impl Cluster {
     /// the devices are chosen. Node-level fit is the caller's; a node without an NRT is
     /// judged as [`Self::topology_verdict`] judges it, so `filter` and `bind` agree. `Err` carries the verdict that
     /// says why the node cannot admit the pod now.
-    pub fn decide_on(&self, cfg: &Config, pod: &PodSpec, node: &str) -> Result<Decision, NodeVerdict> {
+    pub fn decide_on(&self, cfg: &Config, pod: &PodSpec, node: &str) -> Result<Decision, Box<NodeVerdict>> {
         let verdict = self.topology_verdict(cfg, pod, node);
         if !verdict.feasible {
-            return Err(verdict);
+            return Err(Box::new(verdict));
         }
         Ok(self.decision_on(
             &PreparedPod::new(pod),
@@ -455,7 +455,7 @@ impl Cluster {
             nodes: vec![NodeVerdict {
                 node: node.clone(),
                 kubelet_reason: None,
-                approximate: Vec::new(),
+                approximate: Box::default(),
                 feasible: true,
                 score: Some(score),
                 reasons: vec![],

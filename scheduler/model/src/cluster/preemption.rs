@@ -356,7 +356,7 @@ impl Cluster {
             nodes: vec![NodeVerdict {
                 node: node.to_owned(),
                 kubelet_reason: None,
-                approximate: Vec::new(),
+                approximate: Box::default(),
                 feasible: true,
                 score: None,
                 reasons: vec![],
