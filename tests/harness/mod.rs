@@ -353,8 +353,14 @@ impl ApiTarget {
         let sink = seen.clone();
         let task = tokio::spawn(async move {
             let mut finished = std::collections::BTreeSet::new();
-            let mut events =
-                std::pin::pin!(watcher(pods.clone(), watcher::Config::default()).applied_objects());
+            // With backoff: a watcher that fails (a stopped or overloaded server) retries at
+            // once otherwise, and its errors come back ready, so this task would spin without
+            // yielding and starve the test's runtime.
+            let mut events = std::pin::pin!(
+                watcher(pods.clone(), watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+            );
             while let Some(ev) = events.next().await {
                 let Ok(pod) = ev else { continue };
                 if pod.metadata.deletion_timestamp.is_none() {
