@@ -22,7 +22,7 @@ const PODS: &str = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "
  "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}}
 "#;
 
-fn run(mode: UnknownKubeletOptions) -> Report {
+fn run(mode: UnknownKubeletOptions, explain: Explain) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let (c, p) = (dir.path().join("cluster.json"), dir.path().join("pods.json"));
     std::fs::write(&c, CLUSTER).unwrap();
@@ -41,7 +41,8 @@ fn run(mode: UnknownKubeletOptions) -> Report {
 
 #[test]
 fn warn_places_the_pod_and_says_the_prediction_is_approximate() {
-    let r = run(UnknownKubeletOptions::Warn);
+    // The default explanation: only the chosen node's verdict, from the fast path.
+    let r = run(UnknownKubeletOptions::Warn, Explain::Failed);
     assert_eq!(r.results[0].decision.node.as_deref(), Some("n1"));
     assert!(
         r.warnings.iter().any(|w| w.contains("node n1: predictions are approximate: kubelet option align-by-socket=true:")),
@@ -62,7 +63,7 @@ fn warn_places_the_pod_and_says_the_prediction_is_approximate() {
 
 #[test]
 fn avoid_keeps_aligned_pods_off_the_node_and_places_the_others() {
-    let r = run(UnknownKubeletOptions::Avoid);
+    let r = run(UnknownKubeletOptions::Avoid, Explain::All);
     assert_eq!(r.results[0].decision.node, None, "the pinned pod");
     let verdict = &r.results[0].decision.nodes[0];
     assert!(

@@ -446,6 +446,14 @@ impl Cluster {
         format_aggregate(0, self.order.len(), &per_category)
     }
 
+    /// Why predictions on `node` are approximate (kubelet options the model cannot predict).
+    fn approximations(&self, node: &str) -> Box<[String]> {
+        match self.topology(node) {
+            TopologyState::Valid(t) => t.approximate.iter().map(ToString::to_string).collect(),
+            _ => Box::default(),
+        }
+    }
+
     /// The decision for a chosen node (placement and allocation record predicted there).
     pub(super) fn decision_on(&self, pod: &PreparedPod<'_>, node: String, score: i64) -> Decision {
         let (placement, allocation) = self.placement_on(pod, &node);
@@ -455,7 +463,7 @@ impl Cluster {
             nodes: vec![NodeVerdict {
                 node: node.clone(),
                 kubelet_reason: None,
-                approximate: Box::default(),
+                approximate: self.approximations(&node),
                 feasible: true,
                 score: Some(score),
                 reasons: vec![],
