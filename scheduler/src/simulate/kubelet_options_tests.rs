@@ -35,7 +35,7 @@ fn run(mode: UnknownKubeletOptions, explain: Explain) -> Report {
         read_inputs(&[&c]).unwrap(),
         read_inputs(&[&p]).unwrap().pods,
         &cfg,
-        Explain::All,
+        explain,
     )
 }
 
