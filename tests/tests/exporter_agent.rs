@@ -485,9 +485,27 @@ async fn resource_exhausted_backs_off_and_never_publishes_a_partial_scan() {
     let (s, agent) = Setup::running("1h").await;
     // The write counter moves once the API server has answered, which may be after the NRT
     // is readable: wait for it rather than read it.
-    let writes_before = agent
+    let mut writes_before = agent
         .until("numaplane_exporter_nrt_writes_total{result=success} >= 1")
         .await;
+    // A start-up write may still be on its way (the first scan's, then one for what the
+    // Node watch adds): take the count once it has held for a second.
+    let successes = |text: &str| {
+        metric_value(
+            text,
+            "numaplane_exporter_nrt_writes_total",
+            &[("result", "success")],
+        )
+        .unwrap_or(0.0)
+    };
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = successes(&agent.metrics().unwrap());
+        if now == writes_before {
+            break;
+        }
+        writes_before = now;
+    }
     s.kubelet.fail_next(
         Method::List,
         3,
