@@ -1,7 +1,7 @@
 //! DRA devices aligned with the CPUs the kubelet pins: one pod stream, run through the release
-//! `numaplane-scheduler simulate --cluster DUMP --pods PODS -o json` binary twice per cluster,
-//! with `--dra-numa-alignment Required` and with `Ignore` (kube-scheduler's own device choice),
-//! on clusters of 2-, 4- and 8-NUMA nodes.
+//! `numaplane-scheduler simulate --cluster DUMP --pods PODS -o json` binary once per mode,
+//! with each `--dra-numa-alignment` mode (`Ignore` is kube-scheduler's own device choice), on
+//! clusters of 2-, 4- and 8-NUMA nodes.
 //!
 //! Every node: 128 CPUs and 8 GPUs split evenly over its NUMA nodes, Topology Manager
 //! `single-numa-node` (container scope), static CPU manager (the NRT zones publish `cpu`); some
@@ -10,7 +10,11 @@
 //! devices carry `resource.kubernetes.io/numaNode`, in NUMA order as a PCI scan lists them; one
 //! DeviceClass selects them. Pods are Guaranteed with 1–8 integer CPUs and one or two
 //! ResourceClaims (one GPU each), created beforehand by name; the stream asks for ~70% of the
-//! cluster's GPUs. The same stream (same seed) runs on every cluster and in both modes.
+//! cluster's GPUs. The same stream (same seed) runs on every cluster and in every mode.
+//!
+//! Every stream runs four times per cluster: `Required`, `Preferred`, `Ignore`, and without its
+//! claims (`plain`, the path of pods without DRA), then once more under `Required` with only the
+//! pods that run placed: the difference is what the pods it leaves unplaced cost.
 //!
 //! Aligned fraction: claims of placed pods whose devices sit on the NUMA nodes the container's
 //! CPUs are predicted on. It is counted twice and the two must agree: from the JSON verdict
@@ -20,9 +24,11 @@
 //! included), and net of reading: the wall time of a run with only the stream's first pod
 //! (Ignore) is subtracted.
 //!
-//! `cargo bench -p numaplane-scheduler --bench dra_numa_alignment -- [NODES] [--keep DIR]`
-//! (default 200 nodes per cluster). `--keep DIR` leaves each cluster's `cluster-<N>numa.json`,
-//! `pods.json` and the JSON reports there.
+//! `cargo bench -p numaplane-scheduler --bench dra_numa_alignment -- [NODES...] [--keep DIR]`
+//! (default 500 nodes per cluster; several sizes run one after the other). `--keep DIR` leaves
+//! `DIR/<NODES>-nodes/` with each cluster's `cluster-<N>numa.json`, the pods files and the JSON
+//! reports. Every run prints a fingerprint of its placements and allocations, to compare two
+//! builds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -188,7 +194,7 @@ fn tally(report: &Value, zones: usize) -> Tally {
             .map(|n| n.as_u64().unwrap())
             .collect();
         let mut all = true;
-        for c in r["claims"].as_array().unwrap() {
+        for c in r["claims"].as_array().into_iter().flatten() {
             t.claims += 1;
             let verdict = c["numa"]["alignment"].as_str().unwrap_or("<none>").to_owned();
             if verdict == "aligned" {
@@ -237,107 +243,217 @@ fn pct(a: usize, b: usize) -> f64 {
     if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 }
 }
 
-fn main() {
-    let raw: Vec<String> = std::env::args().skip(1).collect();
-    let keep = common::keep_dir(&raw);
-    let nodes = raw
-        .iter()
-        .filter_map(|a| a.parse::<usize>().ok())
-        .next()
-        .unwrap_or(200);
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = keep.unwrap_or_else(|| tmp.path().to_owned());
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = env!("CARGO_BIN_EXE_numaplane-scheduler");
-
-    // ~70% of the GPUs: a pod asks for 1.5 GPUs on average.
-    let pods = nodes * GPUS_PER_NODE * 7 / 10 * 2 / 3;
-    let stream = stream(pods);
-    let asked_cpus: usize = stream.iter().map(|s| s.0).sum();
-    let asked_gpus: usize = stream.iter().map(|s| s.1).sum();
-    let pods_path = dir.join("pods.json");
+/// The stream's pods with `keep` (by index), their claims left out when `claims` is false.
+fn pods_file(path: &Path, stream: &[(usize, usize)], keep: impl Fn(usize) -> bool, claims: bool) {
     write_list(
-        &pods_path,
+        path,
         stream
             .iter()
             .enumerate()
-            .map(|(p, &(c, k))| pod(p, c, k))
+            .filter(|(p, _)| keep(*p))
+            .map(|(p, &(c, k))| pod(p, c, if claims { k } else { 0 }))
             .collect(),
     );
-    let first_path = dir.join("first-pod.json");
-    write_list(&first_path, vec![pod(0, stream[0].0, stream[0].1)]);
-    println!(
-        "{nodes} nodes per cluster ({CPUS_PER_NODE} CPUs, {GPUS_PER_NODE} GPUs each, single-numa-node); \
-         {pods} pods asking {asked_cpus} CPUs and {asked_gpus} GPUs ({:.0}% of the GPUs)",
-        pct(asked_gpus, nodes * GPUS_PER_NODE)
-    );
-    println!(
-        "{:>4} {:>8} {:>9} {:>16} {:>16} {:>7} {:>7} {:>7} {:>9}  verdicts",
-        "NUMA",
-        "mode",
-        "placed",
-        "claims aligned",
-        "pods aligned",
-        "wall s",
-        "read s",
-        "pods/s",
-        "net pods/s"
-    );
+}
+
+/// Every pod's node and devices, in stream order: two runs with the same fingerprint placed
+/// and allocated the same.
+fn fingerprint(report: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in report["results"].as_array().unwrap() {
+        r["pod"].to_string().hash(&mut h);
+        r["node"].to_string().hash(&mut h);
+        for c in r["claims"].as_array().into_iter().flatten() {
+            c["allocation"]["devices"]["results"].to_string().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// One run of the table: its tally and the net rate.
+struct Row {
+    t: Tally,
+    net: f64,
+    fingerprint: u64,
+}
+
+fn main() {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let keep = common::keep_dir(&raw);
+    let mut sizes: Vec<usize> = raw
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .filter_map(|a| a.parse::<usize>().ok())
+        .collect();
+    if sizes.is_empty() {
+        sizes.push(500);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = keep.unwrap_or_else(|| tmp.path().to_owned());
+    let bin = env!("CARGO_BIN_EXE_numaplane-scheduler");
     let mut failures = Vec::new();
-    for zones in [2, 4, 8] {
-        let mut rng = Rng(0xC1A5_0000 + zones as u64);
-        let mut items = Vec::new();
-        items.extend((0..nodes).map(node));
-        items.extend((0..nodes).map(|i| nrt(i, zones, &mut rng)));
-        items.push(device_class());
-        items.extend((0..nodes).map(|i| slice(i, zones)));
-        for (p, &(_, k)) in stream.iter().enumerate() {
-            items.extend((0..k).map(|k| claim(&claim_name(p, k))));
-        }
-        let cluster = dir.join(format!("cluster-{zones}numa.json"));
-        write_list(&cluster, items);
-        let read = run(
-            bin,
-            &cluster,
-            &first_path,
-            "Ignore",
-            &dir.join(format!("report-{zones}numa-read.json")),
+    let mut summary = Vec::new();
+    for nodes in sizes {
+        let dir = root.join(format!("{nodes}-nodes"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // ~70% of the GPUs: a pod asks for 1.5 GPUs on average.
+        let pods = nodes * GPUS_PER_NODE * 7 / 10 * 2 / 3;
+        let stream = stream(pods);
+        let asked_cpus: usize = stream.iter().map(|s| s.0).sum();
+        let asked_gpus: usize = stream.iter().map(|s| s.1).sum();
+        let pods_path = dir.join("pods.json");
+        pods_file(&pods_path, &stream, |_| true, true);
+        let plain_path = dir.join("pods-without-claims.json");
+        pods_file(&plain_path, &stream, |_| true, false);
+        let first_path = dir.join("first-pod.json");
+        pods_file(&first_path, &stream, |p| p == 0, true);
+        println!(
+            "\n{nodes} nodes per cluster ({CPUS_PER_NODE} CPUs, {GPUS_PER_NODE} GPUs each, single-numa-node); \
+             {pods} pods asking {asked_cpus} CPUs and {asked_gpus} GPUs ({:.0}% of the GPUs)",
+            pct(asked_gpus, nodes * GPUS_PER_NODE)
         );
-        for mode in ["Required", "Ignore"] {
-            let out = dir.join(format!("report-{zones}numa-{mode}.json"));
-            let wall = run(bin, &cluster, &pods_path, mode, &out);
-            let report: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-            let mut t = tally(&report, zones);
-            t.wall = wall;
-            assert_eq!(t.pods, pods);
-            if t.aligned_verdict != t.aligned_recomputed {
-                failures.push(format!(
-                    "{zones} NUMA {mode}: verdict says {} aligned claims, recomputed {}",
-                    t.aligned_verdict, t.aligned_recomputed
-                ));
+        println!(
+            "{:>4} {:>9} {:>11} {:>16} {:>16} {:>7} {:>6} {:>7} {:>9} {:>9}  verdicts",
+            "NUMA",
+            "mode",
+            "placed",
+            "claims aligned",
+            "pods aligned",
+            "wall s",
+            "read s",
+            "pods/s",
+            "net pods/s",
+            "/ Ignore"
+        );
+        for zones in [2, 4, 8] {
+            let mut rng = Rng(0xC1A5_0000 + zones as u64);
+            let mut items = Vec::new();
+            items.extend((0..nodes).map(node));
+            items.extend((0..nodes).map(|i| nrt(i, zones, &mut rng)));
+            items.push(device_class());
+            items.extend((0..nodes).map(|i| slice(i, zones)));
+            for (p, &(_, k)) in stream.iter().enumerate() {
+                items.extend((0..k).map(|k| claim(&claim_name(p, k))));
             }
-            if mode == "Required" && t.aligned_recomputed != t.claims {
-                failures.push(format!(
-                    "{zones} NUMA Required: {} of {} claims aligned",
-                    t.aligned_recomputed, t.claims
-                ));
-            }
-            println!(
-                "{zones:>4} {mode:>8} {:>9} {:>16} {:>16} {:>7.2} {:>7.2} {:>7.0} {:>9}  {:?}",
-                format!("{}/{}", t.scheduled, t.pods),
-                format!("{:.1}% of {}", pct(t.aligned_recomputed, t.claims), t.claims),
-                format!("{:.1}% of {}", pct(t.pods_aligned, t.scheduled), t.scheduled),
-                t.wall,
-                read,
-                t.pods as f64 / t.wall,
-                if t.wall > read {
-                    format!("{:.0}", t.pods as f64 / (t.wall - read))
-                } else {
-                    "-".to_owned()
-                },
-                t.verdicts
+            let cluster = dir.join(format!("cluster-{zones}numa.json"));
+            write_list(&cluster, items);
+            let read = run(
+                bin,
+                &cluster,
+                &first_path,
+                "Ignore",
+                &dir.join(format!("report-{zones}numa-read.json")),
             );
+            let net = |pods: usize, wall: f64| {
+                if wall > read {
+                    pods as f64 / (wall - read)
+                } else {
+                    f64::NAN
+                }
+            };
+            let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
+            for mode in ["Ignore", "Required", "Preferred", "plain"] {
+                let out = dir.join(format!("report-{zones}numa-{mode}.json"));
+                let (file, flag) = match mode {
+                    "plain" => (&plain_path, "Ignore"),
+                    m => (&pods_path, m),
+                };
+                let wall = run(bin, &cluster, file, flag, &out);
+                let report: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+                let mut t = tally(&report, zones);
+                t.wall = wall;
+                assert_eq!(t.pods, pods);
+                if t.aligned_verdict != t.aligned_recomputed {
+                    failures.push(format!(
+                        "{nodes} nodes {zones} NUMA {mode}: verdict says {} aligned claims, recomputed {}",
+                        t.aligned_verdict, t.aligned_recomputed
+                    ));
+                }
+                if mode == "Required" && t.aligned_recomputed != t.claims {
+                    failures.push(format!(
+                        "{nodes} nodes {zones} NUMA Required: {} of {} claims aligned",
+                        t.aligned_recomputed, t.claims
+                    ));
+                }
+                let row = Row {
+                    net: net(pods, wall),
+                    fingerprint: fingerprint(&report),
+                    t,
+                };
+                let ignore = rows.get("Ignore").map_or(row.net, |r| r.net);
+                let t = &row.t;
+                println!(
+                    "{zones:>4} {mode:>9} {:>11} {:>16} {:>16} {:>7.2} {:>6.2} {:>7.0} {:>9.0} {:>9.2}  {:?} placements {:016x}",
+                    format!("{}/{}", t.scheduled, t.pods),
+                    format!("{:.1}% of {}", pct(t.aligned_recomputed, t.claims), t.claims),
+                    format!("{:.1}% of {}", pct(t.pods_aligned, t.scheduled), t.scheduled),
+                    t.wall,
+                    read,
+                    t.pods as f64 / t.wall,
+                    row.net,
+                    row.net / ignore,
+                    t.verdicts,
+                    row.fingerprint
+                );
+                rows.insert(mode, row);
+            }
+            // What an unplaced pod costs next to a placed one: the Required stream again with
+            // only the pods it placed (they decide as before: an unplaced pod changes nothing).
+            let required_out = dir.join(format!("report-{zones}numa-Required.json"));
+            let report: Value = serde_json::from_slice(&std::fs::read(&required_out).unwrap()).unwrap();
+            let placed: std::collections::BTreeSet<usize> = report["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| !r["node"].is_null())
+                .map(|(p, _)| p)
+                .collect();
+            let placed_path = dir.join(format!("pods-placed-{zones}numa.json"));
+            pods_file(&placed_path, &stream, |p| placed.contains(&p), true);
+            let placed_wall = run(
+                bin,
+                &cluster,
+                &placed_path,
+                "Required",
+                &dir.join(format!("report-{zones}numa-Required-placed.json")),
+            );
+            let row = |m: &str| rows.get(m).unwrap();
+            let full_wall = row("Required").t.wall;
+            let unplaced = pods - placed.len();
+            let per_placed = (placed_wall - read).max(0.0) / placed.len().max(1) as f64;
+            let per_unplaced = if unplaced == 0 {
+                f64::NAN
+            } else {
+                (full_wall - placed_wall).max(0.0) / unplaced as f64
+            };
+            let ratios = (
+                row("Required").net / row("Ignore").net,
+                row("Preferred").net / row("Ignore").net,
+                row("Ignore").net / row("plain").net,
+                per_unplaced / per_placed,
+            );
+            println!(
+                "{zones:>4} Required/Ignore {:.2}, Preferred/Ignore {:.2}, Ignore/plain {:.2}; \
+                 Required: {} placed at {:.0} µs each, {unplaced} unplaced at {:.0} µs each ({:.2}×)",
+                ratios.0,
+                ratios.1,
+                ratios.2,
+                placed.len(),
+                per_placed * 1e6,
+                per_unplaced * 1e6,
+                ratios.3
+            );
+            summary.push((nodes, zones, ratios));
         }
+    }
+    println!("\nnodes NUMA  Required/Ignore  Preferred/Ignore  Ignore/plain  unplaced/placed");
+    for (nodes, zones, r) in summary {
+        println!(
+            "{nodes:>5} {zones:>4} {:>16.2} {:>17.2} {:>13.2} {:>16.2}",
+            r.0, r.1, r.2, r.3
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -538,9 +538,12 @@ pub fn simulate_keeping_model(
         }
         match PodSpec::from_pod(&mut cluster.res, p) {
             Ok(spec) => {
-                // Without `All`, a pod that fits nowhere is still explained by `schedule`.
-                let (mut decision, outcome) =
-                    cluster.schedule_with_claims(&config, &spec, explain == Explain::All);
+                // Without `All`, a pod that fits nowhere is still explained by `schedule`;
+                // with `None`, only its message is built, as the live loop builds it.
+                let (mut decision, outcome) = match explain {
+                    Explain::None => cluster.decide_with_claims(&config, &spec),
+                    _ => cluster.schedule_with_claims(&config, &spec, explain == Explain::All),
+                };
                 cluster.assume(&spec, &decision);
                 if decision.node.is_some() {
                     cluster.commit_claims(&spec, &outcome.claims);

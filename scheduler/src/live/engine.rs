@@ -917,12 +917,7 @@ impl Engine {
                 continue;
             }
             let t0 = Instant::now();
-            let (decision, claims_outcome) = if spec.resource_claims.is_empty() || !self.cluster.dra.enabled()
-            {
-                (self.cluster.decide(&self.model, spec), Default::default())
-            } else {
-                self.cluster.schedule_with_claims(&self.model, spec, false)
-            };
+            let (decision, claims_outcome) = self.cluster.decide_with_claims(&self.model, spec);
             self.metrics.decision_latency.observe(t0.elapsed().as_secs_f64());
             let profile = p.profile.clone();
             if let Some(e) = &claims_outcome.error {

@@ -5,7 +5,10 @@
 
 use std::collections::BinaryHeap;
 
-use super::{Cluster, Config, Decision, NodeVerdict, TopologyState, aggregate_message};
+use super::{
+    Cluster, Config, Decision, NodeVerdict, TopologyState, aggregate_message,
+    claims_cache::{ClaimShapeKey, Known, ShapeView},
+};
 use crate::{
     admission::Placement,
     dra::{
@@ -33,6 +36,17 @@ pub struct ClaimsOutcome {
 }
 
 const CATEGORY: &str = "cannot allocate all claims";
+
+/// How much of a decision is explained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Explain {
+    /// Every node's verdict, with reasons, placed or not.
+    Every,
+    /// Every node's verdict when no node fits.
+    Failures,
+    /// Only the aggregate message when no node fits (the live loop's `decide`).
+    Message,
+}
 
 /// A node as the allocation sees it.
 #[derive(Clone, Copy)]
@@ -68,9 +82,9 @@ fn told_why(a: Attempt) -> Result<(Vec<ClaimAllocation>, i64), NotHere> {
     })
 }
 
-/// Every node with what the search found there, if it was tried: a decision where no node
-/// fits explains each node without searching it again.
-type Tried<'n> = Vec<(&'n NodeBasics, Option<Attempt>)>;
+/// What the search found on the nodes it tried, by position in name order: a decision where
+/// no node fits explains each node without searching it again.
+type Tried = std::collections::BTreeMap<usize, Attempt>;
 const NUMA_CATEGORY: &str =
     "cannot allocate all claims on the NUMA nodes where the kubelet pins the containers";
 
@@ -106,7 +120,27 @@ impl Cluster {
             return (self.schedule(cfg, pod, explain), ClaimsOutcome::default());
         }
         let prepared = self.prepare(pod);
+        let explain = if explain {
+            Explain::Every
+        } else {
+            Explain::Failures
+        };
         self.schedule_claims(cfg, &prepared, explain)
+    }
+
+    /// [`Self::decide`] for any pod: for a pod with claims, the allocations it would get on
+    /// the chosen node; when no node fits, only the aggregate message, from what earlier
+    /// attempts found on the nodes that have not changed since.
+    pub fn decide_with_claims(&self, cfg: &Config, pod: &PodSpec) -> (Decision, ClaimsOutcome) {
+        if !self.dra.enabled() || pod.resource_claims.is_empty() {
+            return (self.decide(cfg, pod), ClaimsOutcome::default());
+        }
+        let prepared = self.prepare(pod);
+        let (mut decision, outcome) = self.schedule_claims(cfg, &prepared, Explain::Message);
+        if decision.node.is_none() {
+            decision.nodes.clear();
+        }
+        (decision, outcome)
     }
 
     /// Records the allocations of a placed pod's claims (what PreBind would write), so later
@@ -165,7 +199,7 @@ impl Cluster {
         &self,
         cfg: &Config,
         prepared: &PreparedPod<'_>,
-        explain: bool,
+        explain: Explain,
     ) -> (Decision, ClaimsOutcome) {
         let pod = prepared.spec;
         if let Some(reason) = prepared.volumes.blocked() {
@@ -196,113 +230,246 @@ impl Cluster {
         let key = pod.key();
         let share = |c: usize, r: usize| share_id(&key, c, r);
         let cons = self.constraints.prepare(&pod.facts, || self.nodes().collect());
-        let mut tried: Tried<'_> = self.nodes().map(|n| (n, None)).collect();
-        if !explain && cons.is_none() {
-            // Best node first by the cached NUMA verdicts; the allocator runs on the nodes
-            // tried, down to the first where the claims fit.
-            // Alignment adds up to MAX_BONUS to the score of a node with a Topology Manager
-            // policy: nodes are tried by their best possible total until none left can beat
-            // the best found. Without alignment (Ignore, no container naming a claim) the
-            // order is the score's and the first node that fits wins.
-            let aligns = cfg.dra_numa.alignment != DraNumaAlignment::Ignore
-                && pod
-                    .init_containers
-                    .iter()
-                    .chain(&pod.containers)
-                    .any(|c| !c.claims.is_empty());
-            if !aligns {
-                // Without alignment the allocation adds nothing to the score, so the order
-                // below would try the plain path's best node first: try it directly, and
-                // build the order only when the claims do not fit there.
-                let best = self.best_node(cfg, prepared);
-                if let Some((slot, score)) = best
-                    && let Some(Some(n)) = self.slots.get(slot)
-                {
-                    match self.try_claims(cfg, prepared, &resolved, self.on(n), &share, Step::Search) {
-                        Ok(Ok((claims, bonus))) => {
-                            return (
-                                self.decision_on(prepared, n.name.clone(), score.saturating_add(bonus)),
-                                ClaimsOutcome { claims, error: None },
-                            );
-                        }
-                        Ok(Err(_)) => {}
-                        Err(e) if e.is_node_error() => {}
-                        Err(e) => return self.claims_failed(pod, n, e),
-                    }
-                }
-            }
-            let scores = self.cached_scores(cfg, prepared);
-            // Looked up only when alignment can add to the score: a topology lookup per node
-            // per pod was most of a DRA pod's decision time.
-            let potential = |n: &NodeBasics| {
-                if !aligns {
-                    return 0;
-                }
-                match self.topology(&n.name) {
-                    TopologyState::Valid(t) if t.policy != Policy::None => MAX_BONUS,
-                    _ => 0,
-                }
-            };
-            let mut heap: BinaryHeap<(i64, std::cmp::Reverse<usize>, i64)> = scores
+        let tried = Tried::new();
+        if explain == Explain::Every || cons.is_some() {
+            return self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), tried, &share, None);
+        }
+        let shape = ClaimShapeKey::of(cfg, prepared, &resolved);
+        self.with_claim_cache(shape, |cache| {
+            self.search_claims(cfg, prepared, &resolved, tried, &share, explain, cache)
+        })
+    }
+
+    /// The search half of [`Self::schedule_claims`]: the best node where the claims fit, or
+    /// (no node fits) the decision that says why, built from the searches made and the nodes
+    /// known to fail (`cache`).
+    #[allow(clippy::too_many_arguments)]
+    fn search_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        mut tried: Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        explain: Explain,
+        mut cache: Option<&mut ShapeView<'_>>,
+    ) -> (Decision, ClaimsOutcome) {
+        let pod = prepared.spec;
+        // Nodes are tried best first by their score plus the most the alignment can add
+        // there (MAX_BONUS on a node with a Topology Manager policy, the known bonus where the
+        // claims are known to fit), until no node left can beat the best found; nodes known
+        // to fail are not tried. Without alignment (Ignore, no container naming a claim) the
+        // bound is the score, so the first node that fits wins.
+        let aligns = cfg.dra_numa.alignment != DraNumaAlignment::Ignore
+            && pod
+                .init_containers
                 .iter()
-                .enumerate()
-                .filter_map(|(i, s)| {
-                    let s = (*s)?;
-                    let bound = s.saturating_add(tried.get(i).map_or(0, |(n, _)| potential(n)));
-                    Some((bound, std::cmp::Reverse(i), s))
-                })
-                .collect();
-            let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
-            while let Some((bound, std::cmp::Reverse(i), score)) = heap.pop() {
-                if let Some((total, at, _)) = &best
-                    && (bound < *total || (bound == *total && i > *at))
+                .chain(&pod.containers)
+                .any(|c| !c.claims.is_empty());
+        // A topology lookup per node per pod was most of a DRA pod's decision time: looked
+        // up only when alignment can add to the score, and remembered by the cache.
+        let potential = |slot: usize| {
+            let aligned_policy = aligns
+                && self.slots.get(slot).and_then(Option::as_ref).is_some_and(
+                    |n| matches!(self.topology(&n.name), TopologyState::Valid(t) if t.policy != Policy::None),
+                );
+            if aligned_policy { MAX_BONUS } else { 0 }
+        };
+        let beats = |rank: u128, best: &Option<(i64, usize, Vec<ClaimAllocation>)>| {
+            best.as_ref()
+                .is_none_or(|(total, at, _)| rank > rank_of(*total, *at))
+        };
+        let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
+        // Positions tried in this decision that did not fail (or failed on an invalid pool).
+        let mut done: Vec<usize> = Vec::new();
+        // Each round scans every node once and keeps the `keep` best candidates, so a decision
+        // where the first few nodes settle it costs one pass and no sort; a round that runs out
+        // of candidates before settling scans again for more (ever more).
+        let mut keep = 8usize;
+        let most = if aligns { MAX_BONUS } else { 0 };
+        loop {
+            let mut top: BinaryHeap<std::cmp::Reverse<(u128, i64, usize)>> =
+                BinaryHeap::with_capacity(keep + 1);
+            // The worst rank kept once `keep` are kept (0 ranks below every node), and the best
+            // rank of a candidate not kept (0: none).
+            let (mut threshold, mut beyond) = (0u128, 0u128);
+            self.scan_scores(cfg, prepared, |position, slot, score| {
+                let Some(score) = score else { return };
+                // A node that cannot make the kept ones even with the most alignment adds is
+                // passed over without looking it up.
+                let upper = rank_of(score.saturating_add(most), position);
+                if upper <= threshold {
+                    beyond = beyond.max(upper);
+                    return;
+                }
+                if tried.contains_key(&position) || done.contains(&position) {
+                    return;
+                }
+                let bonus = match cache.as_mut() {
+                    Some(c) => match c.bonus_bound(slot, || potential(slot)) {
+                        Some(b) => b,
+                        None => return,
+                    },
+                    None => potential(slot),
+                };
+                let rank = rank_of(score.saturating_add(bonus), position);
+                if rank <= threshold {
+                    beyond = beyond.max(rank);
+                    return;
+                }
+                top.push(std::cmp::Reverse((rank, score, slot)));
+                if top.len() > keep
+                    && let Some(std::cmp::Reverse((dropped, _, _))) = top.pop()
                 {
+                    beyond = beyond.max(dropped);
+                }
+                if top.len() == keep
+                    && let Some(std::cmp::Reverse((worst, _, _))) = top.peek()
+                {
+                    threshold = *worst;
+                }
+            });
+            let mut settled = false;
+            for std::cmp::Reverse((rank, score, slot)) in top.into_sorted_vec() {
+                if !beats(rank, &best) {
+                    settled = true;
                     break;
                 }
-                let Some(&(n, _)) = tried.get(i) else { continue };
-                match self.try_claims(cfg, prepared, &resolved, self.on(n), &share, Step::Search) {
+                let position = position_of(rank);
+                let Some(Some(n)) = self.slots.get(slot) else {
+                    continue;
+                };
+                match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Search) {
                     Ok(Ok((claims, bonus))) => {
+                        if let Some(c) = cache.as_mut() {
+                            c.fits(slot, bonus);
+                        }
+                        done.push(position);
                         let total = score.saturating_add(bonus);
-                        if best
-                            .as_ref()
-                            .is_none_or(|(t, at, _)| total > *t || (total == *t && i < *at))
-                        {
-                            best = Some((total, i, claims));
+                        if beats(rank_of(total, position), &best) {
+                            best = Some((total, position, claims));
                         }
                     }
                     Ok(Err(not_here)) => {
-                        if let Some((_, slot)) = tried.get_mut(i) {
-                            *slot = Some(Err(not_here));
+                        if let Some(c) = cache.as_mut() {
+                            c.failed(slot, not_here.as_ref());
                         }
+                        tried.insert(position, Err(not_here));
                     }
-                    Err(e) if e.is_node_error() => {}
+                    Err(e) if e.is_node_error() => done.push(position),
                     Err(e) => return self.claims_failed(pod, n, e),
                 }
             }
-            if let Some((total, i, claims)) = best
-                && let Some(&(n, _)) = tried.get(i)
-            {
-                return (
-                    self.decision_on(prepared, n.name.clone(), total),
-                    ClaimsOutcome { claims, error: None },
-                );
+            if settled || beyond == 0 || !beats(beyond, &best) {
+                break;
             }
-            // No node fits: the explained decision says why.
+            keep = keep.saturating_mul(8);
         }
-        self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), tried, &share)
+        if let Some((total, i, claims)) = best
+            && let Some((_, n)) = self.at_position(i)
+        {
+            return (
+                self.decision_on(prepared, n.name.clone(), total),
+                ClaimsOutcome { claims, error: None },
+            );
+        }
+        // No node fits: say why.
+        if explain == Explain::Message
+            && let Some(found) =
+                self.claims_failure_message(cfg, prepared, resolved, &mut tried, share, cache.as_deref_mut())
+        {
+            return found;
+        }
+        self.claims_explained(cfg, prepared, resolved, None, tried, share, cache)
     }
 
+    /// The decision for a pod whose claims fit on no node, with only its aggregate message
+    /// (no per-node verdicts), from the plain path's cached categories and the claims'
+    /// verdicts already known. `None` when the message cannot be built that way (the plain
+    /// cache is in use elsewhere, or a node turns out to fit after all): the caller explains
+    /// every node instead.
+    #[allow(clippy::too_many_arguments)]
+    fn claims_failure_message(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        tried: &mut Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        mut cache: Option<&mut ShapeView<'_>>,
+    ) -> Option<(Decision, ClaimsOutcome)> {
+        let pod = prepared.spec;
+        let scores = self.cached_scores(cfg, prepared);
+        let mut counts =
+            self.with_cache(|shapes| Some(self.cached_failure_counts(cfg, prepared, shapes?)))?;
+        // Nodes the claims fail on: because of the alignment, and otherwise.
+        let (mut numa, mut other) = (0usize, 0usize);
+        for (i, score) in scores.iter().enumerate() {
+            if score.is_none() {
+                continue;
+            }
+            let Some((slot, n)) = self.at_position(i) else {
+                continue;
+            };
+            let known = cache.as_ref().map_or(Known::Nothing, |c| c.known(slot));
+            let here = tried.remove(&i);
+            if here.is_none()
+                && let Known::Explained(not_here) = known
+            {
+                // Counted from the cache: nothing is searched or copied.
+                *if not_here.alignment { &mut numa } else { &mut other } += 1;
+                continue;
+            }
+            match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
+                Ok(Ok(found)) => {
+                    // Fits after all (an unaligned allocation where nothing is required).
+                    tried.insert(i, Ok(found));
+                    return None;
+                }
+                Ok(Err(not_here)) => {
+                    if let Some(c) = cache.as_mut() {
+                        c.failed(slot, Some(&not_here));
+                    }
+                    *if not_here.alignment { &mut numa } else { &mut other } += 1;
+                    tried.insert(i, Err(Some(not_here)));
+                }
+                Err(e) if e.is_node_error() => other += 1,
+                Err(e) => return Some(self.claims_failed(pod, n, e)),
+            }
+        }
+        for (category, n) in [(NUMA_CATEGORY, numa), (CATEGORY, other)] {
+            if n > 0 {
+                *counts.entry(category.to_owned()).or_default() += n;
+            }
+        }
+        let counts: std::collections::BTreeMap<&str, usize> =
+            counts.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        Some((
+            Decision {
+                pod: pod.key(),
+                node: None,
+                message: super::decide::format_aggregate(0, self.order.len(), &counts),
+                placement: None,
+                allocation: None,
+                nodes: Vec::new(),
+            },
+            ClaimsOutcome::default(),
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn claims_explained(
         &self,
         cfg: &Config,
         prepared: &PreparedPod<'_>,
         resolved: &ResolvedClaims<'_>,
         cons: Option<&crate::constraints::PodConstraints<'_>>,
-        mut tried: Tried<'_>,
+        mut tried: Tried,
         share: &dyn Fn(usize, usize) -> String,
+        mut cache: Option<&mut ShapeView<'_>>,
     ) -> (Decision, ClaimsOutcome) {
         let pod = prepared.spec;
-        let nodes: Vec<&NodeBasics> = tried.iter().map(|(n, _)| *n).collect();
+        let nodes: Vec<&NodeBasics> = self.nodes().collect();
         let mut verdicts: Vec<NodeVerdict> = nodes
             .iter()
             .map(|n| self.evaluate(cfg, prepared, n, true))
@@ -325,18 +492,21 @@ impl Cluster {
             if !v.feasible {
                 continue;
             }
-            let attempt = match tried.get_mut(i).and_then(|(_, a)| a.take()) {
-                Some(Ok(found)) => Ok(Ok(found)),
-                Some(Err(Some(not_here))) => Ok(Err(not_here)),
-                Some(Err(None)) => self.why_no_claims(cfg, prepared, resolved, n, share),
-                None => self.allocate_claims(cfg, prepared, resolved, n, share),
+            let slot = self.order.get(i).copied();
+            let known = match (cache.as_ref(), slot) {
+                (Some(c), Some(slot)) => c.known(slot),
+                _ => Known::Nothing,
             };
+            let attempt = self.explain_attempt(cfg, prepared, resolved, n, share, tried.remove(&i), known);
             match attempt {
                 Ok(Ok((claims, bonus))) => {
                     allocations[i] = Some(claims);
                     v.score = v.score.map(|s| s.saturating_add(bonus));
                 }
                 Ok(Err(not_here)) => {
+                    if let (Some(c), Some(slot)) = (cache.as_mut(), slot) {
+                        c.failed(slot, Some(&not_here));
+                    }
                     v.feasible = false;
                     v.score = None;
                     v.filter = Some(Filter::DynamicResources);
@@ -389,6 +559,38 @@ impl Cluster {
             },
             ClaimsOutcome { claims, error: None },
         )
+    }
+
+    /// The node at position `i` of the name order, and its slot.
+    fn at_position(&self, i: usize) -> Option<(usize, &NodeBasics)> {
+        let slot = *self.order.get(i)?;
+        Some((slot, self.slots.get(slot)?.as_ref()?))
+    }
+
+    /// The allocation on `n`, or why there is none, from what was found there (`tried`, or
+    /// what the cache knows) and, for what is not said yet, a search.
+    #[allow(clippy::too_many_arguments)]
+    fn explain_attempt(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        n: &NodeBasics,
+        share: &dyn Fn(usize, usize) -> String,
+        tried: Option<Attempt>,
+        known: Known<'_>,
+    ) -> Result<Result<(Vec<ClaimAllocation>, i64), NotHere>, DraError> {
+        match (tried, known) {
+            (Some(Ok(found)), _) => Ok(Ok(found)),
+            (Some(Err(Some(not_here))), _) => Ok(Err(not_here)),
+            (None, Known::Explained(not_here)) => Ok(Err(not_here.clone())),
+            (Some(Err(None)), _) | (None, Known::Failed) => {
+                self.why_no_claims(cfg, prepared, resolved, n, share)
+            }
+            (None, Known::Nothing | Known::Fits(_)) => {
+                self.allocate_claims(cfg, prepared, resolved, n, share)
+            }
+        }
     }
 
     /// Allocates the pod's claims on node `n`, NUMA-aligned as `cfg.dra_numa` says, with each
@@ -474,8 +676,9 @@ impl Cluster {
             Some(t) if names_claims => t,
             _ => return unaligned(),
         };
-        let (placement, _) = self.placement_in(prepared, &n.name, topo);
-        let Some(placement) = placement else {
+        // The NUMA nodes are all the alignment reads: no device IDs, no allocation record.
+        let mut zones = crate::admission::WorkingZones::from_topology(topo);
+        let Ok(placement) = crate::admission::predict_prepared(&self.res, topo, &mut zones, prepared) else {
             // The NUMA filter rejects the node before; nothing to align with.
             return unaligned();
         };
@@ -557,6 +760,18 @@ impl Cluster {
             },
         )
     }
+}
+
+/// A node's rank in the search, as one integer: its bound, then its position in name order
+/// (lower first); higher ranks are tried first.
+fn rank_of(bound: i64, position: usize) -> u128 {
+    let bound = (i128::from(bound) - i128::from(i64::MIN)) as u128;
+    (bound << 64) | u128::from(u64::MAX - position as u64)
+}
+
+/// The position a [`rank_of`] was made from.
+fn position_of(rank: u128) -> usize {
+    (u64::MAX - (rank & u128::from(u64::MAX)) as u64) as usize
 }
 
 /// The containers of `pod` as the alignment sees them in `placement` (init containers first).

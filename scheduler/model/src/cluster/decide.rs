@@ -20,14 +20,13 @@ impl Cluster {
     /// Every node's NUMA score (None when infeasible) in name order, from the verdict cache
     /// when there is one.
     pub(super) fn cached_scores(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Vec<Option<i64>> {
-        self.with_cache(|shapes| match shapes {
-            Some(shapes) => {
-                self.best_cached(cfg, pod, shapes);
-                let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
-                self.order.iter().map(|&s| entries[s].score).collect()
+        let mut scores = vec![None; self.order.len()];
+        self.scan_scores(cfg, pod, |position, _, score| {
+            if let Some(s) = scores.get_mut(position) {
+                *s = score;
             }
-            None => self.judge_slots(cfg, pod, &self.order),
-        })
+        });
+        scores
     }
 
     pub fn quick_verdicts(&self, cfg: &Config, pod: &PodSpec) -> Vec<NodeVerdict> {
@@ -249,6 +248,11 @@ impl Cluster {
     ) -> Decision {
         let pod = prepared.spec;
         if self.dra.enabled() && !pod.resource_claims.is_empty() {
+            let explain = if explain {
+                super::claims::Explain::Every
+            } else {
+                super::claims::Explain::Failures
+            };
             return self.schedule_claims(cfg, prepared, explain).0;
         }
         // Kube-scheduler's PreFilter rejects the pod once, not per node.
@@ -372,7 +376,9 @@ impl Cluster {
             return d;
         }
         if self.dra.enabled() && !pod.resource_claims.is_empty() {
-            return self.schedule_claims(cfg, prepared, false).0;
+            return self
+                .schedule_claims(cfg, prepared, super::claims::Explain::Message)
+                .0;
         }
         // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {
@@ -411,6 +417,20 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         shapes: &mut Shapes,
     ) -> String {
+        let per_category = self.cached_failure_counts(cfg, pod, shapes);
+        let per_category: BTreeMap<&str, usize> =
+            per_category.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        format_aggregate(0, self.order.len(), &per_category)
+    }
+
+    /// The nodes per failure category of the nodes the pod's shape fails on, from the cached
+    /// categories; nodes without cached categories are explained once and remembered.
+    pub(super) fn cached_failure_counts(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        shapes: &mut Shapes,
+    ) -> BTreeMap<String, usize> {
         let key = ShapeKey::of_prepared(cfg, pod);
         let unknown: Vec<usize> = {
             let entries = shapes.entries(key.clone(), self.slots.len());
@@ -437,13 +457,13 @@ impl Cluster {
                 *counts.entry(entries[s].failure).or_default() += 1;
             }
         }
-        let mut per_category: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut per_category: BTreeMap<String, usize> = BTreeMap::new();
         for (&id, &n) in &counts {
             for c in shapes.categories(id) {
-                *per_category.entry(c.as_str()).or_default() += n;
+                *per_category.entry(c.clone()).or_default() += n;
             }
         }
-        format_aggregate(0, self.order.len(), &per_category)
+        per_category
     }
 
     /// Why predictions on `node` are approximate (kubelet options the model cannot predict).

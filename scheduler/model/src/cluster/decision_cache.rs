@@ -90,22 +90,34 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         shapes: &mut Shapes,
     ) -> Option<(usize, i64)> {
-        let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
-        // One pass: the best valid entry, and the stale slots with their position in name
-        // order; the best is the highest score, then the lowest position.
         let mut best: Option<(i64, usize)> = None;
-        let mut consider = |score: Option<i64>, position: usize| {
+        self.visit_cached(cfg, pod, shapes, |position, _, score| {
             if let Some(score) = score
                 && best.is_none_or(|(b, p)| score > b || (score == b && position < p))
             {
                 best = Some((score, position));
             }
-        };
+        });
+        best.map(|(score, position)| (self.order[position], score))
+    }
+
+    /// Calls `visit(position, slot, score)` once for every node with its verdict (the score
+    /// when feasible) through the verdict cache, re-evaluating the nodes changed since their
+    /// entry was made: the valid entries first in name order, then the re-evaluated ones.
+    /// One pass, so a caller that ranks nodes adds no pass of its own.
+    pub(super) fn visit_cached(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        shapes: &mut Shapes,
+        mut visit: impl FnMut(usize, usize, Option<i64>),
+    ) {
+        let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
         let (mut stale, mut positions) = (Vec::new(), Vec::new());
         for (position, &slot) in self.order.iter().enumerate() {
             let entry = entries[slot];
             if entry.generation == self.generations[slot] {
-                consider(entry.score, position);
+                visit(position, slot, entry.score);
             } else {
                 stale.push(slot);
                 positions.push(position);
@@ -118,9 +130,26 @@ impl Cluster {
                 score,
                 failure: UNKNOWN_FAILURE,
             };
-            consider(score, position);
+            visit(position, slot, score);
         }
-        best.map(|(score, position)| (self.order[position], score))
+    }
+
+    /// [`Self::visit_cached`], or without the cache when another thread holds it.
+    pub(super) fn scan_scores(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        mut visit: impl FnMut(usize, usize, Option<i64>),
+    ) {
+        self.with_cache(|shapes| match shapes {
+            Some(shapes) => self.visit_cached(cfg, pod, shapes, visit),
+            None => {
+                let scores = self.judge_slots(cfg, pod, &self.order);
+                for ((position, &slot), score) in self.order.iter().enumerate().zip(scores) {
+                    visit(position, slot, score);
+                }
+            }
+        });
     }
 
     /// [`Self::best_cached`] without the cache (when another thread holds it).

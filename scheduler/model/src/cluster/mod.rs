@@ -30,6 +30,7 @@ mod constrained;
 mod shared_slots;
 // kube-scheduler's DynamicResources filter for pods with resource claims.
 mod claims;
+mod claims_cache;
 #[cfg(test)]
 mod volume_tests;
 
@@ -228,6 +229,8 @@ pub struct Cluster {
     /// Malformed input counters.
     pub anomalies: Anomalies,
     verdicts: VerdictCache,
+    /// Nodes where claims of a shape cannot be allocated.
+    claim_verdicts: claims_cache::ClaimVerdictCache,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses.
     pub volumes: crate::volume_binding::VolumeIndex,
     /// Victim candidates, disruption budgets and preemptors' holds.

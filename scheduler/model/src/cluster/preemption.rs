@@ -278,6 +278,16 @@ impl Cluster {
         priority: i32,
         consider: impl Fn(&str) -> bool,
     ) -> Option<Preemption> {
+        // Nothing anywhere has a lower priority: no node has victims (one pass over the
+        // victims, instead of every node's pods looked up by key).
+        if !self
+            .preemption
+            .victims
+            .values()
+            .any(|(v, _)| v.priority < priority)
+        {
+            return None;
+        }
         let prepared = PreparedPod::new(pod);
         let own = pod.key();
         let budgets: Vec<Budget> = self.preemption.budgets.values().cloned().collect();

@@ -31,7 +31,7 @@ use super::{
     capacity::{self, Consumed},
     cel::DeviceView,
     pools::{self, NodeRef, Pool},
-    selectors::SelectorCache,
+    selectors::{SelectorCache, VerdictError},
 };
 
 /// Most devices one claim's allocation may hold (`AllocationResultsMaxSize`).
@@ -57,8 +57,9 @@ impl std::fmt::Display for DeviceId {
 /// What other claims hold already.
 #[derive(Clone, Debug, Default)]
 pub struct AllocatedState {
-    /// Devices allocated exclusively.
-    pub devices: HashSet<DeviceId>,
+    /// Devices allocated exclusively, by driver, then pool: a search looks its pools up once
+    /// and each device by name.
+    devices: HashMap<String, HashMap<String, HashSet<String>>>,
     /// Devices with at least one shared allocation (`shareID`).
     pub shared: HashSet<DeviceId>,
     /// Capacity consumed on shareable devices, by fully-qualified capacity name.
@@ -88,9 +89,19 @@ impl AllocatedState {
             };
             if r.share_id.is_none() {
                 if add {
-                    self.devices.insert(id);
-                } else {
-                    self.devices.remove(&id);
+                    self.devices
+                        .entry(id.driver)
+                        .or_default()
+                        .entry(id.pool)
+                        .or_default()
+                        .insert(id.device);
+                } else if let Some(pools) = self.devices.get_mut(&id.driver)
+                    && let Some(held) = pools.get_mut(&id.pool)
+                {
+                    held.remove(&id.device);
+                    if held.is_empty() {
+                        pools.remove(&id.pool);
+                    }
                 }
                 continue;
             }
@@ -115,8 +126,16 @@ impl AllocatedState {
         }
     }
 
+    /// The devices of a pool allocated exclusively.
+    fn exclusive(&self, driver: &str, pool: &str) -> Option<&HashSet<String>> {
+        self.devices.get(driver)?.get(pool)
+    }
+
     fn holds(&self, id: &DeviceId) -> bool {
-        self.devices.contains(id) || self.shared.contains(id) || self.capacity.contains_key(id)
+        self.exclusive(&id.driver, &id.pool)
+            .is_some_and(|d| d.contains(&id.device))
+            || self.shared.contains(id)
+            || self.capacity.contains_key(id)
     }
 }
 
@@ -172,6 +191,10 @@ pub fn allocate_filtered(
         requests: HashMap::new(),
         constraints: Vec::new(),
         matches: HashMap::new(),
+        held: pools
+            .iter()
+            .map(|p| world.allocated.exclusive(&p.id.driver, &p.id.pool))
+            .collect(),
         allocating: HashMap::new(),
         allocating_capacity: HashMap::new(),
         consumed_counters: HashMap::new(),
@@ -432,7 +455,10 @@ struct Alloc<'w, 'a> {
     requests: HashMap<ReqKey, Request<'w>>,
     constraints: Vec<Vec<Constraint>>,
     matches: HashMap<(Loc, ReqKey), bool>,
-    allocating: HashMap<DeviceId, BTreeSet<usize>>,
+    /// Per pool (as `pools`), its devices other claims hold exclusively.
+    held: Vec<Option<&'w HashSet<String>>>,
+    /// The claims this search gave each device to.
+    allocating: HashMap<Loc, BTreeSet<usize>>,
     allocating_capacity: HashMap<DeviceId, Consumed>,
     consumed_counters: HashMap<usize, Counters>,
     available_counters: HashMap<usize, Counters>,
@@ -744,17 +770,17 @@ where
                     index: i,
                 });
             };
-            if let Err(source) = self.world.selectors.compile(&cel.expression) {
-                return Err(DraError::SelectorCompile {
-                    owner: owner(),
-                    index: i,
-                    source: Box::new(source),
-                });
-            }
-            match self.world.selectors.matches(&cel.expression, view) {
+            match self.world.selectors.verdict(&cel.expression, view) {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),
-                Err(source) => {
+                Err(VerdictError::Compile(source)) => {
+                    return Err(DraError::SelectorCompile {
+                        owner: owner(),
+                        index: i,
+                        source: Box::new(source),
+                    });
+                }
+                Err(VerdictError::Evaluate(source)) => {
                     return Err(DraError::SelectorEvaluate {
                         owner: owner(),
                         index: i,
@@ -788,12 +814,16 @@ where
         .flatten()
     }
 
-    fn in_use(&self, id: &DeviceId) -> bool {
-        self.world.allocated.devices.contains(id) || self.allocating.get(id).is_some_and(|s| !s.is_empty())
+    fn in_use(&self, loc: Loc) -> bool {
+        let held = || {
+            let held = self.held.get(loc.pool).copied().flatten();
+            held.is_some_and(|h| self.device(loc).is_some_and(|(_, d)| h.contains(&d.name)))
+        };
+        self.allocating.get(&loc).is_some_and(|s| !s.is_empty()) || held()
     }
 
-    fn in_use_by(&self, id: &DeviceId, claim: usize) -> bool {
-        self.allocating.get(id).is_some_and(|s| s.contains(&claim))
+    fn in_use_by(&self, loc: Loc, claim: usize) -> bool {
+        self.allocating.get(&loc).is_some_and(|s| s.contains(&claim))
     }
 
     fn allocate_one(&mut self, r: Idx, in_sub: bool, start: Loc) -> Result<bool, Stop> {
@@ -912,11 +942,24 @@ where
                         slice: si,
                         device: di,
                     };
-                    let Some(id) = self.id_of(loc) else { continue };
-                    if admin && self.in_use_by(&id, r.claim) {
+                    if admin && self.in_use_by(loc, r.claim) {
                         continue;
                     }
-                    if !admin && self.in_use(&id) {
+                    if !admin && self.in_use(loc) {
+                        continue;
+                    }
+                    // The filter first: it is cheap, and a device it refuses is skipped
+                    // whatever its selectors say (an error in a filtered search is not the
+                    // pod's anyway).
+                    if let (Some(filter), Some((slice, device)), Some(req)) =
+                        (self.filter, self.device(loc), self.requests.get(&key))
+                        && !filter(
+                            r.claim,
+                            req.parent.unwrap_or(req.name),
+                            &slice.spec.driver,
+                            device,
+                        )
+                    {
                         continue;
                     }
                     let selectable = {
@@ -935,11 +978,6 @@ where
                     {
                         let req = self.requests.get(&key).ok_or(Stop::MaxSize)?;
                         if self.capacity_fits(req, loc).is_none() {
-                            continue;
-                        }
-                        if let (Some(filter), Some((_, device))) = (self.filter, self.device(loc))
-                            && !filter(r.claim, req.parent.unwrap_or(req.name), &id.driver, device)
-                        {
                             continue;
                         }
                     }
@@ -989,10 +1027,10 @@ where
             Option<&'w str>,
         ) = (req.admin, req.tolerations, req.name, req.parent);
         let multi = device.allow_multiple_allocations == Some(true);
-        if !multi && admin && self.in_use_by(&id, r.claim) {
+        if !multi && admin && self.in_use_by(loc, r.claim) {
             return Ok(None);
         }
-        if !admin && self.in_use(&id) {
+        if !admin && self.in_use(loc) {
             return Ok(None);
         }
         let consumes = device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty());
@@ -1033,7 +1071,7 @@ where
                 return Ok(None);
             }
         }
-        let entry = self.allocating.entry(id.clone()).or_default();
+        let entry = self.allocating.entry(loc).or_default();
         if !multi {
             entry.insert(r.claim);
         }
@@ -1075,7 +1113,7 @@ where
         for c in &mut self.constraints[u.claim] {
             c.remove(&u.base, u.sub.as_deref());
         }
-        if let Some(s) = self.allocating.get_mut(&u.id) {
+        if let Some(s) = self.allocating.get_mut(&u.loc) {
             s.remove(&u.claim);
         }
         if u.multi {

@@ -5,6 +5,7 @@
 pub mod allocator;
 mod capacity;
 pub mod cel;
+pub mod changes;
 pub mod numa;
 pub mod pools;
 pub mod selectors;

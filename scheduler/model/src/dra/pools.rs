@@ -2,7 +2,11 @@
 //! the node can reach, grouped by `(driver, pool)`, the newest generation only, with the
 //! incomplete, obsolete and invalid pools marked, in the search order.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+// Gathered for every node a pod is tried on: foldhash, not SipHash (keys are names from the
+// cluster's own objects, nothing an attacker picks to collide).
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use k8s_openapi::api::{
     core::v1::NodeSelector,
@@ -69,13 +73,6 @@ pub fn node_matches(
     }
 }
 
-fn pool_id(slice: &ResourceSlice) -> PoolId {
-    PoolId {
-        driver: slice.spec.driver.clone(),
-        pool: slice.spec.pool.name.clone(),
-    }
-}
-
 fn has_counters(slice: &ResourceSlice) -> bool {
     slice.spec.shared_counters.as_ref().is_some_and(|c| !c.is_empty())
 }
@@ -87,7 +84,8 @@ pub fn gather<'a>(
     node: &NodeRef<'_>,
     all: &'a [ResourceSlice],
 ) -> Vec<Pool<'a>> {
-    let mut by_pool: HashMap<PoolId, Vec<&'a ResourceSlice>> = HashMap::new();
+    // A node reaches a handful of pools: a list searched in place, keyed by borrowed names.
+    let mut by_pool: Vec<((&'a str, &'a str), Vec<&'a ResourceSlice>)> = Vec::new();
     for slice in candidates {
         let spec = &slice.spec;
         let relevant = if has_counters(slice) {
@@ -119,7 +117,15 @@ pub fn gather<'a>(
         if !relevant {
             continue;
         }
-        let entry = by_pool.entry(pool_id(slice)).or_default();
+        let key = (spec.driver.as_str(), spec.pool.name.as_str());
+        let at = match by_pool.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                by_pool.push((key, Vec::new()));
+                by_pool.len() - 1
+            }
+        };
+        let entry = &mut by_pool[at].1;
         match entry.first().map(|s| s.spec.pool.generation) {
             Some(g) if spec.pool.generation < g => {}
             Some(g) if spec.pool.generation > g => *entry = vec![slice],
@@ -127,7 +133,11 @@ pub fn gather<'a>(
         }
     }
     let mut pools = Vec::with_capacity(by_pool.len());
-    for (id, slices) in by_pool {
+    for ((driver, pool), slices) in by_pool {
+        let id = PoolId {
+            driver: driver.to_owned(),
+            pool: pool.to_owned(),
+        };
         let Some(first) = slices.first() else { continue };
         let generation = first.spec.pool.generation;
         let want = first.spec.pool.resource_slice_count;

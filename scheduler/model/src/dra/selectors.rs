@@ -2,10 +2,7 @@
 //! has a handful of expressions and a device's verdict does not depend on the node, so a
 //! decision over thousands of nodes evaluates each (expression, device) pair once.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap as FastMap;
 
@@ -17,12 +14,21 @@ const MAX_VERDICTS: usize = 1 << 20;
 
 #[derive(Default)]
 struct Inner {
-    compiled: HashMap<String, Result<(u32, Arc<Selector>), CelError>>,
+    compiled: FastMap<String, Result<(u32, Arc<Selector>), CelError>>,
     /// Per expression id, `driver/pool/device` → verdict (looked up by `&str`: no key is
     /// built for a hit).
     verdicts: FastMap<u32, FastMap<String, Result<bool, CelError>>>,
     /// Verdicts held, for the bound.
     held: usize,
+}
+
+/// Why a selector gave no verdict.
+#[derive(Debug, Clone)]
+pub enum VerdictError {
+    /// The expression does not compile.
+    Compile(CelError),
+    /// It compiles, and fails on the device.
+    Evaluate(CelError),
 }
 
 /// The cache. Cloning gives an empty one (a clone of the cluster starts cold).
@@ -44,24 +50,26 @@ impl std::fmt::Debug for SelectorCache {
 }
 
 impl SelectorCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Forgets the verdicts (devices changed); compiled expressions stay.
     pub fn devices_changed(&self) {
-        if let Ok(mut inner) = self.inner.lock() {
-            inner.verdicts.clear();
-            inner.held = 0;
-        }
+        let mut inner = self.lock();
+        inner.verdicts.clear();
+        inner.held = 0;
     }
 
     /// Compiles `expression` (once).
     pub fn compile(&self, expression: &str) -> Result<(), CelError> {
-        self.compiled(expression).map(|_| ())
+        Self::compiled(&mut self.lock(), expression).map(|_| ())
     }
 
-    fn compiled(&self, expression: &str) -> Result<(u32, Arc<Selector>), CelError> {
-        let mut inner = match self.inner.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+    fn compiled(inner: &mut Inner, expression: &str) -> Result<(u32, Arc<Selector>), CelError> {
         if let Some(c) = inner.compiled.get(expression) {
             return c.clone();
         }
@@ -73,28 +81,39 @@ impl SelectorCache {
 
     /// Whether `device` matches `expression`.
     pub fn matches(&self, expression: &str, device: &DeviceView<'_>) -> Result<bool, CelError> {
-        let (id, selector) = self.compiled(expression)?;
-        if let Ok(inner) = self.inner.lock()
-            && let Some(v) = inner.verdicts.get(&id).and_then(|m| m.get(device.id))
-        {
-            return v.clone();
-        }
+        self.verdict(expression, device).map_err(|e| match e {
+            VerdictError::Compile(e) | VerdictError::Evaluate(e) => e,
+        })
+    }
+
+    /// Whether `device` matches `expression`, telling a compile error from an evaluation one.
+    /// A cached verdict costs one lock and two lookups.
+    pub fn verdict(&self, expression: &str, device: &DeviceView<'_>) -> Result<bool, VerdictError> {
+        let selector = {
+            let mut inner = self.lock();
+            let (id, selector) = Self::compiled(&mut inner, expression).map_err(VerdictError::Compile)?;
+            if let Some(v) = inner.verdicts.get(&id).and_then(|m| m.get(device.id)) {
+                return v.clone().map_err(VerdictError::Evaluate);
+            }
+            (id, selector)
+        };
+        // Evaluated without the lock: a CEL program may take a while.
+        let (id, selector) = selector;
         let v = selector.matches(device);
-        if let Ok(mut inner) = self.inner.lock() {
-            if inner.held >= MAX_VERDICTS {
-                inner.verdicts.clear();
-                inner.held = 0;
-            }
-            if inner
-                .verdicts
-                .entry(id)
-                .or_default()
-                .insert(device.id.to_owned(), v.clone())
-                .is_none()
-            {
-                inner.held += 1;
-            }
+        let mut inner = self.lock();
+        if inner.held >= MAX_VERDICTS {
+            inner.verdicts.clear();
+            inner.held = 0;
         }
-        v
+        if inner
+            .verdicts
+            .entry(id)
+            .or_default()
+            .insert(device.id.to_owned(), v.clone())
+            .is_none()
+        {
+            inner.held += 1;
+        }
+        v.map_err(VerdictError::Evaluate)
     }
 }

@@ -124,6 +124,8 @@ pub struct DraState {
     /// allocations), by claim key: their devices are in use, and the claim reads as
     /// allocated, until the claim watch shows an allocation or every pod using it failed.
     in_flight: HashMap<String, InFlight>,
+    /// Which nodes' devices changed: cached verdicts of the others stay valid.
+    changes: super::changes::Changes,
 }
 
 /// An allocation decided and not yet seen written.
@@ -157,6 +159,12 @@ impl DraState {
     /// rejected when they cannot be).
     pub fn enable(&mut self) {
         self.enabled = true;
+        self.changes.note(None);
+    }
+
+    /// What changed, by node.
+    pub fn changes(&self) -> &super::changes::Changes {
+        &self.changes
     }
 
     /// Whether the filter is on.
@@ -173,11 +181,17 @@ impl DraState {
     pub fn apply_class(&mut self, class: DeviceClass) {
         if let Some(name) = class.metadata.name.clone() {
             self.classes.insert(name, class);
+            self.changes.note(None);
         }
     }
 
     /// Replaces every ResourceSlice.
     pub fn set_slices(&mut self, slices: Vec<ResourceSlice>) {
+        self.changes.note(None);
+        self.index_slices(slices);
+    }
+
+    fn index_slices(&mut self, slices: Vec<ResourceSlice>) {
         self.by_node.clear();
         self.shared.clear();
         for (i, s) in slices.iter().enumerate() {
@@ -218,13 +232,18 @@ impl DraState {
             .get_or_insert_with(|| "default".to_owned())
             .clone();
         let key = format!("{ns}/{}", claim.metadata.name.as_deref().unwrap_or(""));
-        if let Some(old) = self.claims.remove(&key)
-            && let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref())
-        {
-            self.allocated.remove(a);
-        }
-        if let Some(a) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) {
-            self.allocated.add(a);
+        let old = self.claims.remove(&key);
+        let old_allocation = old.as_ref().and_then(|c| c.status.as_ref()?.allocation.as_ref());
+        let new_allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+        if old_allocation != new_allocation {
+            if let Some(a) = old_allocation {
+                self.allocated.remove(a);
+                self.changes.note_allocation(a);
+            }
+            if let Some(a) = new_allocation {
+                self.allocated.add(a);
+                self.changes.note_allocation(a);
+            }
         }
         self.claims.insert(key, claim);
     }
@@ -418,11 +437,13 @@ impl DraState {
     /// Removes a DeviceClass.
     pub fn delete_class(&mut self, name: &str) {
         self.classes.remove(name);
+        self.changes.note(None);
     }
 
     /// Replaces every DeviceClass.
     pub fn reset_classes(&mut self, all: Vec<DeviceClass>) {
         self.classes.clear();
+        self.changes.note(None);
         for c in all {
             self.apply_class(c);
         }
@@ -431,18 +452,25 @@ impl DraState {
     /// Adds or replaces a ResourceSlice.
     pub fn apply_slice(&mut self, slice: ResourceSlice) {
         let mut slices = std::mem::take(&mut self.slices);
+        self.changes.note_slice(&slice);
         match slices.iter_mut().find(|s| s.metadata.name == slice.metadata.name) {
-            Some(s) => *s = slice,
+            Some(s) => {
+                self.changes.note_slice(s);
+                *s = slice;
+            }
             None => slices.push(slice),
         }
-        self.set_slices(slices);
+        self.index_slices(slices);
     }
 
     /// Removes a ResourceSlice.
     pub fn delete_slice(&mut self, name: &str) {
         let mut slices = std::mem::take(&mut self.slices);
+        for s in slices.iter().filter(|s| s.metadata.name.as_deref() == Some(name)) {
+            self.changes.note_slice(s);
+        }
         slices.retain(|s| s.metadata.name.as_deref() != Some(name));
-        self.set_slices(slices);
+        self.index_slices(slices);
     }
 
     /// Removes a ResourceClaim and any allocation in flight for it.
@@ -453,6 +481,7 @@ impl DraState {
             && let Some(a) = old.status.as_ref().and_then(|s| s.allocation.as_ref())
         {
             self.allocated.remove(a);
+            self.changes.note_allocation(a);
         }
     }
 
@@ -461,6 +490,7 @@ impl DraState {
     pub fn reset_claims(&mut self, all: Vec<ResourceClaim>) {
         self.claims.clear();
         self.allocated = AllocatedState::default();
+        self.changes.note(None);
         let listed: std::collections::HashSet<String> = all.iter().map(allocator::claim_key).collect();
         self.in_flight.retain(|k, _| listed.contains(k));
         for c in all {

@@ -1,0 +1,400 @@
+//! Memo of the nodes where a pod's claims cannot be allocated, as [`crate::cache`] is for the
+//! plain path: kept by claim shape (what the allocation and its NUMA alignment read of the pod,
+//! its claims and the config), per node, valid while neither the node (its generation: labels,
+//! NRT, bound pods, assumptions) nor its devices ([`crate::dra::changes`]) changed.
+//!
+//! A failure is kept with its explanation once a pod that fits nowhere needed one, so a
+//! retried pod, or the next replica of a workload, is neither searched nor explained again on an
+//! unchanged node. A node where the claims fit keeps the score its alignment adds, so the best
+//! node is found without searching every node whose devices are only misaligned; the allocation
+//! itself is searched again on the node chosen (it names the pod's claims).
+
+use std::{
+    collections::{HashMap, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    sync::{Mutex, TryLockError},
+};
+
+use super::{Cluster, Config};
+use crate::{
+    cache::ShapeKey,
+    dra::{changes::Since, numa::NotHere, state::ResolvedClaims},
+    prepared::PreparedPod,
+};
+
+/// Claim shapes remembered at once; the least recently used is dropped beyond this. Each
+/// costs 16 bytes per node.
+const MAX_SHAPES: usize = 32;
+
+/// Everything a node's claim verdict reads of the pod, its claims and the config.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ClaimShapeKey {
+    plain: ShapeKey,
+    /// The claims (pod claim names, specs, allocations of those allocated before), which
+    /// containers name them, and the alignment config, as JSON.
+    claims: String,
+}
+
+impl ClaimShapeKey {
+    pub(super) fn of(cfg: &Config, pod: &PreparedPod<'_>, resolved: &ResolvedClaims<'_>) -> Self {
+        let spec = pod.spec;
+        let claims: Vec<_> = resolved
+            .all
+            .iter()
+            .enumerate()
+            .map(|(i, (name, c))| {
+                let allocation = c.status.as_ref().and_then(|s| s.allocation.as_ref());
+                // A reason names an allocated claim by its key.
+                let key = allocation.map(|_| crate::dra::claim_key(c));
+                (name, resolved.pending.contains(&i), &c.spec, allocation, key)
+            })
+            .collect();
+        let uses: Vec<Vec<(&str, Option<&str>)>> = spec
+            .init_containers
+            .iter()
+            .chain(&spec.containers)
+            .map(|c| {
+                c.claims
+                    .iter()
+                    .map(|cc| (cc.name.as_str(), cc.request.as_deref()))
+                    .collect()
+            })
+            .collect();
+        let config = (cfg.dra_numa.alignment, &cfg.dra_numa.driver_attributes);
+        ClaimShapeKey {
+            plain: ShapeKey::of_prepared(cfg, pod),
+            // Serialising plain API structs cannot fail; were it to, the debug form still
+            // tells shapes apart.
+            claims: serde_json::to_string(&(&claims, &uses, &config))
+                .unwrap_or_else(|_| format!("{claims:?}{uses:?}{config:?}")),
+        }
+    }
+
+    fn hash_value(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// One node's entry: valid while the node's generation is `generation` (0 never is).
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    generation: u64,
+    /// [`NOT_KNOWN`], [`FAILED`], [`FITS`], or a failure with a reason: its id +
+    /// [`FIRST_REASON`].
+    verdict: u32,
+    /// [`FITS`]: the score the alignment adds; [`NOT_KNOWN`]: the most it can add.
+    bonus: i32,
+}
+
+const NOT_KNOWN: u32 = 0;
+const FAILED: u32 = 1;
+const FITS: u32 = 2;
+const FIRST_REASON: u32 = 3;
+
+/// What is known of a node for a claim shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Known<'r> {
+    /// Nothing: search it.
+    Nothing,
+    /// The claims cannot be allocated there; why was not said yet.
+    Failed,
+    /// The claims cannot be allocated there, for this reason.
+    Explained(&'r NotHere),
+    /// The claims fit there, and their alignment adds this to the node's score.
+    Fits(i64),
+}
+
+#[derive(Debug)]
+struct Shape {
+    key: ClaimShapeKey,
+    hash: u64,
+    /// By node slot.
+    entries: Vec<Entry>,
+    /// The DRA change generation the entries were checked against.
+    seen: u64,
+    last_used: u64,
+}
+
+/// The cached claim verdicts of recent shapes.
+#[derive(Debug, Default)]
+pub(super) struct ClaimShapes {
+    shapes: Vec<Shape>,
+    clock: u64,
+    /// Interned reasons; few distinct ones exist (they name claims, classes and NUMA nodes,
+    /// not nodes).
+    reasons: Vec<NotHere>,
+    /// By `alignment`, then reason.
+    reason_ids: [HashMap<String, u32>; 2],
+}
+
+/// The entries of one shape, as the cluster is now.
+pub(super) struct ShapeView<'c> {
+    shapes: &'c mut ClaimShapes,
+    at: usize,
+    generations: &'c [u64],
+}
+
+impl ShapeView<'_> {
+    /// The entry of `slot`, if valid.
+    fn entry(&self, slot: usize) -> Option<Entry> {
+        let e = self.shapes.shapes[self.at].entries.get(slot).copied()?;
+        (e.generation != 0 && self.generations.get(slot) == Some(&e.generation)).then_some(e)
+    }
+
+    /// What is known of the node in `slot`.
+    pub(super) fn known(&self, slot: usize) -> Known<'_> {
+        let Some(e) = self.entry(slot) else {
+            return Known::Nothing;
+        };
+        match e.verdict {
+            NOT_KNOWN => Known::Nothing,
+            FAILED => Known::Failed,
+            FITS => Known::Fits(i64::from(e.bonus)),
+            id => self
+                .shapes
+                .reasons
+                .get((id - FIRST_REASON) as usize)
+                .map_or(Known::Failed, Known::Explained),
+        }
+    }
+
+    /// The most the alignment can add to the score of the node in `slot`: the score it adds
+    /// where the claims are known to fit, `potential()` (remembered) where nothing is known,
+    /// `None` where they are known not to fit.
+    pub(super) fn bonus_bound(&mut self, slot: usize, potential: impl FnOnce() -> i64) -> Option<i64> {
+        match self.entry(slot) {
+            Some(e) if e.verdict == NOT_KNOWN || e.verdict == FITS => Some(i64::from(e.bonus)),
+            Some(_) => None,
+            None => {
+                let bonus = potential();
+                self.set(slot, NOT_KNOWN, bonus);
+                Some(bonus)
+            }
+        }
+    }
+
+    /// Remembers that the claims fit on `slot`, their alignment adding `bonus`.
+    pub(super) fn fits(&mut self, slot: usize, bonus: i64) {
+        self.set(slot, FITS, bonus);
+    }
+
+    fn set(&mut self, slot: usize, verdict: u32, bonus: i64) {
+        let generation = self.generations.get(slot).copied().unwrap_or(0);
+        if let Some(e) = self.shapes.shapes[self.at].entries.get_mut(slot) {
+            *e = Entry {
+                generation,
+                verdict,
+                bonus: i32::try_from(bonus).unwrap_or(i32::MAX),
+            };
+        }
+    }
+
+    /// Remembers that the claims cannot be allocated on `slot` (`why`: the reason, if said).
+    pub(super) fn failed(&mut self, slot: usize, why: Option<&NotHere>) {
+        let verdict = match why {
+            None => FAILED,
+            Some(n) => self.shapes.intern(n).saturating_add(FIRST_REASON),
+        };
+        let generation = self.generations.get(slot).copied().unwrap_or(0);
+        if let Some(e) = self.shapes.shapes[self.at].entries.get_mut(slot) {
+            // An explanation is never replaced by a bare failure.
+            if !(why.is_none() && e.generation == generation && e.verdict >= FIRST_REASON) {
+                *e = Entry {
+                    generation,
+                    verdict,
+                    bonus: 0,
+                };
+            }
+        }
+    }
+}
+
+impl ClaimShapes {
+    fn intern(&mut self, n: &NotHere) -> u32 {
+        let ids = &mut self.reason_ids[usize::from(n.alignment)];
+        if let Some(&id) = ids.get(n.reason.as_str()) {
+            return id;
+        }
+        let id = u32::try_from(self.reasons.len()).unwrap_or(u32::MAX - FIRST_REASON);
+        self.reasons.push(n.clone());
+        ids.insert(n.reason.clone(), id);
+        id
+    }
+
+    /// The shape of `key`, its entries of nodes whose devices changed since its last use
+    /// forgotten; a new shape takes a free place or the least recently used one's.
+    fn shape(&mut self, key: ClaimShapeKey, cluster: &Cluster) -> usize {
+        self.clock += 1;
+        let hash = key.hash_value();
+        let slots = cluster.slots.len();
+        let at = match self.shapes.iter().position(|s| s.hash == hash && s.key == key) {
+            Some(i) => i,
+            None => {
+                let fresh = Shape {
+                    key,
+                    hash,
+                    entries: Vec::new(),
+                    seen: cluster.dra.changes().generation(),
+                    last_used: 0,
+                };
+                if self.shapes.len() < MAX_SHAPES {
+                    self.shapes.push(fresh);
+                    self.shapes.len() - 1
+                } else {
+                    let i = self
+                        .shapes
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, s)| s.last_used)
+                        .map_or(0, |(i, _)| i);
+                    self.shapes[i] = fresh;
+                    i
+                }
+            }
+        };
+        let s = &mut self.shapes[at];
+        s.last_used = self.clock;
+        if s.entries.len() < slots {
+            s.entries.resize(slots, Entry::default());
+        }
+        let changes = cluster.dra.changes();
+        match changes.since(s.seen) {
+            Since::Nothing => {}
+            Since::Everything => s.entries.fill(Entry::default()),
+            Since::Nodes(nodes) => {
+                for n in nodes {
+                    if let Some(e) = cluster.index.get(n).and_then(|&slot| s.entries.get_mut(slot)) {
+                        *e = Entry::default();
+                    }
+                }
+            }
+        }
+        s.seen = changes.generation();
+        at
+    }
+}
+
+/// The cache as a field of the (cloneable, shareable) cluster: behind a mutex because
+/// scheduling reads the cluster through `&self`. A clone starts empty, which is always valid.
+#[derive(Default)]
+pub(super) struct ClaimVerdictCache(Mutex<ClaimShapes>);
+
+impl Clone for ClaimVerdictCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for ClaimVerdictCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClaimVerdictCache")
+    }
+}
+
+impl Cluster {
+    /// Runs `f` with the cached claim verdicts of `key`, or with `None` when another thread
+    /// is using them.
+    pub(super) fn with_claim_cache<T>(
+        &self,
+        key: ClaimShapeKey,
+        f: impl FnOnce(Option<&mut ShapeView<'_>>) -> T,
+    ) -> T {
+        let mut guard = match self.claim_verdicts.0.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => {
+                // A panic mid-update may have left entries half written: start over.
+                let mut g = p.into_inner();
+                *g = ClaimShapes::default();
+                self.claim_verdicts.0.clear_poison();
+                g
+            }
+            Err(TryLockError::WouldBlock) => return f(None),
+        };
+        let at = guard.shape(key, self);
+        let mut view = ShapeView {
+            shapes: &mut guard,
+            at,
+            generations: &self.generations,
+        };
+        f(Some(&mut view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_here(reason: &str) -> NotHere {
+        NotHere {
+            reason: reason.to_owned(),
+            alignment: true,
+        }
+    }
+
+    #[test]
+    fn a_failure_holds_until_the_node_changes_and_keeps_its_reason() {
+        let mut shapes = ClaimShapes::default();
+        shapes.shapes.push(Shape {
+            key: ClaimShapeKey {
+                plain: ShapeKey::of(
+                    &Config::default(),
+                    &crate::pod::PodSpec::from_pod(
+                        &mut crate::resources::Resources::default(),
+                        &serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}})).unwrap(),
+                    )
+                    .unwrap(),
+                ),
+                claims: String::new(),
+            },
+            hash: 0,
+            entries: vec![Entry::default(); 2],
+            seen: 0,
+            last_used: 0,
+        });
+        let generations = vec![5, 7];
+        let mut view = ShapeView {
+            shapes: &mut shapes,
+            at: 0,
+            generations: &generations,
+        };
+        assert_eq!(view.known(0), Known::Nothing);
+        view.failed(0, None);
+        assert_eq!(view.known(0), Known::Failed);
+        let why = not_here("claim gpu: no free device");
+        view.failed(0, Some(&why));
+        assert_eq!(view.known(0), Known::Explained(&why));
+        // A later bare failure keeps the explanation.
+        view.failed(0, None);
+        assert_eq!(view.known(0), Known::Explained(&why));
+        assert_eq!(view.known(1), Known::Nothing);
+        // The node changed: nothing is known.
+        let generations = vec![6, 7];
+        let view = ShapeView {
+            shapes: &mut shapes,
+            at: 0,
+            generations: &generations,
+        };
+        assert_eq!(view.known(0), Known::Nothing);
+        // A node where the claims fit keeps its bonus; one with nothing known, its potential.
+        let generations = vec![6, 7];
+        let mut view = ShapeView {
+            shapes: &mut shapes,
+            at: 0,
+            generations: &generations,
+        };
+        assert_eq!(view.bonus_bound(1, || 100), Some(100));
+        assert_eq!(view.bonus_bound(1, || unreachable!()), Some(100));
+        view.fits(1, 0);
+        assert_eq!(view.known(1), Known::Fits(0));
+        assert_eq!(view.bonus_bound(1, || unreachable!()), Some(0));
+        view.failed(0, None);
+        assert_eq!(view.bonus_bound(0, || unreachable!()), None);
+        // Same reasons are interned once.
+        assert_eq!(
+            shapes.intern(&why),
+            shapes.intern(&not_here("claim gpu: no free device"))
+        );
+    }
+}
