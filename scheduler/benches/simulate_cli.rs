@@ -4,10 +4,17 @@
 //! with labels, conditions, addresses and image lists; NRTs with 8 zones; two running pods per
 //! node) and a YAML file of pending pods.
 //!
-//! `cargo bench -p numaplane-scheduler --bench simulate_cli -- [NODES] [ZONES] [PODS] [--keep DIR]`
+//! `cargo bench -p numaplane-scheduler --bench simulate_cli -- [NODES] [ZONES] [PODS] [dra] [--keep DIR]`
 //! (defaults 5000 8 10000). Prints the dump's size, wall time, peak RSS of the simulate process
 //! and its summary line. `--keep DIR` leaves `cluster.yaml` and `pods.yaml` there, to run
 //! `numaplane-scheduler simulate --cluster DIR/cluster.yaml --pods DIR/pods.yaml` by hand.
+//!
+//! With `dra`, a second dump runs after the first: the same one plus what `kubectl get
+//! deviceclasses,resourceslices,resourceclaims -A -o yaml` adds on a GPU cluster (one DeviceClass;
+//! per node one ResourceSlice of 8 GPUs carrying `resource.kubernetes.io/numaNode`, spread over
+//! the zones; a ResourceClaim for every fourth pending pod, which names it in its first
+//! container), in `cluster-dra.yaml` and `pods-dra.yaml`, with the default alignment
+//! (`Required`). It prints both runs and their ratio.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -115,6 +122,58 @@ fn running_pod(i: usize, k: usize) -> Value {
     })
 }
 
+const DRIVER: &str = "gpu.example.com";
+const GPUS: usize = 8;
+
+/// Node `i`'s GPUs, as its DRA driver publishes them.
+fn gpu_slice(i: usize, zones: usize) -> Value {
+    let node = format!("node-{i:05}");
+    let devices: Vec<Value> = (0..GPUS)
+        .map(|d| {
+            json!({"name": format!("gpu-{d}"), "attributes": {
+                "resource.kubernetes.io/numaNode": {"int": d * zones / GPUS},
+                "resource.kubernetes.io/pciBusID": {"string": format!("0000:{:02x}:00.0", 0x10 + d)},
+                "productName": {"string": "Example GPU 80GB"}},
+                "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-{DRIVER}-x7k2p"), "resourceVersion": (300_000 + i).to_string(),
+            "creationTimestamp": "2026-11-01T08:06:00Z",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
+                "uid": format!("00000000-0000-4000-8000-{i:012}")}]},
+        "spec": {"driver": DRIVER, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}})
+}
+
+fn device_class() -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": DRIVER, "resourceVersion": "1"},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}})
+}
+
+/// Whether pending pod `i` claims a GPU (a quarter of them).
+fn claims_gpu(i: usize) -> bool {
+    i % 4 == 0
+}
+
+fn gpu_claim(i: usize) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": format!("p-{i}-gpu"), "namespace": "batch", "resourceVersion": (400_000 + i).to_string(),
+            "uid": format!("20000000-0000-4000-8000-{i:012}"), "creationTimestamp": "2026-11-24T09:00:00Z"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}})
+}
+
+/// Pending pod `i`, with its GPU claim when it has one.
+fn pending_pod_with_claim(i: usize) -> Value {
+    let mut pod = pending_pod(i);
+    if claims_gpu(i) {
+        pod["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": format!("p-{i}-gpu")}]);
+        pod["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+    }
+    pod
+}
+
 /// The pending pods: the scheduler throughput bench's mix.
 fn pending_pod(i: usize) -> Value {
     let containers = match i % 5 {
@@ -163,7 +222,8 @@ fn main() {
     let dir = keep.unwrap_or_else(|| tmp.path().to_owned());
     std::fs::create_dir_all(&dir).unwrap();
 
-    let mut items = Vec::with_capacity(nodes * 4);
+    let dra = raw.iter().any(|a| a == "dra");
+    let mut items = Vec::with_capacity(nodes * 5);
     for i in 0..nodes {
         items.push(node(i, zones));
     }
@@ -174,23 +234,78 @@ fn main() {
         items.push(running_pod(i, 0));
         items.push(running_pod(i, 1));
     }
-    let cluster = dir.join("cluster.yaml");
-    let cluster_bytes = write_yaml(&cluster, items);
-    let pending = dir.join("pods.yaml");
-    let pods_bytes = write_yaml(&pending, (0..pods).map(pending_pod).collect());
-    let out_path = dir.join("report.txt");
-
     let bin = env!("CARGO_BIN_EXE_numaplane-scheduler");
+    let cluster = dir.join("cluster.yaml");
+    let pending = dir.join("pods.yaml");
+    let cluster_bytes = write_yaml(&cluster, items.clone());
+    let pods_bytes = write_yaml(&pending, (0..pods).map(pending_pod).collect());
+    let plain = run(bin, &cluster, &pending, &dir.join("report.txt"));
+    plain.print(
+        &format!("nodes={nodes} zones={zones} pods={pods}"),
+        cluster_bytes,
+        pods_bytes,
+        pods,
+    );
+    if !dra {
+        return;
+    }
+    items.push(device_class());
+    items.extend((0..nodes).map(|i| gpu_slice(i, zones)));
+    items.extend((0..pods).filter(|&i| claims_gpu(i)).map(gpu_claim));
+    let cluster = dir.join("cluster-dra.yaml");
+    let pending = dir.join("pods-dra.yaml");
+    let cluster_bytes = write_yaml(&cluster, items);
+    let pods_bytes = write_yaml(&pending, (0..pods).map(pending_pod_with_claim).collect());
+    let with = run(bin, &cluster, &pending, &dir.join("report-dra.txt"));
+    with.print(
+        &format!(
+            "nodes={nodes} zones={zones} pods={pods} ({} with a GPU claim)",
+            (0..pods).filter(|&i| claims_gpu(i)).count()
+        ),
+        cluster_bytes,
+        pods_bytes,
+        pods,
+    );
+    println!(
+        "with claims / without: wall {:.2}x, peak RSS {:.2}x",
+        with.wall.as_secs_f64() / plain.wall.as_secs_f64(),
+        with.peak_kib as f64 / plain.peak_kib.max(1) as f64
+    );
+}
+
+/// One simulate run: wall time, peak RSS, the report's summary line.
+struct Run {
+    wall: Duration,
+    peak_kib: u64,
+    summary: String,
+}
+
+impl Run {
+    fn print(&self, what: &str, cluster_bytes: u64, pods_bytes: u64, pods: usize) {
+        println!(
+            "simulate {what}: cluster {:.0} MiB, pods {:.1} MiB; wall {:.2}s; {:.0} pods/s; peak RSS {:.0} MiB; {}",
+            cluster_bytes as f64 / 1048576.0,
+            pods_bytes as f64 / 1048576.0,
+            self.wall.as_secs_f64(),
+            pods as f64 / self.wall.as_secs_f64(),
+            self.peak_kib as f64 / 1024.0,
+            self.summary
+        );
+    }
+}
+
+fn run(bin: &str, cluster: &Path, pending: &Path, out_path: &Path) -> Run {
     let start = Instant::now();
     let mut child = Command::new(bin)
         .arg("simulate")
         .arg("--cluster")
-        .arg(&cluster)
+        .arg(cluster)
         .arg("--pods")
-        .arg(&pending)
+        .arg(pending)
         .env_remove("NUMAPLANE_SIM_EXPLAIN")
         .env_remove("NUMAPLANE_OUTPUT")
-        .stdout(std::fs::File::create(&out_path).unwrap())
+        .env_remove("NUMAPLANE_SIM_DRA_NUMA_ALIGNMENT")
+        .stdout(std::fs::File::create(out_path).unwrap())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
@@ -207,17 +322,15 @@ fn main() {
     };
     let wall = start.elapsed();
     assert!(status.success(), "simulate failed: {status}");
-    let report = std::fs::read_to_string(&out_path).unwrap();
+    let report = std::fs::read_to_string(out_path).unwrap();
     let summary = report
         .lines()
         .find(|l| l.contains(" pods: "))
-        .unwrap_or("<no summary line>");
-    println!(
-        "simulate nodes={nodes} zones={zones} pods={pods}: cluster.yaml {:.0} MiB, pods.yaml {:.1} MiB; wall {:.2}s; {:.0} pods/s; peak RSS {:.0} MiB; {summary}",
-        cluster_bytes as f64 / 1048576.0,
-        pods_bytes as f64 / 1048576.0,
-        wall.as_secs_f64(),
-        pods as f64 / wall.as_secs_f64(),
-        peak as f64 / 1024.0
-    );
+        .unwrap_or("<no summary line>")
+        .to_owned();
+    Run {
+        wall,
+        peak_kib: peak,
+        summary,
+    }
 }

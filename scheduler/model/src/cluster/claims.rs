@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 use super::{
     Cluster, Config, Decision, NodeVerdict, TopologyState, aggregate_message,
-    claims_cache::{ClaimShapeKey, Known, ShapeView},
+    claims_cache::{ClaimShapeKey, DeviceOutcome, Known, ShapeView, outcome_key},
 };
 use crate::{
     admission::Placement,
@@ -235,6 +235,8 @@ impl Cluster {
             return self.claims_explained(cfg, prepared, &resolved, cons.as_ref(), tried, &share, None);
         }
         let shape = ClaimShapeKey::of(cfg, prepared, &resolved);
+        let mut resolved = resolved;
+        resolved.digest = Some(shape.digest());
         self.with_claim_cache(shape, |cache| {
             self.search_claims(cfg, prepared, &resolved, tried, &share, explain, cache)
         })
@@ -293,6 +295,11 @@ impl Cluster {
             // The worst rank kept once `keep` are kept (0 ranks below every node), and the best
             // rank of a candidate not kept (0: none).
             let (mut threshold, mut beyond) = (0u128, 0u128);
+            // A copy (a bit per node): the pass reads it beside the scores.
+            let failed = cache
+                .as_ref()
+                .map(|c| c.failed_bits().to_vec())
+                .unwrap_or_default();
             self.scan_scores(cfg, prepared, |position, slot, score| {
                 let Some(score) = score else { return };
                 // A node that cannot make the kept ones even with the most alignment adds is
@@ -300,6 +307,9 @@ impl Cluster {
                 let upper = rank_of(score.saturating_add(most), position);
                 if upper <= threshold {
                     beyond = beyond.max(upper);
+                    return;
+                }
+                if failed.get(slot / 64).is_some_and(|w| w & (1 << (slot % 64)) != 0) {
                     return;
                 }
                 if tried.contains_key(&position) || done.contains(&position) {
@@ -694,9 +704,57 @@ impl Cluster {
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };
+        // What a search of the node's devices finds is shared by pods whose claims are the
+        // same, whatever their CPUs (not for a what-if with other devices in use).
+        let slot = match (resolved.digest, on.in_use) {
+            (Some(d), None) => self.index.get(&n.name).map(|&slot| (slot, d)),
+            _ => None,
+        };
+        let upstream_key = slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality))));
+        let aligned_key = slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality, &targets))));
+        let known = |key: Option<(usize, u64)>| key.and_then(|(slot, k)| self.device_outcome(slot, k));
+        let remember = |key: Option<(usize, u64)>, outcome: DeviceOutcome| {
+            if let Some((slot, k)) = key {
+                self.remember_device_outcome(slot, k, outcome);
+            }
+        };
         let found = match step {
-            Step::Search => numa::search_aligned(resolved, &search, &ctx)?.ok_or(None),
-            Step::Explain => numa::explain_not_aligned(resolved, &search, &ctx)?.map_err(Some),
+            Step::Search => {
+                // Without targets the search is upstream's.
+                let key = if targets.is_empty() {
+                    upstream_key
+                } else {
+                    aligned_key
+                };
+                match known(key) {
+                    Some(DeviceOutcome::AlignedFails | DeviceOutcome::UpstreamFails(_)) => Err(None),
+                    _ => {
+                        let found = numa::search_aligned(resolved, &search, &ctx)?;
+                        if found.is_none() && !targets.is_empty() {
+                            remember(key, DeviceOutcome::AlignedFails);
+                        }
+                        found.ok_or(None)
+                    }
+                }
+            }
+            Step::Explain => {
+                let upstream = match known(upstream_key) {
+                    Some(DeviceOutcome::UpstreamFails(reason)) => Some(Err(reason)),
+                    Some(DeviceOutcome::UpstreamFits) => Some(Ok(())),
+                    _ => None,
+                };
+                let learned = upstream.is_none();
+                let found = numa::explain_not_aligned(resolved, &search, &ctx, upstream)?;
+                if learned {
+                    match &found {
+                        Err(n) if !n.alignment => {
+                            remember(upstream_key, DeviceOutcome::UpstreamFails(n.reason.clone()))
+                        }
+                        _ => remember(upstream_key, DeviceOutcome::UpstreamFits),
+                    }
+                }
+                found.map_err(Some)
+            }
         };
         let (mut claims, quality) = match found {
             Ok(found) => found,
@@ -796,4 +854,22 @@ fn containers_numa<'a>(pod: &'a PodSpec, placement: &'a Placement) -> Vec<Contai
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{position_of, rank_of};
+
+    #[test]
+    fn ranks_order_by_bound_then_by_name_order() {
+        assert!(rank_of(10, 5) > rank_of(9, 0));
+        assert!(rank_of(10, 1) > rank_of(10, 2));
+        assert!(rank_of(i64::MIN, 0) > rank_of(i64::MIN, 1));
+        assert!(rank_of(i64::MAX, usize::MAX >> 1) > rank_of(i64::MAX - 1, 0));
+        // Every rank is above 0, the search's "nothing kept".
+        assert!(rank_of(i64::MIN, u64::MAX as usize - 1) > 0);
+        for (bound, position) in [(0, 0), (-7, 3), (100, 4999), (i64::MAX, 17)] {
+            assert_eq!(position_of(rank_of(bound, position)), position);
+        }
+    }
 }

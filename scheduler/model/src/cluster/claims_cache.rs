@@ -11,7 +11,7 @@
 
 use std::{
     collections::{HashMap, hash_map::DefaultHasher},
-    hash::{Hash, Hasher},
+    hash::{BuildHasher, Hash, Hasher},
     sync::{Mutex, TryLockError},
 };
 
@@ -75,6 +75,12 @@ impl ClaimShapeKey {
         self.hash(&mut h);
         h.finish()
     }
+
+    /// A digest of the claims part alone: what a search of the node's devices reads of the
+    /// pod (not its CPUs).
+    pub(super) fn digest(&self) -> u64 {
+        outcome_key(&self.claims)
+    }
 }
 
 /// One node's entry: valid while the node's generation is `generation` (0 never is).
@@ -112,6 +118,10 @@ struct Shape {
     hash: u64,
     /// By node slot.
     entries: Vec<Entry>,
+    /// By node slot, one bit each: the entry is valid and a failure. The ranking pass reads
+    /// these (a few hundred bytes for thousands of nodes) instead of the entries; they are
+    /// cleared wherever an entry stops being valid (the node changed, its devices changed).
+    failed: Vec<u64>,
     /// The DRA change generation the entries were checked against.
     seen: u64,
     last_used: u64,
@@ -137,6 +147,18 @@ pub(super) struct ShapeView<'c> {
 }
 
 impl ShapeView<'_> {
+    /// Whether the claims are known not to fit on the node in `slot`.
+    #[cfg(test)]
+    fn known_to_fail(&self, slot: usize) -> bool {
+        bit(&self.shapes.shapes[self.at].failed, slot)
+    }
+
+    /// A bit per node slot (`slot / 64`, bit `slot % 64`): the claims are known not to fit
+    /// there.
+    pub(super) fn failed_bits(&self) -> &[u64] {
+        &self.shapes.shapes[self.at].failed
+    }
+
     /// The entry of `slot`, if valid.
     fn entry(&self, slot: usize) -> Option<Entry> {
         let e = self.shapes.shapes[self.at].entries.get(slot).copied()?;
@@ -182,7 +204,9 @@ impl ShapeView<'_> {
 
     fn set(&mut self, slot: usize, verdict: u32, bonus: i64) {
         let generation = self.generations.get(slot).copied().unwrap_or(0);
-        if let Some(e) = self.shapes.shapes[self.at].entries.get_mut(slot) {
+        let shape = &mut self.shapes.shapes[self.at];
+        set_bit(&mut shape.failed, slot, false);
+        if let Some(e) = shape.entries.get_mut(slot) {
             *e = Entry {
                 generation,
                 verdict,
@@ -198,7 +222,9 @@ impl ShapeView<'_> {
             Some(n) => self.shapes.intern(n).saturating_add(FIRST_REASON),
         };
         let generation = self.generations.get(slot).copied().unwrap_or(0);
-        if let Some(e) = self.shapes.shapes[self.at].entries.get_mut(slot) {
+        let shape = &mut self.shapes.shapes[self.at];
+        set_bit(&mut shape.failed, slot, generation != 0);
+        if let Some(e) = shape.entries.get_mut(slot) {
             // An explanation is never replaced by a bare failure.
             if !(why.is_none() && e.generation == generation && e.verdict >= FIRST_REASON) {
                 *e = Entry {
@@ -236,6 +262,7 @@ impl ClaimShapes {
                     key,
                     hash,
                     entries: Vec::new(),
+                    failed: Vec::new(),
                     seen: cluster.dra.changes().generation(),
                     last_used: 0,
                 };
@@ -259,14 +286,24 @@ impl ClaimShapes {
         if s.entries.len() < slots {
             s.entries.resize(slots, Entry::default());
         }
+        let words = slots.div_ceil(64);
+        if s.failed.len() < words {
+            s.failed.resize(words, 0);
+        }
         let changes = cluster.dra.changes();
         match changes.since(s.seen) {
             Since::Nothing => {}
-            Since::Everything => s.entries.fill(Entry::default()),
+            Since::Everything => {
+                s.entries.fill(Entry::default());
+                s.failed.fill(0);
+            }
             Since::Nodes(nodes) => {
                 for n in nodes {
-                    if let Some(e) = cluster.index.get(n).and_then(|&slot| s.entries.get_mut(slot)) {
-                        *e = Entry::default();
+                    if let Some(&slot) = cluster.index.get(n) {
+                        if let Some(e) = s.entries.get_mut(slot) {
+                            *e = Entry::default();
+                        }
+                        set_bit(&mut s.failed, slot, false);
                     }
                 }
             }
@@ -280,6 +317,34 @@ impl ClaimShapes {
 /// scheduling reads the cluster through `&self`. A clone starts empty, which is always valid.
 #[derive(Default)]
 pub(super) struct ClaimVerdictCache(Mutex<ClaimShapes>);
+
+impl ClaimVerdictCache {
+    /// The node in `slot` changed: no failure of it is known any more.
+    pub(super) fn forget_slot(&mut self, slot: usize) {
+        let shapes = match self.0.get_mut() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        for s in &mut shapes.shapes {
+            set_bit(&mut s.failed, slot, false);
+        }
+    }
+}
+
+#[cfg(test)]
+fn bit(bits: &[u64], i: usize) -> bool {
+    bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+fn set_bit(bits: &mut [u64], i: usize, on: bool) {
+    if let Some(w) = bits.get_mut(i / 64) {
+        if on {
+            *w |= 1 << (i % 64);
+        } else {
+            *w &= !(1 << (i % 64));
+        }
+    }
+}
 
 impl Clone for ClaimVerdictCache {
     fn clone(&self) -> Self {
@@ -322,6 +387,104 @@ impl Cluster {
     }
 }
 
+/// What a search that reads a node's devices and not its CPUs found there: shared by every
+/// claim shape whose claims are the same (pods of one template that differ in CPUs), valid
+/// until the node's devices or labels change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum DeviceOutcome {
+    /// Upstream's search (no NUMA filter) finds no allocation, for this reason.
+    UpstreamFails(String),
+    /// Upstream's search finds one.
+    UpstreamFits,
+    /// The aligned search (for the targets in the key) finds none at any level.
+    AlignedFails,
+}
+
+/// Outcomes by node slot: (key, outcome), few per node.
+#[derive(Debug, Default)]
+pub(super) struct DeviceOutcomes {
+    /// The DRA change generation the entries were checked against.
+    seen: u64,
+    slots: Vec<Vec<(u64, DeviceOutcome)>>,
+}
+
+/// Outcomes kept per node; the oldest goes beyond.
+const OUTCOMES_PER_NODE: usize = 16;
+
+impl DeviceOutcomes {
+    /// Forgets the nodes whose devices changed since the last look.
+    fn refresh(&mut self, cluster: &Cluster) {
+        let changes = cluster.dra.changes();
+        match changes.since(self.seen) {
+            Since::Nothing => {}
+            Since::Everything => self.slots.iter_mut().for_each(Vec::clear),
+            Since::Nodes(nodes) => {
+                for n in nodes {
+                    if let Some(v) = cluster.index.get(n).and_then(|&slot| self.slots.get_mut(slot)) {
+                        v.clear();
+                    }
+                }
+            }
+        }
+        self.seen = changes.generation();
+    }
+}
+
+/// The cache as a field of the cluster, as [`ClaimVerdictCache`].
+#[derive(Default)]
+pub(super) struct DeviceOutcomeCache(Mutex<DeviceOutcomes>);
+
+impl Clone for DeviceOutcomeCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for DeviceOutcomeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceOutcomeCache")
+    }
+}
+
+/// A key for [`DeviceOutcomes`]: the claims' digest ([`ClaimShapeKey::digest`]) and what else
+/// the search reads (its targets, the node's PCI locality), hashed.
+pub(super) fn outcome_key(parts: &impl Hash) -> u64 {
+    let mut h = foldhash::quality::FixedState::default().build_hasher();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+impl Cluster {
+    /// The outcome remembered for `key` on the node in `slot`.
+    pub(super) fn device_outcome(&self, slot: usize, key: u64) -> Option<DeviceOutcome> {
+        let mut g = self.device_outcomes.0.try_lock().ok()?;
+        g.refresh(self);
+        g.slots
+            .get(slot)?
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, o)| o.clone())
+    }
+
+    /// Remembers `outcome` for `key` on the node in `slot`.
+    pub(super) fn remember_device_outcome(&self, slot: usize, key: u64, outcome: DeviceOutcome) {
+        let Ok(mut g) = self.device_outcomes.0.try_lock() else {
+            return;
+        };
+        g.refresh(self);
+        if g.slots.len() < self.slots.len() {
+            g.slots.resize_with(self.slots.len(), Vec::new);
+        }
+        if let Some(v) = g.slots.get_mut(slot) {
+            v.retain(|(k, _)| *k != key);
+            if v.len() >= OUTCOMES_PER_NODE {
+                v.remove(0);
+            }
+            v.push((key, outcome));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,6 +513,7 @@ mod tests {
             },
             hash: 0,
             entries: vec![Entry::default(); 2],
+            failed: vec![0],
             seen: 0,
             last_used: 0,
         });
@@ -390,6 +554,7 @@ mod tests {
         assert_eq!(view.known(1), Known::Fits(0));
         assert_eq!(view.bonus_bound(1, || unreachable!()), Some(0));
         view.failed(0, None);
+        assert!(view.known_to_fail(0) && !view.known_to_fail(1));
         assert_eq!(view.bonus_bound(0, || unreachable!()), None);
         // Same reasons are interned once.
         assert_eq!(

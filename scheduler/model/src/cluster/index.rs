@@ -63,6 +63,13 @@ impl Cluster {
             .published
             .get(&name)
             .map(|t| t.lagging_behind(&self.res, &basics.allocatable));
+        // The allocation reads a node's labels (node selectors of slices and claims).
+        if self.slots[slot]
+            .as_ref()
+            .is_none_or(|old| old.labels != basics.labels)
+        {
+            self.dra.node_changed(&name);
+        }
         self.slots[slot] = Some(basics);
         self.touch(slot);
         // What the NRT lags the Node on follows the Node's allocatable too.
@@ -112,6 +119,7 @@ impl Cluster {
     pub(super) fn touch(&mut self, slot: usize) {
         self.last_generation += 1;
         self.generations[slot] = self.last_generation;
+        self.claim_verdicts.forget_slot(slot);
     }
 
     /// [`Self::touch`] by node name, if the node is indexed.

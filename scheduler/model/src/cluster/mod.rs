@@ -231,6 +231,8 @@ pub struct Cluster {
     verdicts: VerdictCache,
     /// Nodes where claims of a shape cannot be allocated.
     claim_verdicts: claims_cache::ClaimVerdictCache,
+    /// What searches of a node's devices found, shared across claim shapes.
+    device_outcomes: claims_cache::DeviceOutcomeCache,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses.
     pub volumes: crate::volume_binding::VolumeIndex,
     /// Victim candidates, disruption budgets and preemptors' holds.

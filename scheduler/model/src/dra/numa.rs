@@ -88,7 +88,7 @@ impl DraNumaAlignment {
 }
 
 /// What the kubelet pins for a container.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Pinned {
     /// Exclusive CPUs (static CPU manager).
     pub cpu: bool,
@@ -133,7 +133,7 @@ pub struct ContainerNuma<'a> {
 }
 
 /// The NUMA nodes one pod claim (or one request of it) should take its devices from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
     /// Pod claim name.
     pub claim: String,
@@ -444,20 +444,30 @@ pub fn search_aligned(
 /// (with a reason naming the claim) only a NUMA requirement does. An upstream error is the
 /// pod's. A node where upstream's search succeeds and nothing is required gets that
 /// allocation, unaligned.
+///
+/// `upstream`: what upstream's search finds on the node, when known (`Err`: its reason); it is
+/// searched only when unknown, or when its allocation is the answer.
 pub fn explain_not_aligned(
     claims: &ResolvedClaims<'_>,
     search: &Search<'_>,
     numa: &NodeNuma<'_>,
+    upstream: Option<Result<(), String>>,
 ) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
-    let upstream = match search(None)? {
-        Err(reason) => return Ok(Err(NotHere::upstream(reason))),
-        Ok(c) => c,
+    let required = numa.targets.iter().any(|t| t.required);
+    let found = match upstream {
+        Some(Err(reason)) => return Ok(Err(NotHere::upstream(reason))),
+        // Its allocation is not needed: only the requirement can fail.
+        Some(Ok(())) if required => Vec::new(),
+        _ => match search(None)? {
+            Err(reason) => return Ok(Err(NotHere::upstream(reason))),
+            Ok(c) => c,
+        },
     };
     if numa.targets.is_empty() {
-        return Ok(Ok((upstream, Quality::Unconstrained)));
+        return Ok(Ok((found, Quality::Unconstrained)));
     }
-    if !numa.targets.iter().any(|t| t.required) {
-        return Ok(Ok((upstream, Quality::Level(Fit::Misaligned))));
+    if !required {
+        return Ok(Ok((found, Quality::Level(Fit::Misaligned))));
     }
     // Only the requirement fails: which one alone cannot be met.
     let aligned = |reason| NotHere {
@@ -827,6 +837,7 @@ mod tests {
         let resolved = ResolvedClaims {
             all: vec![("gpu", &claim)],
             pending: vec![0],
+            digest: None,
         };
         let mut t = required_gpu_on_node_1();
         assert_eq!(
@@ -848,6 +859,7 @@ mod tests {
         let resolved = ResolvedClaims {
             all: vec![("gpu", &two)],
             pending: vec![0],
+            digest: None,
         };
         assert_eq!(
             requirement_reason(&resolved, &t),

@@ -91,6 +91,9 @@ pub struct ResolvedClaims<'a> {
     pub all: Vec<(&'a str, &'a ResourceClaim)>,
     /// Indexes into `all` of the claims still to allocate (each once).
     pub pending: Vec<usize>,
+    /// A digest of what the allocation reads of the pod, its claims and the config, set by a
+    /// decision that caches what searches find; `None`: nothing is cached.
+    pub digest: Option<u64>,
 }
 
 /// A pod claim and the allocation it has or would get.
@@ -160,6 +163,11 @@ impl DraState {
     pub fn enable(&mut self) {
         self.enabled = true;
         self.changes.note(None);
+    }
+
+    /// Notes that what an allocation reads of node `name` (its labels) changed.
+    pub fn node_changed(&mut self, name: &str) {
+        self.changes.note(Some(name));
     }
 
     /// What changed, by node.
@@ -266,6 +274,7 @@ impl DraState {
         let mut out = ResolvedClaims {
             all: Vec::new(),
             pending: Vec::new(),
+            digest: None,
         };
         let mut seen: Vec<&str> = Vec::new();
         for c in claims {
