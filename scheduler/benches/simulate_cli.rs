@@ -154,7 +154,7 @@ fn device_class() -> Value {
 
 /// Whether pending pod `i` claims a GPU (a quarter of them).
 fn claims_gpu(i: usize) -> bool {
-    i % 4 == 0
+    i.is_multiple_of(4)
 }
 
 fn gpu_claim(i: usize) -> Value {

@@ -11,7 +11,7 @@
 
 use std::{
     collections::{HashMap, hash_map::DefaultHasher},
-    hash::{BuildHasher, Hash, Hasher},
+    hash::{BuildHasher as _, Hash, Hasher},
     sync::{Mutex, TryLockError},
 };
 
@@ -449,9 +449,7 @@ impl std::fmt::Debug for DeviceOutcomeCache {
 /// A key for [`DeviceOutcomes`]: the claims' digest ([`ClaimShapeKey::digest`]) and what else
 /// the search reads (its targets, the node's PCI locality), hashed.
 pub(super) fn outcome_key(parts: &impl Hash) -> u64 {
-    let mut h = foldhash::quality::FixedState::default().build_hasher();
-    parts.hash(&mut h);
-    h.finish()
+    foldhash::quality::FixedState::default().hash_one(parts)
 }
 
 impl Cluster {

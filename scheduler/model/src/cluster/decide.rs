@@ -249,9 +249,9 @@ impl Cluster {
         let pod = prepared.spec;
         if self.dra.enabled() && !pod.resource_claims.is_empty() {
             let explain = if explain {
-                super::claims::Explain::Every
+                super::Explain::Every
             } else {
-                super::claims::Explain::Failures
+                super::Explain::Failures
             };
             return self.schedule_claims(cfg, prepared, explain).0;
         }
@@ -376,9 +376,7 @@ impl Cluster {
             return d;
         }
         if self.dra.enabled() && !pod.resource_claims.is_empty() {
-            return self
-                .schedule_claims(cfg, prepared, super::claims::Explain::Message)
-                .0;
+            return self.schedule_claims(cfg, prepared, super::Explain::Message).0;
         }
         // Pods kube-scheduler's constraint plugins concern.
         if let Some(d) = self.schedule_constrained(cfg, prepared, false) {

@@ -39,6 +39,18 @@ pub use claims::ClaimsOutcome;
 pub use preemption::{Hold, Preemption};
 
 pub use decide::aggregate_message;
+use decide::format_aggregate;
+
+/// How much of a decision is explained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Explain {
+    /// Every node's verdict, with reasons, placed or not.
+    Every,
+    /// Every node's verdict when no node fits.
+    Failures,
+    /// Only the aggregate message when no node fits (the live loop's `decide`).
+    Message,
+}
 
 /// A node's topology as the index knows it.
 #[derive(Clone, Debug)]

@@ -1,0 +1,279 @@
+//! The search of a decision with claims: nodes ranked by their score and the most their
+//! alignment can add, tried best first, and the message of a pod that fits nowhere built from
+//! what is known of every node.
+
+use std::collections::BinaryHeap;
+
+use super::{
+    super::{Config, Decision, TopologyState},
+    CATEGORY, ClaimsOutcome, Explain, NUMA_CATEGORY, Step, Tried,
+};
+use crate::{
+    cluster::{
+        Cluster,
+        claims_cache::{Known, ShapeView},
+    },
+    dra::{
+        numa::{DraNumaAlignment, MAX_BONUS},
+        state::{ClaimAllocation, ResolvedClaims},
+    },
+    prepared::PreparedPod,
+    topology_manager::Policy,
+};
+
+impl Cluster {
+    /// The search half of [`Self::schedule_claims`]: the best node where the claims fit, or
+    /// (no node fits) the decision that says why, built from the searches made and the nodes
+    /// known to fail (`cache`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn search_claims(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        mut tried: Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        explain: Explain,
+        mut cache: Option<&mut ShapeView<'_>>,
+    ) -> (Decision, ClaimsOutcome) {
+        let pod = prepared.spec;
+        // Nodes are tried best first by their score plus the most the alignment can add
+        // there (MAX_BONUS on a node with a Topology Manager policy, the known bonus where the
+        // claims are known to fit), until no node left can beat the best found; nodes known
+        // to fail are not tried. Without alignment (Ignore, no container naming a claim) the
+        // bound is the score, so the first node that fits wins.
+        let aligns = cfg.dra_numa.alignment != DraNumaAlignment::Ignore
+            && pod
+                .init_containers
+                .iter()
+                .chain(&pod.containers)
+                .any(|c| !c.claims.is_empty());
+        // A topology lookup per node per pod was most of a DRA pod's decision time: looked
+        // up only when alignment can add to the score, and remembered by the cache.
+        let potential = |slot: usize| {
+            let aligned_policy = aligns
+                && self.slots.get(slot).and_then(Option::as_ref).is_some_and(
+                    |n| matches!(self.topology(&n.name), TopologyState::Valid(t) if t.policy != Policy::None),
+                );
+            if aligned_policy { MAX_BONUS } else { 0 }
+        };
+        let beats = |rank: u128, best: &Option<(i64, usize, Vec<ClaimAllocation>)>| {
+            best.as_ref()
+                .is_none_or(|(total, at, _)| rank > rank_of(*total, *at))
+        };
+        let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
+        // Positions tried in this decision that did not fail (or failed on an invalid pool).
+        let mut done: Vec<usize> = Vec::new();
+        // Each round scans every node once and keeps the `keep` best candidates, so a decision
+        // where the first few nodes settle it costs one pass and no sort; a round that runs out
+        // of candidates before settling scans again for more (ever more).
+        let mut keep = 8usize;
+        let most = if aligns { MAX_BONUS } else { 0 };
+        loop {
+            let mut top: BinaryHeap<std::cmp::Reverse<(u128, i64, usize)>> =
+                BinaryHeap::with_capacity(keep + 1);
+            // The worst rank kept once `keep` are kept (0 ranks below every node), and the best
+            // rank of a candidate not kept (0: none).
+            let (mut threshold, mut beyond) = (0u128, 0u128);
+            // A copy (a bit per node): the pass reads it beside the scores.
+            let failed = cache
+                .as_ref()
+                .map(|c| c.failed_bits().to_vec())
+                .unwrap_or_default();
+            self.scan_scores(cfg, prepared, |position, slot, score| {
+                let Some(score) = score else { return };
+                // A node that cannot make the kept ones even with the most alignment adds is
+                // passed over without looking it up.
+                let upper = rank_of(score.saturating_add(most), position);
+                if upper <= threshold {
+                    beyond = beyond.max(upper);
+                    return;
+                }
+                if failed.get(slot / 64).is_some_and(|w| w & (1 << (slot % 64)) != 0) {
+                    return;
+                }
+                if tried.contains_key(&position) || done.contains(&position) {
+                    return;
+                }
+                let bonus = match cache.as_mut() {
+                    Some(c) => match c.bonus_bound(slot, || potential(slot)) {
+                        Some(b) => b,
+                        None => return,
+                    },
+                    None => potential(slot),
+                };
+                let rank = rank_of(score.saturating_add(bonus), position);
+                if rank <= threshold {
+                    beyond = beyond.max(rank);
+                    return;
+                }
+                top.push(std::cmp::Reverse((rank, score, slot)));
+                if top.len() > keep
+                    && let Some(std::cmp::Reverse((dropped, _, _))) = top.pop()
+                {
+                    beyond = beyond.max(dropped);
+                }
+                if top.len() == keep
+                    && let Some(std::cmp::Reverse((worst, _, _))) = top.peek()
+                {
+                    threshold = *worst;
+                }
+            });
+            let mut settled = false;
+            for std::cmp::Reverse((rank, score, slot)) in top.into_sorted_vec() {
+                if !beats(rank, &best) {
+                    settled = true;
+                    break;
+                }
+                let position = position_of(rank);
+                let Some(Some(n)) = self.slots.get(slot) else {
+                    continue;
+                };
+                match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Search) {
+                    Ok(Ok((claims, bonus))) => {
+                        if let Some(c) = cache.as_mut() {
+                            c.fits(slot, bonus);
+                        }
+                        done.push(position);
+                        let total = score.saturating_add(bonus);
+                        if beats(rank_of(total, position), &best) {
+                            best = Some((total, position, claims));
+                        }
+                    }
+                    Ok(Err(not_here)) => {
+                        if let Some(c) = cache.as_mut() {
+                            c.failed(slot, not_here.as_ref());
+                        }
+                        tried.insert(position, Err(not_here));
+                    }
+                    Err(e) if e.is_node_error() => done.push(position),
+                    Err(e) => return self.claims_failed(pod, n, e),
+                }
+            }
+            if settled || beyond == 0 || !beats(beyond, &best) {
+                break;
+            }
+            keep = keep.saturating_mul(8);
+        }
+        if let Some((total, i, claims)) = best
+            && let Some((_, n)) = self.at_position(i)
+        {
+            return (
+                self.decision_on(prepared, n.name.clone(), total),
+                ClaimsOutcome { claims, error: None },
+            );
+        }
+        // No node fits: say why.
+        if explain == Explain::Message
+            && let Some(found) =
+                self.claims_failure_message(cfg, prepared, resolved, &mut tried, share, cache.as_deref_mut())
+        {
+            return found;
+        }
+        self.claims_explained(cfg, prepared, resolved, None, tried, share, cache)
+    }
+
+    /// The decision for a pod whose claims fit on no node, with only its aggregate message
+    /// (no per-node verdicts), from the plain path's cached categories and the claims'
+    /// verdicts already known. `None` when the message cannot be built that way (the plain
+    /// cache is in use elsewhere, or a node turns out to fit after all): the caller explains
+    /// every node instead.
+    #[allow(clippy::too_many_arguments)]
+    fn claims_failure_message(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        tried: &mut Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        mut cache: Option<&mut ShapeView<'_>>,
+    ) -> Option<(Decision, ClaimsOutcome)> {
+        let pod = prepared.spec;
+        let scores = self.cached_scores(cfg, prepared);
+        let mut counts =
+            self.with_cache(|shapes| Some(self.cached_failure_counts(cfg, prepared, shapes?)))?;
+        // Nodes the claims fail on: because of the alignment, and otherwise.
+        let (mut numa, mut other) = (0usize, 0usize);
+        for (i, score) in scores.iter().enumerate() {
+            if score.is_none() {
+                continue;
+            }
+            let Some((slot, n)) = self.at_position(i) else {
+                continue;
+            };
+            let known = cache.as_ref().map_or(Known::Nothing, |c| c.known(slot));
+            let here = tried.remove(&i);
+            if here.is_none()
+                && let Known::Explained(not_here) = known
+            {
+                // Counted from the cache: nothing is searched or copied.
+                *if not_here.alignment { &mut numa } else { &mut other } += 1;
+                continue;
+            }
+            match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
+                Ok(Ok(found)) => {
+                    // Fits after all (an unaligned allocation where nothing is required).
+                    tried.insert(i, Ok(found));
+                    return None;
+                }
+                Ok(Err(not_here)) => {
+                    if let Some(c) = cache.as_mut() {
+                        c.failed(slot, Some(&not_here));
+                    }
+                    *if not_here.alignment { &mut numa } else { &mut other } += 1;
+                    tried.insert(i, Err(Some(not_here)));
+                }
+                Err(e) if e.is_node_error() => other += 1,
+                Err(e) => return Some(self.claims_failed(pod, n, e)),
+            }
+        }
+        for (category, n) in [(NUMA_CATEGORY, numa), (CATEGORY, other)] {
+            if n > 0 {
+                *counts.entry(category.to_owned()).or_default() += n;
+            }
+        }
+        let counts: std::collections::BTreeMap<&str, usize> =
+            counts.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        Some((
+            Decision {
+                pod: pod.key(),
+                node: None,
+                message: crate::cluster::format_aggregate(0, self.order.len(), &counts),
+                placement: None,
+                allocation: None,
+                nodes: Vec::new(),
+            },
+            ClaimsOutcome::default(),
+        ))
+    }
+}
+
+/// A node's rank in the search, as one integer: its bound, then its position in name order
+/// (lower first); higher ranks are tried first.
+fn rank_of(bound: i64, position: usize) -> u128 {
+    let bound = (i128::from(bound) - i128::from(i64::MIN)) as u128;
+    (bound << 64) | u128::from(u64::MAX - position as u64)
+}
+
+/// The position a [`rank_of`] was made from.
+fn position_of(rank: u128) -> usize {
+    (u64::MAX - (rank & u128::from(u64::MAX)) as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{position_of, rank_of};
+
+    #[test]
+    fn ranks_order_by_bound_then_by_name_order() {
+        assert!(rank_of(10, 5) > rank_of(9, 0));
+        assert!(rank_of(10, 1) > rank_of(10, 2));
+        assert!(rank_of(i64::MIN, 0) > rank_of(i64::MIN, 1));
+        assert!(rank_of(i64::MAX, usize::MAX >> 1) > rank_of(i64::MAX - 1, 0));
+        // Every rank is above 0, the search's "nothing kept".
+        assert!(rank_of(i64::MIN, u64::MAX as usize - 1) > 0);
+        for (bound, position) in [(0, 0), (-7, 3), (100, 4999), (i64::MAX, 17)] {
+            assert_eq!(position_of(rank_of(bound, position)), position);
+        }
+    }
+}
