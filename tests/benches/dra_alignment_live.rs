@@ -3,6 +3,10 @@
 //! kube-scheduler; all v1.36.2, no kubelet): how fast pods with a GPU claim are bound and how many
 //! get their GPU on the NUMA node where the kubelet pins their CPUs.
 //!
+//! Size (~730 lines of code): one bench binary, whose three runs share one cluster setup, one
+//! clean-up between runs and one alignment replay. What other benches and tests share is
+//! already in `tests/harness`.
+//!
 //! Cluster (the setup of tests/tests/dra_numa_live.rs, with the NRTs published by the bench instead
 //! of one exporter per node): NODES Nodes (32 CPUs, 256Gi, 110 pods allocatable), each with
 //! - a NodeResourceTopology: 2 NUMA zones of 16 CPUs (per-zone `cpu`, so the static CPU manager is
