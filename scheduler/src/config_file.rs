@@ -99,6 +99,10 @@ pub struct FileConfig {
     pub kube_api_qps: Option<f64>,
     /// Client burst.
     pub kube_api_burst: Option<u32>,
+    /// Events and status writes per second (their own budget).
+    pub event_qps: Option<f64>,
+    /// Their burst.
+    pub event_burst: Option<u32>,
     /// Listen address.
     pub listen: Option<SocketAddr>,
     /// Metrics and probes only.

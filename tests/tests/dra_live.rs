@@ -696,10 +696,14 @@ async fn a_stale_copy_of_a_claim_allocated_elsewhere_is_left_untouched() {
         ..PostParams::default()
     };
     let before = env.claims.replace_status("c", &pp, &c).await.unwrap();
+    let budget = numaplane_scheduler::live::api::Budget {
+        qps: 100.0,
+        burst: 100,
+    };
     let (writer, _aux) = Writer::new(
         env.target.client(),
-        100.0,
-        100,
+        budget,
+        budget,
         "e2e".to_owned(),
         std::sync::Arc::new(Metrics::new()),
     );

@@ -738,6 +738,51 @@ async fn binding_conflicts_drop_the_stale_placement_and_lose_no_pod() {
     env.cleanup().await;
 }
 
+/// Two pods decided for one node whose kubelet pins them on different NUMA nodes only because
+/// of which it admits first reach the server in the order they were decided: the second
+/// Binding is sent once the first is answered, even when that answer is slow. (Sent side by
+/// side, the second would land first, and the kubelet would pin it where the first was
+/// predicted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_of_pinned_pods_to_one_node_keep_the_decided_order() {
+    let env = Env::new_fake(1).await;
+    let fake = env.fake();
+    // 3 of a zone's 4 CPUs each: the first admitted takes NUMA node 0, the second NUMA node 1.
+    env.create_pods("a-first", 1, 3, 0).await;
+    env.create_pods("b-second", 1, 3, 0).await;
+    let pods_path = format!("/api/v1/namespaces/{}/pods", env.ns);
+    fake.change_then_answer_after(
+        "POST",
+        &format!("{pods_path}/a-first-0/binding"),
+        Vec::new(),
+        Duration::from_millis(800),
+    );
+    let sched = env.start(&[]).await;
+    let bound = env.wait_bound(2, &sched).await;
+    let numa = |name: &str| {
+        let p = bound.iter().find(|p| key(p).ends_with(name)).expect("bound");
+        record(p).containers[0].numa_nodes.clone()
+    };
+    assert_eq!(numa("/a-first-0"), Some(vec![0]));
+    assert_eq!(numa("/b-second-0"), Some(vec![1]));
+    let order: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/binding"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            format!("{pods_path}/a-first-0/binding"),
+            format!("{pods_path}/b-second-0/binding")
+        ],
+        "{}",
+        sched.stderr()
+    );
+    env.cleanup().await;
+}
+
 /// Pods with scheduling gates are not decided: no Binding is sent for them (the API server
 /// would answer 409) until the gates are removed; then they are placed as any pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -883,6 +928,8 @@ async fn bad_configuration_exits_64_with_one_line() {
         vec!["run", "--kube-api-qps", "-1"],
         vec!["run", "--pod-initial-backoff", "10s", "--pod-max-backoff", "1s"],
         vec!["run", "--bind-concurrency", "0"],
+        vec!["run", "--event-qps", "0"],
+        vec!["run", "--event-burst", "0"],
         vec!["run", "--no-such-flag"],
     ] {
         let out = std::process::Command::new(numaplane_e2e::binaries::scheduler())

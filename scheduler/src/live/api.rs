@@ -1,16 +1,12 @@
-//! API writes of the live scheduler under one client-side budget (`--kube-api-qps`,
-//! `--kube-api-burst`): Bindings first; events and `PodScheduled` conditions behind them, from
-//! a bounded queue whose overflow is dropped and counted, so the budget goes to Bindings.
+//! API writes of the live scheduler under two client-side budgets, as kube-scheduler keeps its
+//! event client apart from its main one: Bindings (with the claim, volume and eviction writes
+//! that are part of them) under `--kube-api-qps` / `--kube-api-burst`; events and
+//! `PodScheduled` conditions under `--event-qps` / `--event-burst`, from a bounded queue whose
+//! overflow is dropped and counted, so an event storm never slows a Binding.
 
-use std::{
-    collections::HashMap,
-    num::NonZeroU32,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::{collections::HashMap, num::NonZeroU32, sync::Arc, time::Duration};
+
+use futures::{StreamExt, stream::FuturesUnordered};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -26,8 +22,21 @@ use numaplane::allocation::ANNOTATION;
 
 /// The event note limit of the API server; kube-scheduler cuts there too, with " ...".
 const NOTE_LIMIT: usize = 1024;
-/// Low-priority writes waiting at most; beyond, new ones are dropped (counted).
-const AUX_QUEUE: usize = 4096;
+/// Low-priority writes waiting at most; beyond, new ones are dropped (counted). At the event
+/// budget's rate this bounds how late one is: 4,096 / `--event-qps` seconds.
+pub const AUX_QUEUE: usize = 4096;
+/// Low-priority writes in flight at once: one at a time would cap them at one per round trip,
+/// below the rate of Bindings, and the queue would overflow on a large batch.
+const AUX_IN_FLIGHT: usize = 8;
+
+/// A client-side token bucket: `qps` requests per second with bursts of `burst`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// Sustained requests per second.
+    pub qps: f64,
+    /// Requests at once after a quiet spell.
+    pub burst: u32,
+}
 
 /// A failed Binding.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +149,7 @@ enum Aux {
 pub struct Writer {
     client: Client,
     limiter: Arc<DefaultDirectRateLimiter>,
-    binds_waiting: Arc<AtomicUsize>,
+    event_limiter: Arc<DefaultDirectRateLimiter>,
     aux: mpsc::Sender<Aux>,
     metrics: Arc<Metrics>,
     timeout: Duration,
@@ -165,16 +174,16 @@ impl Writer {
     /// A writer and the task that sends low-priority writes (run it supervised).
     pub fn new(
         client: Client,
-        qps: f64,
-        burst: u32,
+        writes: Budget,
+        events: Budget,
         identity: String,
         metrics: Arc<Metrics>,
     ) -> (Self, impl std::future::Future<Output = ()>) {
         let (tx, rx) = mpsc::channel(AUX_QUEUE);
         let w = Writer {
             client,
-            limiter: Arc::new(RateLimiter::direct(quota(qps, burst))),
-            binds_waiting: Arc::new(AtomicUsize::new(0)),
+            limiter: Arc::new(RateLimiter::direct(quota(writes.qps, writes.burst))),
+            event_limiter: Arc::new(RateLimiter::direct(quota(events.qps, events.burst))),
             aux: tx,
             metrics,
             timeout: Duration::from_secs(30),
@@ -194,9 +203,7 @@ impl Writer {
         allocation: Option<&str>,
     ) -> Result<(), BindError> {
         let key = format!("{namespace}/{name}");
-        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
         self.limiter.until_ready().await;
-        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -241,11 +248,9 @@ impl Writer {
         &self.metrics
     }
 
-    /// Waits for one request of the budget, ahead of events and conditions (as a Binding).
+    /// Waits for one request of the Bindings' budget (for a write that is part of one).
     pub(super) async fn priority_budget(&self) {
-        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
         self.limiter.until_ready().await;
-        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn enqueue(&self, aux: Aux, kind: &'static str) {
@@ -317,9 +322,7 @@ impl Writer {
     /// patch, under the Bindings' budget: it is part of the Binding), as kube-scheduler's
     /// VolumeBinding PreBind does before the pod is bound.
     pub async fn select_node(&self, namespace: &str, claim: &str, node: &str) -> Result<(), kube::Error> {
-        self.binds_waiting.fetch_add(1, Ordering::SeqCst);
         self.limiter.until_ready().await;
-        self.binds_waiting.fetch_sub(1, Ordering::SeqCst);
         let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {
@@ -341,63 +344,81 @@ impl Writer {
 
     async fn run_aux(self, mut rx: mpsc::Receiver<Aux>, identity: String) {
         let mut recorders: HashMap<String, Recorder> = HashMap::new();
-        while let Some(aux) = rx.recv().await {
-            // Bindings go first: wait while any is waiting for the budget.
-            while self.binds_waiting.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            self.limiter.until_ready().await;
-            match aux {
-                Aux::Event {
-                    profile,
-                    reference,
-                    type_,
-                    reason,
-                    action,
-                    note,
-                } => {
-                    let recorder = recorders.entry(profile.clone()).or_insert_with(|| {
-                        Recorder::new(
-                            self.client.clone(),
-                            Reporter {
-                                controller: profile.clone(),
-                                instance: Some(identity.clone()),
-                            },
-                        )
-                    });
-                    let ev = Event {
-                        type_,
-                        reason: reason.to_owned(),
-                        note: Some(note),
-                        action: action.to_owned(),
-                        secondary: None,
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                aux = rx.recv(), if in_flight.len() < AUX_IN_FLIGHT => {
+                    let Some(aux) = aux else { break };
+                    let recorder = match &aux {
+                        Aux::Event { profile, .. } => Some(
+                            recorders
+                                .entry(profile.clone())
+                                .or_insert_with(|| {
+                                    Recorder::new(
+                                        self.client.clone(),
+                                        Reporter {
+                                            controller: profile.clone(),
+                                            instance: Some(identity.clone()),
+                                        },
+                                    )
+                                })
+                                .clone(),
+                        ),
+                        Aux::Unschedulable { .. } => None,
                     };
-                    Families::count(&self.metrics.api_writes, "event");
-                    if let Err(e) = recorder.publish(&ev, &reference).await {
-                        self.metrics.event_write_errors.inc();
-                        tracing::warn!(reason, pod = ?reference.name, error = %numaplane::error_chain(&e), "cannot publish event");
-                    }
+                    in_flight.push(self.send_aux(aux, recorder));
                 }
-                Aux::Unschedulable {
-                    namespace,
-                    name,
-                    reason,
-                    message,
-                } => {
-                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-                    let patch = serde_json::json!({"status": {"conditions": [{
-                        "type": "PodScheduled", "status": "False", "reason": reason,
-                        "message": message,
-                        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
-                    }]}});
-                    Families::count(&self.metrics.api_writes, "status");
-                    if let Err(e) = api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                        .await
-                    {
-                        self.metrics.status_patch_errors.inc();
-                        tracing::warn!(pod = %format!("{namespace}/{name}"), error = %numaplane::error_chain(&e), "cannot set PodScheduled condition");
-                    }
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            }
+        }
+        while in_flight.next().await.is_some() {}
+    }
+
+    /// Sends one low-priority write once the event budget allows it.
+    async fn send_aux(&self, aux: Aux, recorder: Option<Recorder>) {
+        self.event_limiter.until_ready().await;
+        match aux {
+            Aux::Event {
+                profile: _,
+                reference,
+                type_,
+                reason,
+                action,
+                note,
+            } => {
+                let Some(recorder) = recorder else { return };
+                let ev = Event {
+                    type_,
+                    reason: reason.to_owned(),
+                    note: Some(note),
+                    action: action.to_owned(),
+                    secondary: None,
+                };
+                Families::count(&self.metrics.api_writes, "event");
+                if let Err(e) = recorder.publish(&ev, &reference).await {
+                    self.metrics.event_write_errors.inc();
+                    tracing::warn!(reason, pod = ?reference.name, error = %numaplane::error_chain(&e), "cannot publish event");
+                }
+            }
+            Aux::Unschedulable {
+                namespace,
+                name,
+                reason,
+                message,
+            } => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+                let patch = serde_json::json!({"status": {"conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+                }]}});
+                Families::count(&self.metrics.api_writes, "status");
+                if let Err(e) = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                {
+                    self.metrics.status_patch_errors.inc();
+                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %numaplane::error_chain(&e), "cannot set PodScheduled condition");
                 }
             }
         }

@@ -40,6 +40,13 @@ pub struct ServeArgs {
     /// Client-side burst of API requests [default: 100].
     #[arg(long, env = "NUMAPLANE_KUBE_API_BURST")]
     pub kube_api_burst: Option<u32>,
+    /// Client-side limit of Events and `PodScheduled` status writes per second: a budget apart
+    /// from --kube-api-qps, as kube-scheduler's event client has [default: the --kube-api-qps value].
+    #[arg(long, env = "NUMAPLANE_EVENT_QPS")]
+    pub event_qps: Option<f64>,
+    /// Client-side burst of Events and status writes [default: the --kube-api-burst value].
+    #[arg(long, env = "NUMAPLANE_EVENT_BURST")]
+    pub event_burst: Option<u32>,
     /// Address of /metrics, /healthz, /readyz (and the extender verbs) [default: 0.0.0.0:10269].
     /// Not kube-scheduler's 10259, so both can run on one hostNetwork control-plane node.
     #[arg(long, env = "NUMAPLANE_LISTEN")]
@@ -132,6 +139,8 @@ pub struct ServeConfig {
     pub qps: f64,
     /// Client burst.
     pub burst: u32,
+    /// Events and status writes: their own budget.
+    pub events: super::api::Budget,
     /// Listen address.
     pub listen: SocketAddr,
     /// Metrics and probes only, when set.
@@ -265,6 +274,14 @@ impl ServeArgs {
         if burst == 0 {
             return invalid("--kube-api-burst", "must be at least 1".to_owned());
         }
+        let event_qps = self.event_qps.or(file.event_qps).unwrap_or(qps);
+        if !(event_qps.is_finite() && event_qps > 0.0) {
+            return invalid("--event-qps", format!("{event_qps} must be a positive number"));
+        }
+        let event_burst = self.event_burst.or(file.event_burst).unwrap_or(burst);
+        if event_burst == 0 {
+            return invalid("--event-burst", "must be at least 1".to_owned());
+        }
         let initial = self
             .pod_initial_backoff
             .or(file.pod_initial_backoff_seconds.map(Duration::from_secs))
@@ -368,6 +385,10 @@ impl ServeArgs {
             no_topology: file.no_topology.unwrap_or_default(),
             qps,
             burst,
+            events: super::api::Budget {
+                qps: event_qps,
+                burst: event_burst,
+            },
             listen: self
                 .listen
                 .or(file.listen)
@@ -410,4 +431,53 @@ pub fn dra_numa_alignment()
     PossibleValuesParser::new(DraNumaAlignment::ALL.map(|m| PossibleValue::new(m.name()).help(m.summary())))
         // The parser above admits only the names of ALL.
         .map(|name| DraNumaAlignment::from_name(&name).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::api::Budget;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn resolve(args: &[&str], file: &str) -> Result<ServeConfig, ConfigError> {
+        let cli = Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied())).expect("flags");
+        cli.serve
+            .merge(serde_saphyr::from_str::<FileConfig>(file).expect("file"))
+    }
+
+    #[test]
+    fn events_have_a_budget_of_their_own_that_defaults_to_the_main_one() {
+        let c = resolve(&["--kube-api-qps", "300", "--kube-api-burst", "600"], "{}").expect("valid");
+        assert_eq!((c.qps, c.burst), (300.0, 600));
+        assert_eq!(
+            c.events,
+            Budget {
+                qps: 300.0,
+                burst: 600
+            }
+        );
+
+        let c = resolve(&["--event-qps", "20"], "kubeApiQps: 500\neventBurst: 40\n").expect("valid");
+        assert_eq!((c.qps, c.burst), (500.0, 100));
+        assert_eq!(c.events, Budget { qps: 20.0, burst: 40 });
+
+        // The flag wins over the file.
+        let c = resolve(&["--event-burst", "7"], "eventBurst: 40\neventQps: 3.5\n").expect("valid");
+        assert_eq!(c.events, Budget { qps: 3.5, burst: 7 });
+
+        for (args, file) in [
+            (&["--event-qps", "0"][..], "{}"),
+            (&[][..], "eventQps: -2\n"),
+            (&["--event-burst", "0"][..], "{}"),
+        ] {
+            let e = resolve(args, file).expect_err("invalid");
+            assert!(e.to_string().contains("--event-"), "{e}");
+        }
+    }
 }

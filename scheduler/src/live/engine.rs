@@ -127,6 +127,8 @@ pub struct BindDone {
     pub written: Vec<(String, u64)>,
     /// The NUMA report of each claim on a node with a NodeResourceTopology.
     pub claims_numa: Vec<(String, crate::dra::numa::ClaimNuma)>,
+    /// Its place in the node's chain of ordered Bindings, if it has one.
+    pub chain: Option<u64>,
     /// Outcome.
     pub result: Result<(), BindError>,
 }
@@ -189,6 +191,11 @@ pub struct Engine {
     leader: watch::Receiver<bool>,
     leading: bool,
     in_flight: usize,
+    /// Per node, the last Binding in flight of a pod the kubelet pins something for, and the
+    /// signal its task gives when done: the next such pod's Binding waits for it (see
+    /// [`Self::chain_after`]).
+    bind_chains: HashMap<String, (u64, tokio::sync::oneshot::Receiver<()>)>,
+    bind_seq: u64,
     writer: Writer,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -303,6 +310,8 @@ impl Engine {
             leader,
             leading,
             in_flight: 0,
+            bind_chains: HashMap::new(),
+            bind_seq: 0,
             writer,
             metrics,
             health,
@@ -955,7 +964,18 @@ impl Engine {
                         .iter()
                         .filter_map(|c| Some((c.name.clone(), c.numa.clone()?)))
                         .collect();
+                    let ordered = decision.placement.as_ref().is_some_and(|p| p.holds_exclusive());
+                    let (chain, after, done) = if ordered {
+                        let (seq, after, done) = self.chain_after(&node);
+                        (Some(seq), after, Some(done))
+                    } else {
+                        (None, None, None)
+                    };
                     tokio::spawn(async move {
+                        if let Some(after) = after {
+                            // Sent or dropped: either way the earlier Binding is over.
+                            let _ = after.await;
+                        }
                         let mut written = Vec::new();
                         let result = if writes.is_empty() {
                             volumes::bind_with_volumes(
@@ -997,8 +1017,10 @@ impl Engine {
                             claims: held,
                             written,
                             claims_numa,
+                            chain,
                             result,
                         })));
+                        drop(done);
                     });
                     tracing::debug!(pod = %q.key, node = ?decision.node, "binding");
                 }
@@ -1026,6 +1048,30 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Joins `node`'s chain of ordered Bindings: its place, the signal of the Binding before it
+    /// (if one is in flight) and its own signal for the next. The kubelet admits pods in the
+    /// order it sees them, and the CPUs, memory and devices it gives one depend on those it
+    /// gave before; two Bindings in flight to one node may reach the server in either order,
+    /// and then the kubelet pins them the other way round from the prediction (and from the
+    /// DRA devices chosen to match). Bindings to other nodes, and of pods that hold nothing
+    /// exclusive, still run side by side.
+    fn chain_after(
+        &mut self,
+        node: &str,
+    ) -> (
+        u64,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        self.bind_seq = self.bind_seq.wrapping_add(1);
+        let (done, next) = tokio::sync::oneshot::channel();
+        let before = self
+            .bind_chains
+            .insert(node.to_owned(), (self.bind_seq, next))
+            .map(|(_, rx)| rx);
+        (self.bind_seq, before, done)
     }
 
     /// The allocation record of a decision, encoded for the Binding.
@@ -1131,9 +1177,13 @@ impl Engine {
             claims,
             written,
             claims_numa,
+            chain,
             result,
         } = done;
         self.in_flight = self.in_flight.saturating_sub(1);
+        if chain.is_some() && self.bind_chains.get(&node).map(|(seq, _)| *seq) == chain {
+            self.bind_chains.remove(&node);
+        }
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         if result.is_ok() {
             self.cluster.dra.written(ns, &key, &written);

@@ -269,7 +269,16 @@ pub async fn run(cfg: ServeConfig) -> Result<(), LiveError> {
         .leader_election
         .as_ref()
         .map_or_else(|| "numaplane-scheduler".to_owned(), |l| l.identity.clone());
-    let (writer, aux_task) = api::Writer::new(client.clone(), cfg.qps, cfg.burst, identity, metrics.clone());
+    let (writer, aux_task) = api::Writer::new(
+        client.clone(),
+        api::Budget {
+            qps: cfg.qps,
+            burst: cfg.burst,
+        },
+        cfg.events,
+        identity,
+        metrics.clone(),
+    );
     let extra = cfg
         .extender
         .then(|| extender_http::routes(tx.clone(), client.clone(), writer.clone(), metrics.clone()));

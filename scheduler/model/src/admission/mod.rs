@@ -156,6 +156,18 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Whether the kubelet gives this pod anything of its own at admission (exclusive CPUs, a
+    /// Static memory manager block, devices): then what it gets depends on which pods the
+    /// kubelet admitted before it on the node.
+    pub fn holds_exclusive(&self) -> bool {
+        self.containers.iter().any(|c| {
+            c.exclusive_cpus > 0
+                || c.memory_numa_nodes.is_some()
+                || !c.devices.is_empty()
+                || !c.device_counts.is_empty()
+        })
+    }
+
     /// The NUMA node sets the Static memory manager allocates this placement's memory from, by
     /// NUMA id (each ascending, no duplicates): a multi-node one is a group, a single node a
     /// single-NUMA allocation. Until the node's NRT shows them, the next decision must know
