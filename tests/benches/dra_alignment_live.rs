@@ -58,10 +58,11 @@
 //! `numaNodes`) must name the device's NUMA node, and the same replay in the order numaplane
 //! decided (its `binding` debug log lines) must give it too; the scheduler's own count
 //! `numaplane_scheduler_dra_claims_bound_total{alignment="aligned"}` is printed beside them.
-//! numaplane binds up to `--bind-concurrency` pods at once (16 by default; each DRA bind is
-//! three writes: the claim's finalizer, its status, the Binding), so two pods decided for one node
-//! can reach the API server, and the kubelet, in the other order: the kubelet then pins the
-//! first to arrive where numaplane predicted the second.
+//! numaplane binds up to `--bind-concurrency` pods at once (32 by default; each DRA bind is
+//! three writes: the claim's finalizer, its status, the Binding), but the Bindings of pinned pods
+//! to one node one after another, in decision order: sent side by side, two pods decided for one
+//! node could reach the API server, and the kubelet, in the other order, and the kubelet would
+//! pin the first to arrive where numaplane predicted the second.
 //!
 //! Panics when a run leaves a pod unbound after 300 s, or when numaplane's DRA run binds a pod
 //! whose device is not on the kubelet's NUMA node by any of the three counts (after printing the

@@ -622,6 +622,8 @@ fn serve_args(c: &Container) -> numaplane_scheduler::live::daemon_config::ServeA
         scheduler_names: Vec::new(),
         kube_api_qps: None,
         kube_api_burst: None,
+        event_qps: None,
+        event_burst: None,
         listen: env_value(c, "NUMAPLANE_LISTEN").map(|l| l.parse().unwrap()),
         metrics_listen: env_value(c, "NUMAPLANE_METRICS_LISTEN").map(|l| l.parse().unwrap()),
         leader_elect: env_value(c, "NUMAPLANE_LEADER_ELECT").map(|v| v.parse().unwrap()),

@@ -2,9 +2,16 @@
 //! event client apart from its main one: Bindings (with the claim, volume and eviction writes
 //! that are part of them) under `--kube-api-qps` / `--kube-api-burst`; events and
 //! `PodScheduled` conditions under `--event-qps` / `--event-burst`, from a bounded queue whose
-//! overflow is dropped and counted, so an event storm never slows a Binding.
+//! overflow is dropped and counted, so an event storm never slows a Binding. Those writes also
+//! wait, up to [`AUX_YIELD`], while Bindings are at the API server: on a server that is the
+//! limit, each would take the place of a Binding.
 
-use std::{collections::HashMap, num::NonZeroU32, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    num::NonZeroU32,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures::{StreamExt, stream::FuturesUnordered};
 
@@ -15,16 +22,20 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams, PostParams},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::metrics::{Families, Metrics};
 use numaplane::allocation::ANNOTATION;
 
 /// The event note limit of the API server; kube-scheduler cuts there too, with " ...".
 const NOTE_LIMIT: usize = 1024;
-/// Low-priority writes waiting at most; beyond, new ones are dropped (counted). At the event
-/// budget's rate this bounds how late one is: 4,096 / `--event-qps` seconds.
-pub const AUX_QUEUE: usize = 4096;
+/// Low-priority writes waiting at most; beyond, new ones are dropped (counted): the events of
+/// a batch of 10,000 pods fit while its Bindings run. One entry is a few hundred bytes.
+pub const AUX_QUEUE: usize = 16_384;
+/// How long a low-priority write waits at most for the Bindings at the server to finish before
+/// it is sent anyway. With the queue drained at the event budget's rate, one is late by at most
+/// this plus [`AUX_QUEUE`] / `--event-qps` seconds.
+pub const AUX_YIELD: Duration = Duration::from_secs(10);
 /// Low-priority writes in flight at once: one at a time would cap them at one per round trip,
 /// below the rate of Bindings, and the queue would overflow on a large batch.
 const AUX_IN_FLIGHT: usize = 8;
@@ -150,7 +161,9 @@ pub struct Writer {
     client: Client,
     limiter: Arc<DefaultDirectRateLimiter>,
     event_limiter: Arc<DefaultDirectRateLimiter>,
-    aux: mpsc::Sender<Aux>,
+    /// Bindings holding a token and not yet answered.
+    at_server: Arc<watch::Sender<usize>>,
+    aux: mpsc::Sender<(Instant, Aux)>,
     metrics: Arc<Metrics>,
     timeout: Duration,
 }
@@ -184,6 +197,7 @@ impl Writer {
             client,
             limiter: Arc::new(RateLimiter::direct(quota(writes.qps, writes.burst))),
             event_limiter: Arc::new(RateLimiter::direct(quota(events.qps, events.burst))),
+            at_server: Arc::new(watch::channel(0).0),
             aux: tx,
             metrics,
             timeout: Duration::from_secs(30),
@@ -204,6 +218,7 @@ impl Writer {
     ) -> Result<(), BindError> {
         let key = format!("{namespace}/{name}");
         self.limiter.until_ready().await;
+        let _at_server = AtServer::new(&self.at_server);
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -254,7 +269,7 @@ impl Writer {
     }
 
     fn enqueue(&self, aux: Aux, kind: &'static str) {
-        if self.aux.try_send(aux).is_err() {
+        if self.aux.try_send((Instant::now(), aux)).is_err() {
             Families::count(&self.metrics.writes_dropped, kind);
         }
     }
@@ -342,13 +357,13 @@ impl Writer {
         }
     }
 
-    async fn run_aux(self, mut rx: mpsc::Receiver<Aux>, identity: String) {
+    async fn run_aux(self, mut rx: mpsc::Receiver<(Instant, Aux)>, identity: String) {
         let mut recorders: HashMap<String, Recorder> = HashMap::new();
         let mut in_flight = FuturesUnordered::new();
         loop {
             tokio::select! {
                 aux = rx.recv(), if in_flight.len() < AUX_IN_FLIGHT => {
-                    let Some(aux) = aux else { break };
+                    let Some((queued, aux)) = aux else { break };
                     let recorder = match &aux {
                         Aux::Event { profile, .. } => Some(
                             recorders
@@ -366,7 +381,7 @@ impl Writer {
                         ),
                         Aux::Unschedulable { .. } => None,
                     };
-                    in_flight.push(self.send_aux(aux, recorder));
+                    in_flight.push(self.send_aux(queued, aux, recorder));
                 }
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
             }
@@ -374,8 +389,12 @@ impl Writer {
         while in_flight.next().await.is_some() {}
     }
 
-    /// Sends one low-priority write once the event budget allows it.
-    async fn send_aux(&self, aux: Aux, recorder: Option<Recorder>) {
+    /// Sends one low-priority write once no Binding is at the server (or it has waited
+    /// [`AUX_YIELD`] since it was queued) and the event budget allows it.
+    async fn send_aux(&self, queued: Instant, aux: Aux, recorder: Option<Recorder>) {
+        let mut at_server = self.at_server.subscribe();
+        // Timed out: sent anyway. The sender lives as long as `self`.
+        let _ = tokio::time::timeout_at((queued + AUX_YIELD).into(), at_server.wait_for(|n| *n == 0)).await;
         self.event_limiter.until_ready().await;
         match aux {
             Aux::Event {
@@ -422,6 +441,22 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+/// Counts one Binding at the server while it lives (dropped on every way out, a timeout too).
+struct AtServer<'a>(&'a watch::Sender<usize>);
+
+impl<'a> AtServer<'a> {
+    fn new(count: &'a watch::Sender<usize>) -> Self {
+        count.send_modify(|n| *n = n.saturating_add(1));
+        AtServer(count)
+    }
+}
+
+impl Drop for AtServer<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 

@@ -91,7 +91,7 @@ pub struct ServeArgs {
     /// How long a placement is held on a node whose NRT does not show the pod yet [default: 2m].
     #[arg(long, env = "NUMAPLANE_ASSUME_TIMEOUT", value_parser = humantime::parse_duration)]
     pub assume_timeout: Option<Duration>,
-    /// Bindings in flight at once [default: 16].
+    /// Bindings in flight at once [default: 32].
     #[arg(long, env = "NUMAPLANE_BIND_CONCURRENCY")]
     pub bind_concurrency: Option<usize>,
     /// NUMA alignment of DRA devices with the CPUs the kubelet pins: Required, Preferred or
@@ -303,7 +303,7 @@ impl ServeArgs {
         if assume_timeout.is_zero() {
             return invalid("--assume-timeout", "must be positive".to_owned());
         }
-        let bind_concurrency = self.bind_concurrency.or(file.bind_concurrency).unwrap_or(16);
+        let bind_concurrency = self.bind_concurrency.or(file.bind_concurrency).unwrap_or(32);
         if bind_concurrency == 0 {
             return invalid("--bind-concurrency", "must be at least 1".to_owned());
         }

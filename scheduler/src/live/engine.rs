@@ -50,10 +50,11 @@ pub enum Stream {
     Nodes,
     /// NodeResourceTopologies.
     Nrts,
-    /// Pods bound to a node (every scheduler's).
+    /// Pods bound to a node (every scheduler's), the only pod watch of the extender.
     Bound,
-    /// Unbound pods of the scheduler name with this index.
-    Pending(usize),
+    /// Every pod: those bound to a node (every scheduler's) and the unbound ones of the
+    /// scheduler names served, in one watch, as kube-scheduler's one pod informer.
+    Pods,
     /// PersistentVolumeClaims.
     Claims,
     /// PersistentVolumes.
@@ -83,8 +84,8 @@ pub enum Input {
     Nrt(watcher::Event<NodeResourceTopology>),
     /// A bound-pod event.
     BoundPodEvent(watcher::Event<Pod>),
-    /// A pending-pod event of one scheduler name.
-    Pending(usize, watcher::Event<Pod>),
+    /// An event of the watch of every pod.
+    Pod(watcher::Event<Pod>),
     /// A claim, volume or class event.
     Storage(Box<volumes::StorageEvent>),
     /// A DeviceClass, ResourceSlice or ResourceClaim event.
@@ -274,11 +275,12 @@ impl Engine {
         let model = cfg.model(&mut cluster.res);
         cluster.set_spread_defaults(cfg.spread_defaults.clone());
         // The Namespace watch of a scheduler (not of an extender).
+        // Nodes, NRTs and pods (bound ones only in extender mode).
         let streams = 3 + if cfg.extender {
             0
         } else {
             // The storage watches.
-            cfg.scheduler_names.len() + volumes::STREAMS + preemption::STREAMS + dra::STREAMS + 1 // Namespaces
+            volumes::STREAMS + preemption::STREAMS + dra::STREAMS + 1 // Namespaces
         };
         // kube-scheduler allocates claims itself in extender mode.
         if !cfg.extender {
@@ -554,7 +556,7 @@ impl Engine {
             Input::Node(ev) => self.on_event(Stream::Nodes, ev),
             Input::Nrt(ev) => self.on_event(Stream::Nrts, ev),
             Input::BoundPodEvent(ev) => self.on_event(Stream::Bound, ev),
-            Input::Pending(i, ev) => self.on_event(Stream::Pending(i), ev),
+            Input::Pod(ev) => self.on_event(Stream::Pods, ev),
             Input::Storage(ev) => self.on_storage(*ev),
             Input::Dra(ev) => self.on_dra(*ev),
             Input::Budget(ev) => self.on_event(Stream::Budgets, ev),
@@ -564,7 +566,7 @@ impl Engine {
                     Stream::Nodes => "nodes",
                     Stream::Nrts => "noderesourcetopologies",
                     Stream::Bound => "bound_pods",
-                    Stream::Pending(_) => "pending_pods",
+                    Stream::Pods => "pods",
                     Stream::Claims | Stream::Volumes | Stream::Classes | Stream::CsiNodes => {
                         volumes::stream_label(stream).unwrap_or_default()
                     }
@@ -602,6 +604,13 @@ impl Engine {
             }
             watcher::Event::InitDone => {
                 let objs = self.init.remove(&stream).map(K::take_buffer).unwrap_or_default();
+                // When each list of the start (or a relist) completes: the startup's share.
+                tracing::info!(
+                    ?stream,
+                    objects = objs.len(),
+                    since_start_ms = self.now_ms(),
+                    "listed"
+                );
                 K::reset(self, stream, objs);
                 if stream == Stream::Nrts {
                     self.set_nrt_crd_installed(true);
@@ -661,6 +670,16 @@ impl Engine {
             );
         }
         changed
+    }
+
+    /// The index of the scheduler name of `pod` among those served, when it is unbound.
+    fn served_unbound(&self, pod: &Pod) -> Option<usize> {
+        let spec = pod.spec.as_ref()?;
+        if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+            return None;
+        }
+        let name = spec.scheduler_name.as_deref().unwrap_or("default-scheduler");
+        self.cfg.scheduler_names.iter().position(|n| n == name)
     }
 
     fn apply_pending(&mut self, profile_index: usize, pod: Pod) {

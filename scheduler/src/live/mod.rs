@@ -164,15 +164,32 @@ pub fn spawn_watches(
         tx.clone(),
         Input::Nrt,
     );
-    forward(
-        tasks,
-        "bound pod watch",
-        Api::<Pod>::all(client.clone()),
-        bookmarks().fields("spec.nodeName!="),
-        Stream::Bound,
-        tx.clone(),
-        Input::BoundPodEvent,
-    );
+    if names.is_empty() {
+        // The extender sees pending pods through kube-scheduler: only the bound ones here.
+        forward(
+            tasks,
+            "bound pod watch",
+            Api::<Pod>::all(client.clone()),
+            bookmarks().fields("spec.nodeName!="),
+            Stream::Bound,
+            tx.clone(),
+            Input::BoundPodEvent,
+        );
+    } else {
+        // One watch of every pod, as kube-scheduler's pod informer: the pods bound anywhere
+        // and the unbound ones of the names served. Two watches split by field selectors
+        // would have the API server send every Binding twice (the pod leaving one selector
+        // and entering the other); another scheduler's unbound pods are read and passed over.
+        forward(
+            tasks,
+            "pod watch",
+            Api::<Pod>::all(client.clone()),
+            bookmarks(),
+            Stream::Pods,
+            tx.clone(),
+            Input::Pod,
+        );
+    }
     // Namespace labels for `namespaceSelector` (schedulers only: in extender
     // mode kube-scheduler applies inter-pod affinity itself).
     if !names.is_empty() {
@@ -184,17 +201,6 @@ pub fn spawn_watches(
             Stream::Namespaces,
             tx.clone(),
             Input::Namespace,
-        );
-    }
-    for (i, name) in names.iter().enumerate() {
-        forward(
-            tasks,
-            "pending pod watch",
-            Api::<Pod>::all(client.clone()),
-            bookmarks().fields(&format!("spec.schedulerName={name},spec.nodeName=")),
-            Stream::Pending(i),
-            tx.clone(),
-            move |ev| Input::Pending(i, ev),
         );
     }
 }

@@ -147,6 +147,14 @@ impl Apply for NodeResourceTopology {
     }
 }
 
+/// Whether `pod` is bound to a node.
+fn bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
 impl Apply for Pod {
     fn empty_buffer() -> InitBuffer {
         InitBuffer::Pods(Vec::new())
@@ -165,36 +173,52 @@ impl Apply for Pod {
     }
     fn apply(self, e: &mut Engine, stream: Stream) {
         match stream {
-            Stream::Pending(i) => e.apply_pending(i, self),
+            Stream::Pods => match e.served_unbound(&self) {
+                Some(i) => e.apply_pending(i, self),
+                // Bound: the index's; an unbound pod of another scheduler: nobody's here.
+                None if bound(&self) => e.apply_bound(&self),
+                None => {}
+            },
             _ => e.apply_bound(&self),
         }
     }
     fn delete(self, e: &mut Engine, stream: Stream) {
         match stream {
-            Stream::Pending(_) => {
-                // Deleted, or bound (it left the unbound selector): either way not ours now.
+            Stream::Pods if !bound(&self) => {
                 let key = key_of(&self);
-                e.drop_pending(&key);
+                if e.pending.contains_key(&key) {
+                    e.drop_pending(&key);
+                }
             }
             _ => e.delete_bound(&self),
         }
     }
     fn reset(e: &mut Engine, stream: Stream, all: Vec<Self>) {
-        match stream {
-            Stream::Pending(i) => e.reset_pending(i, all),
-            _ => {
-                let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
-                for p in &all {
-                    if let Some(uid) = e.superseded.remove(&key_of(p)) {
-                        e.cluster.forget(&key_of(p), uid.as_deref());
-                    }
-                }
-                let known: Vec<bool> = all.iter().map(|p| e.known_bound(p)).collect();
-                e.cluster.reset_pods(&all, listed_from);
-                for (p, known_here) in all.iter().zip(known) {
-                    e.apply_bound_known(p, known_here);
+        let (bound_pods, unbound): (Vec<Pod>, Vec<Pod>) = all.into_iter().partition(bound);
+        if stream == Stream::Pods {
+            let mut per_name: Vec<Vec<Pod>> = vec![Vec::new(); e.cfg.scheduler_names.len()];
+            for p in unbound {
+                if let Some(i) = e.served_unbound(&p)
+                    && let Some(list) = per_name.get_mut(i)
+                {
+                    list.push(p);
                 }
             }
+            for (i, pods) in per_name.into_iter().enumerate() {
+                e.reset_pending(i, pods);
+            }
+        }
+        let all = bound_pods;
+        let listed_from = e.list_started.get(&stream).copied().unwrap_or(0);
+        for p in &all {
+            if let Some(uid) = e.superseded.remove(&key_of(p)) {
+                e.cluster.forget(&key_of(p), uid.as_deref());
+            }
+        }
+        let known: Vec<bool> = all.iter().map(|p| e.known_bound(p)).collect();
+        e.cluster.reset_pods(&all, listed_from);
+        for (p, known_here) in all.iter().zip(known) {
+            e.apply_bound_known(p, known_here);
         }
     }
 }
