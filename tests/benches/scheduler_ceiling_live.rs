@@ -3,9 +3,9 @@
 //! run the kit's kube-scheduler), in one run on the same Nodes and pods.
 //!
 //! Size (~660 lines of code): one bench binary, whose five runs share one cluster setup, one
-//! clean-up between runs and one watch of binds and events; its watch and token-bucket quota
-//! are small copies of dra_alignment_live's and scheduler/src/live/api.rs's, left here so that
-//! no shared file changes.
+//! clean-up between runs and one watch of binds and events; its watch is a small copy of
+//! dra_alignment_live's (moving both to tests/harness is left to do), and its token bucket is
+//! numaplane's writer's own quota.
 //!
 //! Cluster (the workload of tests/benches/scheduler_live.rs, there on the HTTP-level fake):
 //! NODES Nodes (32 CPUs, 256Gi, and enough pods allocatable for PODS / NODES: at least 250),
@@ -44,13 +44,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, HashSet};
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, stream};
-use governor::{Quota, RateLimiter};
+use governor::RateLimiter;
 use k8s_openapi::api::core::v1::{Binding, Event as CoreEvent, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -224,15 +223,6 @@ impl Outcome {
     fn rate(&self) -> f64 {
         self.bound as f64 / self.wall.as_secs_f64().max(1e-9)
     }
-}
-
-/// `qps` requests per second with bursts of `burst`: the quota of numaplane's writer.
-fn quota(qps: f64, burst: u32) -> Quota {
-    let period = Duration::from_secs_f64(1.0 / qps.max(1e-3));
-    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-    Quota::with_period(period)
-        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-        .allow_burst(burst)
 }
 
 fn node_nrt(node: &str) -> Value {
@@ -467,7 +457,10 @@ impl Bench {
             Vec::new()
         };
         let api: Api<Pod> = Api::namespaced(client, &self.ns);
-        let limiter = RateLimiter::direct(quota(f64::from(self.qps), 2 * self.qps));
+        let limiter = RateLimiter::direct(numaplane_scheduler::live::api::quota(
+            f64::from(self.qps),
+            2 * self.qps,
+        ));
         let start: OnceLock<Instant> = OnceLock::new();
         let (errors, retried_ok) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let (api, limiter, start_ref, errors_ref, retried_ref) =

@@ -174,8 +174,8 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// `qps` requests per second with bursts of `burst`.
-fn quota(qps: f64, burst: u32) -> Quota {
+/// `qps` requests per second with bursts of `burst` (the ceiling bench uses it too).
+pub fn quota(qps: f64, burst: u32) -> Quota {
     let period = Duration::from_secs_f64(1.0 / qps.max(1e-3));
     let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
     Quota::with_period(period)
