@@ -98,9 +98,27 @@ pub fn device_numa(
     pci_locality: &[PciBusRange],
 ) -> Result<Option<DeviceNuma>, DeviceNumaError> {
     let attrs = device.attributes.as_ref();
-    let get = |name: &str| attrs.and_then(|a| lookup(a, driver, name));
+    numa_of(
+        driver,
+        &device.name,
+        |name| attrs?.get(name),
+        driver_attributes,
+        pci_locality,
+    )
+}
+
+/// [`device_numa`] of a device held in another shape: its name, and its attributes by key
+/// (the scheduler keeps a device's attributes flat).
+pub fn numa_of<'a>(
+    driver: &str,
+    device: &str,
+    attribute: impl Fn(&str) -> Option<&'a DeviceAttribute>,
+    driver_attributes: &DriverNumaAttributes,
+    pci_locality: &[PciBusRange],
+) -> Result<Option<DeviceNuma>, DeviceNumaError> {
+    let get = |name: &str| lookup(&attribute, driver, name);
     if let Some(a) = get(NUMA_NODE_ATTRIBUTE)
-        && let Some(nodes) = numa_ids(&device.name, NUMA_NODE_ATTRIBUTE, a)?
+        && let Some(nodes) = numa_ids(device, NUMA_NODE_ATTRIBUTE, a)?
     {
         return Ok(Some(DeviceNuma {
             nodes,
@@ -109,7 +127,7 @@ pub fn device_numa(
     }
     for name in driver_attributes.get(driver).into_iter().flatten() {
         if let Some(a) = get(name)
-            && let Some(nodes) = numa_ids(&device.name, name, a)?
+            && let Some(nodes) = numa_ids(device, name, a)?
         {
             return Ok(Some(DeviceNuma {
                 nodes,
@@ -128,7 +146,7 @@ pub fn device_numa(
             _ => parse_pcie_root(s),
         });
         let Some((domain, bus)) = parsed else {
-            return Err(malformed(&device.name, name, expected, a));
+            return Err(malformed(device, name, expected, a));
         };
         if let Some(n) = numa_node_of_bus(pci_locality, domain, bus) {
             return Ok(Some(DeviceNuma {
@@ -152,17 +170,17 @@ fn malformed(device: &str, attribute: &str, expected: &'static str, a: &DeviceAt
 /// An attribute by name as device selectors resolve it: a qualified name `domain/id` matches
 /// the key `domain/id`, and also the unqualified key `id` when `domain` is the driver's.
 fn lookup<'a>(
-    attrs: &'a BTreeMap<String, DeviceAttribute>,
+    attribute: impl Fn(&str) -> Option<&'a DeviceAttribute>,
     driver: &str,
     name: &str,
 ) -> Option<&'a DeviceAttribute> {
-    if let Some(a) = attrs.get(name) {
+    if let Some(a) = attribute(name) {
         return Some(a);
     }
     match name.split_once('/') {
-        Some((domain, id)) if domain == driver => attrs.get(id),
+        Some((domain, id)) if domain == driver => attribute(id),
         Some(_) => None,
-        None => attrs.get(&format!("{driver}/{name}")),
+        None => attribute(&format!("{driver}/{name}")),
     }
 }
 

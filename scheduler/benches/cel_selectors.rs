@@ -6,7 +6,7 @@
 //! and 2 capacities.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use numaplane_scheduler::dra::slice::DeviceMap;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -33,7 +33,7 @@ fn main() {
         f(&mut a);
         a
     };
-    let attributes = BTreeMap::from([
+    let attributes = DeviceMap::from_iter([
         ("model".to_owned(), attr(|a| a.string = Some("A100".into()))),
         ("numa".to_owned(), attr(|a| a.int = Some(1))),
         ("mig".to_owned(), attr(|a| a.bool = Some(false))),
@@ -54,7 +54,7 @@ fn main() {
         value: Quantity(q.into()),
         ..Default::default()
     };
-    let capacity = BTreeMap::from([
+    let capacity = DeviceMap::from_iter([
         ("memory".to_owned(), cap("40Gi")),
         ("cores".to_owned(), cap("108")),
     ]);

@@ -53,7 +53,7 @@ fn node(index: usize, zones: usize) -> (Node, NodeResourceTopology) {
 }
 
 /// The node's ResourceSlice: 8 devices of driver `gpu.example.com`, two models.
-fn slice(index: usize) -> k8s_openapi::api::resource::v1::ResourceSlice {
+fn slice(index: usize) -> numaplane_scheduler::dra::slice::ResourceSlice {
     let name = format!("node-{index:05}");
     let devices: Vec<_> = (0..8)
         .map(|d| {

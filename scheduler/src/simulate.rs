@@ -7,7 +7,7 @@ use std::{collections::HashMap, path::Path};
 use k8s_openapi::api::{
     core::v1::{Namespace, Node, Pod},
     policy::v1::PodDisruptionBudget,
-    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+    resource::v1::{DeviceClass, ResourceClaim},
 };
 use numaplane::nrt::NodeResourceTopology;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::{
     cluster::{Cluster, Config},
     decision::Decision,
+    dra::slice::ResourceSlice,
     pod::PodSpec,
     score::Scorer,
 };
@@ -100,13 +101,18 @@ pub struct Inputs {
     pub resource_claims: Vec<ResourceClaim>,
 }
 
+/// The one apiVersion of the DRA kinds that is read.
+const V1: &str = "resource.k8s.io/v1";
+
 impl Inputs {
     /// Decodes an object of `kind` into its list: the one place that says which kinds the
-    /// readers take. `Ok(Some(why))` for an object not read (its kind, or its apiVersion); then
-    /// `object` may be left partly unread.
+    /// readers take. `api_version` is the object's, when the reader has already seen it (it
+    /// came before `kind`). `Ok(Some(why))` for an object not read (its kind, or its
+    /// apiVersion); then `object` may be left partly unread.
     pub fn take<'de, D: Deserializer<'de>>(
         &mut self,
         kind: &str,
+        api_version: Option<&str>,
         object: D,
     ) -> Result<Option<String>, D::Error> {
         match kind {
@@ -115,14 +121,24 @@ impl Inputs {
             "Namespace" => self.namespaces.push(Namespace::deserialize(object)?),
             "NodeResourceTopology" => self.nrts.push(NodeResourceTopology::deserialize(object)?),
             "PodDisruptionBudget" => self.budgets.push(PodDisruptionBudget::deserialize(object)?),
+            "DeviceClass" | "ResourceSlice" | "ResourceClaim" if api_version.is_some() => {
+                // Only v1 is read. Its apiVersion came first (as kubectl writes it): decoded
+                // straight into the type, without a tree (a dump has one slice per node).
+                if api_version != Some(V1) {
+                    return Ok(Some(format!("{kind} ignored: only apiVersion {V1} is read")));
+                }
+                match kind {
+                    "DeviceClass" => self.device_classes.push(DeviceClass::deserialize(object)?),
+                    "ResourceSlice" => self.resource_slices.push(ResourceSlice::deserialize(object)?),
+                    _ => self.resource_claims.push(ResourceClaim::deserialize(object)?),
+                }
+            }
             "DeviceClass" | "ResourceSlice" | "ResourceClaim" => {
-                // Only v1 is read, and `apiVersion` may follow the fields; these objects are
-                // few and small, so each is held as a tree until its version is known.
+                // Only v1 is read, and here `apiVersion` may follow the fields: each object is
+                // held as a tree until its version is known.
                 let tree = serde_json::Value::deserialize(object)?;
-                if tree.get("apiVersion").and_then(serde_json::Value::as_str) != Some("resource.k8s.io/v1") {
-                    return Ok(Some(format!(
-                        "{kind} ignored: only apiVersion resource.k8s.io/v1 is read"
-                    )));
+                if tree.get("apiVersion").and_then(serde_json::Value::as_str) != Some(V1) {
+                    return Ok(Some(format!("{kind} ignored: only apiVersion {V1} is read")));
                 }
                 let typed = <D::Error as serde::de::Error>::custom;
                 match kind {

@@ -7,10 +7,11 @@
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
-    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+    resource::v1::{DeviceClass, ResourceClaim},
 };
 use numaplane_scheduler::{
     cluster::{Cluster, Config},
+    dra::slice::ResourceSlice,
     pod::PodSpec,
 };
 use serde_json::{Value, json};
@@ -239,7 +240,8 @@ fn preemption_frees_the_gpu_on_the_numa_node_where_the_kubelet_will_pin_the_cpus
                 "resource.kubernetes.io/numaNode".to_owned(),
                 serde_json::from_value(json!({"int": numa})).unwrap(),
             )]
-            .into(),
+            .into_iter()
+            .collect(),
         );
     }
     c.dra.set_slices(vec![s]);

@@ -9,11 +9,7 @@ use k8s_openapi::api::{
     core::v1::Pod,
     resource::v1::{ResourceClaim, ResourceSlice},
 };
-use numaplane::{
-    allocation::Allocation,
-    device_numa::{DriverNumaAttributes, device_numa},
-    nrt::NodeResourceTopology,
-};
+use numaplane::{allocation::Allocation, device_numa::DriverNumaAttributes, nrt::NodeResourceTopology};
 use serde::Serialize;
 
 use crate::{
@@ -130,7 +126,7 @@ pub fn bound_claims(
         pci_locality: &pci_locality,
     };
     let mut state = DraState::default();
-    state.set_slices(dra.slices.clone());
+    state.set_slices(dra.slices.iter().cloned().map(Into::into).collect());
     claims
         .iter()
         .map(|pc| {
@@ -189,7 +185,7 @@ pub fn bound_claims(
                     Some(d) => {
                         // The driver's bug is named; the device then has no NUMA node, as the
                         // scheduler treats it.
-                        if let Err(e) = device_numa(&r.driver, d, &dra.driver_attributes, &pci_locality) {
+                        if let Err(e) = d.numa(&r.driver, &dra.driver_attributes, &pci_locality) {
                             problems.push(format!("pod {key} claim {}: driver {}: {e}", pc.name, r.driver));
                         }
                         ctx.device_nodes(&r.driver, d)

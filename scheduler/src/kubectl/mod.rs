@@ -324,7 +324,7 @@ pub async fn execute(cli: &Cli) -> Result<Outcome, KubectlError> {
                         storage,
                         budgets,
                         device_classes,
-                        resource_slices,
+                        resource_slices: resource_slices.into_iter().map(Into::into).collect(),
                         resource_claims,
                         ..crate::simulate::Inputs::default()
                     };

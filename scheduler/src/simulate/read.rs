@@ -243,6 +243,11 @@ impl<'de> Visitor<'de> for ObjectVisitor<'_> {
             }
             return Ok(());
         }
+        // A non-string apiVersion is none that is read.
+        let api_version = before
+            .iter()
+            .find(|(k, _)| k == "apiVersion")
+            .map(|(_, v)| v.as_str().unwrap_or_default().to_owned());
         let mut rest = Rest {
             before: before.into_iter(),
             kind: Some(kind_value),
@@ -253,7 +258,11 @@ impl<'de> Visitor<'de> for ObjectVisitor<'_> {
         let skipped = self
             .into
             .inputs
-            .take(&kind, MapAccessDeserializer::new(&mut rest))
+            .take(
+                &kind,
+                api_version.as_deref(),
+                MapAccessDeserializer::new(&mut rest),
+            )
             .map_err(|e| <M::Error as de::Error>::custom(format_args!("{kind}: {e}")))?;
         // What the typed decoder left, or all of an object not read.
         while rest.next_key::<IgnoredAny>()?.is_some() {
@@ -499,7 +508,7 @@ pub(super) mod tests {
                 }
                 continue;
             }
-            if let Some(why) = inputs.take(&kind, doc).unwrap() {
+            if let Some(why) = inputs.take(&kind, None, doc).unwrap() {
                 inputs.skipped.push(format!("{path}: document {index}: {why}"));
             }
         }
@@ -691,6 +700,39 @@ pub(super) mod tests {
         }
         assert_eq!(a.nodes.len(), 1);
         assert_eq!(a.resource_slices.len(), 1);
+    }
+
+    #[test]
+    fn dra_objects_are_read_whether_their_api_version_comes_before_kind_or_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let slice = "metadata: {name: n1-gpu}\nspec: {driver: gpu.example.com, nodeName: n1, \
+                     pool: {name: n1, generation: 1, resourceSliceCount: 1}, devices: [{name: gpu-0}]}\n";
+        let first = write(
+            dir.path(),
+            "first.yaml",
+            &format!("apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\n{slice}"),
+        );
+        let after = write(
+            dir.path(),
+            "after.yaml",
+            &format!(
+                "kind: ResourceSlice\n{slice}apiVersion: resource.k8s.io/v1\n---\n\
+                 kind: DeviceClass\nmetadata: {{name: old}}\napiVersion: resource.k8s.io/v1beta1\n"
+            ),
+        );
+        let a = read_inputs(&[&first]).unwrap();
+        let b = read_inputs(&[&after]).unwrap();
+        assert_eq!(a.resource_slices.len(), 1);
+        assert_eq!(a.resource_slices, b.resource_slices);
+        assert!(a.skipped.is_empty(), "{:?}", a.skipped);
+        assert_eq!(b.device_classes.len(), 0);
+        assert_eq!(b.skipped.len(), 1);
+        assert!(
+            b.skipped[0]
+                .ends_with("document 2: DeviceClass ignored: only apiVersion resource.k8s.io/v1 is read"),
+            "{:?}",
+            b.skipped
+        );
     }
 
     #[test]

@@ -19,9 +19,9 @@ use foldhash::{HashMap, HashMapExt as _, HashSet};
 use k8s_openapi::api::{
     core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm},
     resource::v1::{
-        AllocationResult, CapacityRequirements, Device, DeviceAllocationConfiguration,
-        DeviceAllocationResult, DeviceAttribute, DeviceClass, DeviceRequestAllocationResult, DeviceSelector,
-        DeviceTaint, DeviceToleration, ResourceClaim, ResourceSlice,
+        AllocationResult, CapacityRequirements, DeviceAllocationConfiguration, DeviceAllocationResult,
+        DeviceAttribute, DeviceClass, DeviceRequestAllocationResult, DeviceSelector, DeviceTaint,
+        DeviceToleration, ResourceClaim,
     },
 };
 use numaplane::quantity::Quantity;
@@ -32,6 +32,7 @@ use super::{
     cel::DeviceView,
     pools::{self, NodeRef, Pool},
     selectors::{SelectorCache, VerdictError},
+    slice::{Device, DeviceMap, ResourceSlice},
 };
 
 /// Most devices one claim's allocation may hold (`AllocationResultsMaxSize`).
@@ -796,7 +797,7 @@ where
     /// What the request consumes of the device at `loc` if it fits (`None`: skip the device).
     fn capacity_fits(&self, r: &Request<'_>, loc: Loc) -> Option<capacity::Fit> {
         let (slice, device) = self.device(loc)?;
-        if device.capacity.as_ref().is_none_or(BTreeMap::is_empty) {
+        if device.capacity.as_ref().is_none_or(DeviceMap::is_empty) {
             // Nothing consumed on it: no need for its ID.
             return capacity::fit(r.capacity, None, &slice.spec.driver, None, None)
                 .ok()

@@ -8,6 +8,8 @@ use k8s_openapi::api::resource::v1::{
 };
 use numaplane::quantity::Quantity;
 
+use super::slice::DeviceMap;
+
 /// Capacity consumed per capacity name (fully qualified: `domain/name`).
 pub type Consumed = BTreeMap<String, Quantity>;
 
@@ -34,10 +36,7 @@ struct Cap<'a> {
 
 /// The device's capacities by fully-qualified name; an entry qualified with the driver's
 /// domain wins over an unqualified one of the same name. `None` if a value does not parse.
-fn resolve<'a>(
-    capacity: &'a BTreeMap<String, DeviceCapacity>,
-    driver: &str,
-) -> Option<BTreeMap<String, Cap<'a>>> {
+fn resolve<'a>(capacity: &'a DeviceMap<DeviceCapacity>, driver: &str) -> Option<BTreeMap<String, Cap<'a>>> {
     let mut out = BTreeMap::new();
     let prefix = format!("{driver}/");
     for explicit in [true, false] {
@@ -74,7 +73,7 @@ pub struct Unusable;
 /// `Ok(None)`: it does not fit; `Err`: the request cannot be evaluated on this device.
 pub fn fit(
     requested: Option<&CapacityRequirements>,
-    capacity: Option<&BTreeMap<String, DeviceCapacity>>,
+    capacity: Option<&DeviceMap<DeviceCapacity>>,
     driver: &str,
     consumed: Option<&Consumed>,
     allocating: Option<&Consumed>,

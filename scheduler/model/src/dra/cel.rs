@@ -18,13 +18,14 @@ mod library;
 mod twovar;
 mod values;
 
-use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use cel::common::types::CelBool;
 use cel::{Context, ExecutionError, Value};
 use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
+
+use super::slice::DeviceMap;
 
 use self::values::Needs;
 
@@ -63,8 +64,8 @@ pub struct DeviceView<'a> {
     pub driver: &'a str,
     /// `driver/pool/device`, for error messages.
     pub id: &'a str,
-    pub attributes: Option<&'a BTreeMap<String, DeviceAttribute>>,
-    pub capacity: Option<&'a BTreeMap<String, DeviceCapacity>>,
+    pub attributes: Option<&'a DeviceMap<DeviceAttribute>>,
+    pub capacity: Option<&'a DeviceMap<DeviceCapacity>>,
     pub allow_multiple_allocations: Option<bool>,
 }
 

@@ -8,7 +8,9 @@
 
 use std::collections::VecDeque;
 
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceSlice};
+use k8s_openapi::api::resource::v1::AllocationResult;
+
+use super::slice::ResourceSlice;
 
 /// Changes remembered by node; an older reader sees everything changed.
 const KEPT: usize = 4096;

@@ -9,6 +9,7 @@ pub mod changes;
 pub mod numa;
 pub mod pools;
 pub mod selectors;
+pub mod slice;
 pub mod state;
 pub mod verdict;
 

@@ -23,9 +23,11 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceRequest, ResourceClaim};
+
+use super::slice::{Device, ResourceSlice};
 use numaplane::{
-    device_numa::{DeviceNumaError, DriverNumaAttributes, device_numa},
+    device_numa::{DeviceNumaError, DriverNumaAttributes},
     pci_locality::PciBusRange,
 };
 use serde::Serialize;
@@ -313,7 +315,7 @@ pub fn invalid_device_numa(
         .devices
         .iter()
         .flatten()
-        .filter_map(|d| device_numa(driver, d, driver_attributes, &[]).err())
+        .filter_map(|d| d.numa(driver, driver_attributes, &[]).err())
         .collect()
 }
 
@@ -321,7 +323,8 @@ impl NodeNuma<'_> {
     /// The NUMA nodes of a device (`None`: unplaced; a malformed attribute counts as unplaced,
     /// the driver's bug shows as a device without NUMA node).
     pub fn device_nodes(&self, driver: &str, device: &Device) -> Option<Vec<u32>> {
-        let mut nodes = device_numa(driver, device, self.driver_attributes, self.pci_locality)
+        let mut nodes = device
+            .numa(driver, self.driver_attributes, self.pci_locality)
             .ok()
             .flatten()?
             .nodes;

@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 // cluster's own objects, nothing an attacker picks to collide).
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
-use k8s_openapi::api::{
-    core::v1::NodeSelector,
-    resource::v1::{CounterSet, ResourceSlice},
-};
+use k8s_openapi::api::{core::v1::NodeSelector, resource::v1::CounterSet};
+
+use super::slice::ResourceSlice;
 
 /// The node an allocation is for: its name and labels.
 #[derive(Clone, Copy, Debug)]

@@ -5,10 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::{
     core::v1::Pod,
-    resource::v1::{AllocationResult, Device, DeviceClass, ResourceClaim, ResourceSlice},
+    resource::v1::{AllocationResult, DeviceClass, ResourceClaim},
 };
 
-use super::{AllocatedState, DraError, SelectorCache, World, allocator};
+use super::{
+    AllocatedState, DraError, SelectorCache, World, allocator,
+    slice::{Device, ResourceSlice},
+};
 
 /// One entry of a pod's `spec.resourceClaims`.
 #[derive(Clone, Debug, PartialEq, Eq)]

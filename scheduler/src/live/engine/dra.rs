@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+
+use crate::dra::slice::ResourceSlice as ModelSlice;
 use kube::{
     Api, Client,
     runtime::{events::EventType, watcher},
@@ -267,9 +269,10 @@ impl Apply for ResourceSlice {
         }
     }
     fn apply(self, e: &mut Engine, _: Stream) {
-        e.check_slice_numa(&self);
+        let slice = ModelSlice::from(self);
+        e.check_slice_numa(&slice);
         e.publish_slices_numa_invalid();
-        e.cluster.dra.apply_slice(self);
+        e.cluster.dra.apply_slice(slice);
         e.dra_changed();
     }
     fn delete(self, e: &mut Engine, _: Stream) {
@@ -284,6 +287,7 @@ impl Apply for ResourceSlice {
         let names: BTreeSet<&str> = all.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
         e.slices_numa_invalid
             .retain(|name, _| names.contains(name.as_str()));
+        let all: Vec<ModelSlice> = all.into_iter().map(ModelSlice::from).collect();
         for slice in &all {
             e.check_slice_numa(slice);
         }
@@ -336,7 +340,7 @@ impl Engine {
     /// the slice had before, and records them for the gauge
     /// ([`Self::publish_slices_numa_invalid`]). The allocation itself treats them as devices
     /// without NUMA node.
-    fn check_slice_numa(&mut self, slice: &ResourceSlice) {
+    fn check_slice_numa(&mut self, slice: &ModelSlice) {
         let Some(name) = slice.metadata.name.as_deref() else {
             return;
         };

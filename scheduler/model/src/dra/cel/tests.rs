@@ -1,7 +1,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity};
+use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
+
+use crate::dra::slice::{Device, DeviceMap};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::Value as Json;
 
@@ -42,13 +44,13 @@ fn cap(q: &str) -> DeviceCapacity {
 
 /// A GPU-like device of driver `gpu.example.com`.
 struct Fixture {
-    attributes: BTreeMap<String, DeviceAttribute>,
-    capacity: BTreeMap<String, DeviceCapacity>,
+    attributes: DeviceMap<DeviceAttribute>,
+    capacity: DeviceMap<DeviceCapacity>,
 }
 
 impl Fixture {
     fn new() -> Self {
-        let attributes = BTreeMap::from([
+        let attributes = DeviceMap::from_iter([
             ("model".to_owned(), attr_str("A100")),
             ("numa".to_owned(), attr_int(1)),
             ("mig".to_owned(), attr_bool(false)),
@@ -56,7 +58,7 @@ impl Fixture {
             ("other.com/color".to_owned(), attr_str("blue")),
             ("cidr".to_owned(), attr_str("10.1.0.0/16")),
         ]);
-        let capacity = BTreeMap::from([
+        let capacity = DeviceMap::from_iter([
             ("memory".to_owned(), cap("40Gi")),
             ("other.com/slots".to_owned(), cap("1500m")),
         ]);
@@ -183,7 +185,7 @@ fn attribute_values_have_their_types() {
 
 #[test]
 fn bad_attributes_fail_every_selector_as_in_kube() {
-    let attributes = BTreeMap::from([("broken".to_owned(), DeviceAttribute::default())]);
+    let attributes = DeviceMap::from_iter([("broken".to_owned(), DeviceAttribute::default())]);
     let view = DeviceView {
         driver: "d",
         id: "d/p/x",
@@ -198,7 +200,7 @@ fn bad_attributes_fail_every_selector_as_in_kube() {
         }
         other => panic!("{other:?}"),
     }
-    let attributes = BTreeMap::from([("v".to_owned(), attr_version("01.2.3"))]);
+    let attributes = DeviceMap::from_iter([("v".to_owned(), attr_version("01.2.3"))]);
     let view = DeviceView {
         attributes: Some(&attributes),
         ..view
@@ -755,7 +757,7 @@ fn conformance_vectors() {
 /// Selectors the vectors use, on devices they must not pick.
 #[test]
 fn conformance_selectors_reject_what_they_should() {
-    let mem = |q: &str| BTreeMap::from([("memory".to_owned(), cap(q))]);
+    let mem = |q: &str| DeviceMap::from_iter([("memory".to_owned(), cap(q))]);
     let small = mem("1Gi");
     let large = mem("8Gi");
     let view = |c| DeviceView {
