@@ -12,7 +12,7 @@ use super::{
 use crate::{
     admission::Placement,
     dra::{
-        DraError,
+        DeviceId, DraError,
         allocator::DeviceFilter,
         numa::{self, ContainerNuma, DraNumaAlignment, NodeNuma, NotHere, Pinned},
         state::{ClaimAllocation, ResolvedClaims},
@@ -504,17 +504,28 @@ impl Cluster {
             Step::Explain => {
                 let upstream = match known(upstream_key) {
                     Some(DeviceOutcome::UpstreamFails(reason)) => Some(Err(reason)),
-                    Some(DeviceOutcome::UpstreamFits) => Some(Ok(())),
+                    Some(DeviceOutcome::UpstreamFits(_)) => Some(Ok(())),
                     _ => None,
                 };
                 let learned = upstream.is_none();
-                let found = numa::explain_not_aligned(resolved, &search, &ctx, upstream)?;
+                // The devices of what upstream's search finds, kept as the witness of its fit.
+                let witness = std::cell::RefCell::new(None);
+                let recorded = |filter: Option<&DeviceFilter<'_>>| {
+                    let found = search(filter);
+                    if filter.is_none()
+                        && let Ok(Ok(claims)) = &found
+                    {
+                        *witness.borrow_mut() = self.witness(&n.name, claims);
+                    }
+                    found
+                };
+                let found = numa::explain_not_aligned(resolved, &recorded, &ctx, upstream)?;
                 if learned {
                     match &found {
                         Err(n) if !n.alignment => {
                             remember(upstream_key, DeviceOutcome::UpstreamFails(n.reason.clone()))
                         }
-                        _ => remember(upstream_key, DeviceOutcome::UpstreamFits),
+                        _ => remember(upstream_key, DeviceOutcome::UpstreamFits(witness.take())),
                     }
                 }
                 found.map_err(Some)
@@ -538,6 +549,34 @@ impl Cluster {
         };
         numa::annotate(&self.dra, &n.name, resolved, &mut claims, &containers, &report);
         Ok(Ok((claims, quality.bonus())))
+    }
+
+    /// The devices `claims` were given on node `node`, when they alone make the allocation: none
+    /// consumes shared counters or may be shared, so other claims taking other devices cannot
+    /// undo it. `None` otherwise.
+    fn witness(&self, node: &str, claims: &[ClaimAllocation]) -> Option<Vec<DeviceId>> {
+        let mut out = Vec::new();
+        for r in claims.iter().flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+        }) {
+            let device = self.dra.device_on(node, &r.driver, &r.pool, &r.device)?;
+            let alone = r.share_id.is_none()
+                && r.admin_access != Some(true)
+                && device.consumes_counters.as_ref().is_none_or(Vec::is_empty)
+                && device.allow_multiple_allocations != Some(true);
+            if !alone {
+                return None;
+            }
+            out.push(DeviceId {
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            });
+        }
+        Some(out)
     }
 
     fn no_node(&self, pod: &PodSpec, verdicts: Vec<NodeVerdict>) -> Decision {

@@ -18,7 +18,12 @@ use std::{
 use super::{Cluster, Config};
 use crate::{
     cache::ShapeKey,
-    dra::{changes::Since, numa::NotHere, state::ResolvedClaims},
+    dra::{
+        DeviceId,
+        changes::{Kind, Since, SinceByKind},
+        numa::NotHere,
+        state::ResolvedClaims,
+    },
     prepared::PreparedPod,
 };
 
@@ -394,8 +399,10 @@ impl Cluster {
 pub(super) enum DeviceOutcome {
     /// Upstream's search (no NUMA filter) finds no allocation, for this reason.
     UpstreamFails(String),
-    /// Upstream's search finds one.
-    UpstreamFits,
+    /// Upstream's search finds one. With the devices of the allocation it found, when those
+    /// alone make it (they consume no shared counters and none is shareable): then it holds
+    /// while every one of them stays free, whatever else is taken.
+    UpstreamFits(Option<Vec<DeviceId>>),
     /// The aligned search (for the targets in the key) finds none at any level.
     AlignedFails,
 }
@@ -415,13 +422,19 @@ impl DeviceOutcomes {
     /// Forgets the nodes whose devices changed since the last look.
     fn refresh(&mut self, cluster: &Cluster) {
         let changes = cluster.dra.changes();
-        match changes.since(self.seen) {
-            Since::Nothing => {}
-            Since::Everything => self.slots.iter_mut().for_each(Vec::clear),
-            Since::Nodes(nodes) => {
-                for n in nodes {
-                    if let Some(v) = cluster.index.get(n).and_then(|&slot| self.slots.get_mut(slot)) {
-                        v.clear();
+        match changes.since_by_kind(self.seen) {
+            SinceByKind::Nothing => {}
+            SinceByKind::Everything => self.slots.iter_mut().for_each(Vec::clear),
+            SinceByKind::Nodes(nodes) => {
+                for (n, kind) in nodes {
+                    let Some(v) = cluster.index.get(n).and_then(|&slot| self.slots.get_mut(slot)) else {
+                        continue;
+                    };
+                    match kind {
+                        // Fewer free devices: what failed still fails, with the same reason
+                        // (the reasons name the claims, not the devices).
+                        Kind::Taken => v.retain(|(_, o)| !matches!(o, DeviceOutcome::UpstreamFits(None))),
+                        Kind::Changed => v.clear(),
                     }
                 }
             }
@@ -457,11 +470,16 @@ impl Cluster {
     pub(super) fn device_outcome(&self, slot: usize, key: u64) -> Option<DeviceOutcome> {
         let mut g = self.device_outcomes.0.try_lock().ok()?;
         g.refresh(self);
-        g.slots
-            .get(slot)?
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, o)| o.clone())
+        let kept = g.slots.get_mut(slot)?;
+        let at = kept.iter().position(|(k, _)| *k == key)?;
+        if let (_, DeviceOutcome::UpstreamFits(Some(devices))) = &kept[at]
+            && devices.iter().any(|d| self.dra.holds(d))
+        {
+            // Another claim took one of them since: unknown again.
+            kept.remove(at);
+            return None;
+        }
+        kept.get(at).map(|(_, o)| o.clone())
     }
 
     /// Remembers `outcome` for `key` on the node in `slot`.
@@ -559,5 +577,53 @@ mod tests {
             shapes.intern(&why),
             shapes.intern(&not_here("claim gpu: no free device"))
         );
+    }
+
+    #[test]
+    fn device_failures_outlive_devices_taken_and_nothing_outlives_devices_given_back() {
+        let mut c = Cluster::default();
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
+        c.apply_node(&node).unwrap();
+        c.dra.enable();
+        let claim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {}}))
+        .unwrap();
+        c.dra.apply_claim(claim);
+        let on_n1 = serde_json::from_value(serde_json::json!({
+            "devices": {"results": [{"request": "r", "driver": "d", "pool": "n1", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}))
+        .unwrap();
+        let slot = c.index["n1"];
+        let id = |device: &str| crate::dra::DeviceId {
+            driver: "d".to_owned(),
+            pool: "n1".to_owned(),
+            device: device.to_owned(),
+        };
+        let fails = DeviceOutcome::UpstreamFails("cannot allocate all claims".to_owned());
+        let remember_all = |c: &Cluster| {
+            c.remember_device_outcome(slot, 1, fails.clone());
+            c.remember_device_outcome(slot, 2, DeviceOutcome::AlignedFails);
+            c.remember_device_outcome(slot, 3, DeviceOutcome::UpstreamFits(None));
+            c.remember_device_outcome(slot, 4, DeviceOutcome::UpstreamFits(Some(vec![id("gpu-1")])));
+            c.remember_device_outcome(slot, 5, DeviceOutcome::UpstreamFits(Some(vec![id("gpu-0")])));
+        };
+        remember_all(&c);
+        c.dra.commit("ns", "c1", on_n1);
+        assert_eq!(c.device_outcome(slot, 1), Some(fails.clone()));
+        assert_eq!(c.device_outcome(slot, 2), Some(DeviceOutcome::AlignedFails));
+        assert_eq!(c.device_outcome(slot, 3), None, "a fit may be gone");
+        assert_eq!(
+            c.device_outcome(slot, 4),
+            Some(DeviceOutcome::UpstreamFits(Some(vec![id("gpu-1")]))),
+            "its devices are still free"
+        );
+        assert_eq!(c.device_outcome(slot, 5), None, "one of its devices was taken");
+        remember_all(&c);
+        c.dra.delete_claim("ns", "c1");
+        for key in 1..=5 {
+            assert_eq!(c.device_outcome(slot, key), None, "key {key}: devices came back");
+        }
     }
 }

@@ -132,7 +132,8 @@ impl AllocatedState {
         self.devices.get(driver)?.get(pool)
     }
 
-    fn holds(&self, id: &DeviceId) -> bool {
+    /// Whether a claim holds `id` (alone or shared).
+    pub fn holds(&self, id: &DeviceId) -> bool {
         self.exclusive(&id.driver, &id.pool)
             .is_some_and(|d| d.contains(&id.device))
             || self.shared.contains(id)

@@ -20,8 +20,19 @@ const KEPT: usize = 4096;
 pub struct Changes {
     /// Renewed by every change; 0 before the first.
     generation: u64,
-    /// The latest changes, oldest first: (generation, node; `None`: every node).
-    log: VecDeque<(u64, Option<Box<str>>)>,
+    /// The latest changes, oldest first: (generation, node; `None`: every node; its kind).
+    log: VecDeque<(u64, Option<Box<str>>, Kind)>,
+}
+
+/// What a change did to a node's devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// More of them are held (an allocation added, none given back): a search that found
+    /// nothing there still finds nothing, since the structured allocator's search is complete
+    /// and held devices are never candidates.
+    Taken,
+    /// Anything else (devices given back, slices, classes, labels).
+    Changed,
 }
 
 /// What changed after a generation.
@@ -35,6 +46,17 @@ pub enum Since<'a> {
     Everything,
 }
 
+/// What changed after a generation, node by node with the kind of each change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SinceByKind<'a> {
+    /// Nothing.
+    Nothing,
+    /// The devices of these nodes only (a name may repeat).
+    Nodes(Vec<(&'a str, Kind)>),
+    /// Possibly every node.
+    Everything,
+}
+
 impl Changes {
     /// The generation of the latest change.
     pub fn generation(&self) -> u64 {
@@ -43,16 +65,25 @@ impl Changes {
 
     /// Notes a change of `node`'s devices (`None`: of every node's).
     pub fn note(&mut self, node: Option<&str>) {
+        self.note_kind(node, Kind::Changed);
+    }
+
+    fn note_kind(&mut self, node: Option<&str>, kind: Kind) {
         self.generation += 1;
         if self.log.len() >= KEPT {
             self.log.pop_front();
         }
-        self.log.push_back((self.generation, node.map(Into::into)));
+        self.log.push_back((self.generation, node.map(Into::into), kind));
     }
 
     /// Notes the nodes an allocation's devices belong to.
     pub fn note_allocation(&mut self, allocation: &AllocationResult) {
         self.note(allocation_node(allocation));
+    }
+
+    /// Notes an allocation added where none was given back: its devices are only taken.
+    pub fn note_taken(&mut self, allocation: &AllocationResult) {
+        self.note_kind(allocation_node(allocation), Kind::Taken);
     }
 
     /// Notes the node of a slice (every node for a slice without a node name).
@@ -62,25 +93,34 @@ impl Changes {
 
     /// What changed after generation `seen`.
     pub fn since(&self, seen: u64) -> Since<'_> {
+        match self.since_by_kind(seen) {
+            SinceByKind::Nothing => Since::Nothing,
+            SinceByKind::Everything => Since::Everything,
+            SinceByKind::Nodes(nodes) => Since::Nodes(nodes.into_iter().map(|(n, _)| n).collect()),
+        }
+    }
+
+    /// [`Self::since`], with the kind of each change.
+    pub fn since_by_kind(&self, seen: u64) -> SinceByKind<'_> {
         if seen >= self.generation {
-            return Since::Nothing;
+            return SinceByKind::Nothing;
         }
         // The oldest change still kept must be the first one after `seen`, or some are lost.
         match self.log.front() {
-            Some(&(first, _)) if first <= seen + 1 => {}
-            _ => return Since::Everything,
+            Some(&(first, _, _)) if first <= seen + 1 => {}
+            _ => return SinceByKind::Everything,
         }
         let mut nodes = Vec::new();
-        for (g, node) in self.log.iter().rev() {
+        for (g, node, kind) in self.log.iter().rev() {
             if *g <= seen {
                 break;
             }
             match node {
-                Some(n) => nodes.push(&**n),
-                None => return Since::Everything,
+                Some(n) => nodes.push((&**n, *kind)),
+                None => return SinceByKind::Everything,
             }
         }
-        Since::Nodes(nodes)
+        SinceByKind::Nodes(nodes)
     }
 }
 
@@ -152,5 +192,20 @@ mod tests {
         }
         assert_eq!(c.since(0), Since::Everything);
         assert_eq!(c.since(1), Since::Nodes(vec!["a"; KEPT]));
+    }
+
+    #[test]
+    fn each_change_keeps_its_kind() {
+        let mut c = Changes::default();
+        c.note_taken(&on("a"));
+        c.note_allocation(&on("b"));
+        assert_eq!(
+            c.since_by_kind(0),
+            SinceByKind::Nodes(vec![("b", Kind::Changed), ("a", Kind::Taken)])
+        );
+        assert_eq!(c.since(0), Since::Nodes(vec!["b", "a"]));
+        // Taken from devices several nodes reach: every node may be concerned.
+        c.note_taken(&AllocationResult::default());
+        assert_eq!(c.since_by_kind(1), SinceByKind::Everything);
     }
 }

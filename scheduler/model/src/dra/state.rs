@@ -253,7 +253,11 @@ impl DraState {
             }
             if let Some(a) = new_allocation {
                 self.allocated.add(a);
-                self.changes.note_allocation(a);
+                if old_allocation.is_none() {
+                    self.changes.note_taken(a);
+                } else {
+                    self.changes.note_allocation(a);
+                }
             }
         }
         self.claims.insert(key, claim);
@@ -301,7 +305,12 @@ impl DraState {
         Ok(out)
     }
 
-    /// A device of the node `name`, by driver, pool and name.
+    /// Whether an allocated claim holds device `id`.
+    pub fn holds(&self, id: &super::DeviceId) -> bool {
+        self.allocated.holds(id)
+    }
+
+    /// The device `driver/pool/device` of the slices node `name` reaches.
     pub fn device_on(&self, name: &str, driver: &str, pool: &str, device: &str) -> Option<&Device> {
         self.by_node
             .get(name)
