@@ -70,55 +70,35 @@ impl Cluster {
         let mut keep = 8usize;
         let most = if aligns { MAX_BONUS } else { 0 };
         loop {
-            let mut top: BinaryHeap<std::cmp::Reverse<(u128, i64, usize)>> =
-                BinaryHeap::with_capacity(keep + 1);
-            // The worst rank kept once `keep` are kept (0 ranks below every node), and the best
-            // rank of a candidate not kept (0: none).
-            let (mut threshold, mut beyond) = (0u128, 0u128);
             // A copy (a bit per node): the pass reads it beside the scores.
             let failed = cache
                 .as_ref()
                 .map(|c| c.failed_bits().to_vec())
                 .unwrap_or_default();
+            let mut pass = Pass {
+                top: BinaryHeap::with_capacity(keep + 1),
+                keep,
+                threshold: 0,
+                beyond: 0,
+                failed: &failed,
+                tried: &tried,
+                done: &done,
+                cache: cache.as_deref_mut(),
+                potential: &potential,
+            };
             self.scan_scores(cfg, prepared, |position, slot, score| {
                 let Some(score) = score else { return };
                 // A node that cannot make the kept ones even with the most alignment adds is
-                // passed over without looking it up.
+                // passed over without looking it up: most nodes, once `keep` are kept, so
+                // this test is all the pass does for them (the rest is out of line).
                 let upper = rank_of(score.saturating_add(most), position);
-                if upper <= threshold {
-                    beyond = beyond.max(upper);
+                if upper <= pass.threshold {
+                    pass.beyond = pass.beyond.max(upper);
                     return;
                 }
-                if failed.get(slot / 64).is_some_and(|w| w & (1 << (slot % 64)) != 0) {
-                    return;
-                }
-                if tried.contains_key(&position) || done.contains(&position) {
-                    return;
-                }
-                let bonus = match cache.as_mut() {
-                    Some(c) => match c.bonus_bound(slot, || potential(slot)) {
-                        Some(b) => b,
-                        None => return,
-                    },
-                    None => potential(slot),
-                };
-                let rank = rank_of(score.saturating_add(bonus), position);
-                if rank <= threshold {
-                    beyond = beyond.max(rank);
-                    return;
-                }
-                top.push(std::cmp::Reverse((rank, score, slot)));
-                if top.len() > keep
-                    && let Some(std::cmp::Reverse((dropped, _, _))) = top.pop()
-                {
-                    beyond = beyond.max(dropped);
-                }
-                if top.len() == keep
-                    && let Some(std::cmp::Reverse((worst, _, _))) = top.peek()
-                {
-                    threshold = *worst;
-                }
+                pass.consider(position, slot, score);
             });
+            let Pass { top, beyond, .. } = pass;
             let mut settled = false;
             for std::cmp::Reverse((rank, score, slot)) in top.into_sorted_vec() {
                 if !beats(rank, &best) {
@@ -245,6 +225,63 @@ impl Cluster {
             },
             ClaimsOutcome::default(),
         ))
+    }
+}
+
+/// One ranked pass over the nodes: the `keep` best candidates and the best rank of one not
+/// kept.
+struct Pass<'p, 'v> {
+    top: BinaryHeap<std::cmp::Reverse<(u128, i64, usize)>>,
+    keep: usize,
+    /// The worst rank kept once `keep` are kept (0 ranks below every node).
+    threshold: u128,
+    /// The best rank of a candidate not kept (0: none).
+    beyond: u128,
+    failed: &'p [u64],
+    tried: &'p Tried,
+    done: &'p [usize],
+    cache: Option<&'p mut ShapeView<'v>>,
+    potential: &'p dyn Fn(usize) -> i64,
+}
+
+impl Pass<'_, '_> {
+    /// A node that may make the kept ones: its bound looked up, kept if it does.
+    #[inline(never)]
+    fn consider(&mut self, position: usize, slot: usize, score: i64) {
+        if self
+            .failed
+            .get(slot / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+        {
+            return;
+        }
+        if self.tried.contains_key(&position) || self.done.contains(&position) {
+            return;
+        }
+        let potential = self.potential;
+        let bonus = match self.cache.as_mut() {
+            Some(c) => match c.bonus_bound(slot, || potential(slot)) {
+                Some(b) => b,
+                None => return,
+            },
+            None => potential(slot),
+        };
+        let rank = rank_of(score.saturating_add(bonus), position);
+        if rank <= self.threshold {
+            self.beyond = self.beyond.max(rank);
+            return;
+        }
+        self.top.push(std::cmp::Reverse((rank, score, slot)));
+        if self.top.len() > self.keep
+            && let Some(std::cmp::Reverse((dropped, _, _))) = self.top.pop()
+        {
+            self.beyond = self.beyond.max(dropped);
+        }
+        if self.top.len() == self.keep
+            && let Some(std::cmp::Reverse((worst, _, _))) = self.top.peek()
+        {
+            self.threshold = *worst;
+        }
     }
 }
 
