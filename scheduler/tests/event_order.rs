@@ -84,7 +84,9 @@ fn apply(c: &mut Cluster, ev: &Ev) {
         Ev::ResetNodes(ns) => c.reset_nodes(ns),
         Ev::Nrt(t) => c.apply_nrt(t).unwrap(),
         Ev::ResetNrts(ts) => c.reset_nrts(ts),
-        Ev::Pod(p) => c.apply_pod(p).unwrap(),
+        Ev::Pod(p) => {
+            c.apply_pod(p).unwrap();
+        }
         Ev::DeletePod(k) => c.delete_pod(k),
         Ev::ResetPods(ps) => c.reset_pods(ps, 0),
     }

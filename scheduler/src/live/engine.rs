@@ -41,7 +41,7 @@ use crate::{
     pod::PodSpec,
     queue::{SchedulingQueue, State},
 };
-use numaplane::allocation::{ANNOTATION, Allocation};
+use numaplane::allocation::Allocation;
 
 /// Which watch an event came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -852,9 +852,13 @@ impl Engine {
         {
             self.pod_changed_on(n);
         }
-        if let Err(e) = self.cluster.apply_pod(pod) {
-            tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
-        }
+        let applied = match self.cluster.apply_pod(pod) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %numaplane::error_chain(&e), "bound pod cannot be modelled; not counted");
+                None
+            }
+        };
         // Bound by anyone: no longer ours to schedule.
         if self.pending.contains_key(&key) {
             self.drop_pending(&key);
@@ -864,16 +868,14 @@ impl Engine {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        // Whoever bound it, a record for its node says which zones and devices it holds.
-        let record = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION))
-            .and_then(|v| Allocation::parse(v).ok())
-            .filter(|r| Some(r.node.as_str()) == node && !finished);
-        match record.map(|r| (PodSpec::from_pod(&mut self.cluster.res, pod), r)) {
-            Some((Ok(spec), record)) => {
+        // Whoever bound it, a record for its node says which zones and devices it holds (as
+        // the index read them: the pod is parsed once per event).
+        let recorded = applied.and_then(|a| {
+            let record = a.record.filter(|r| Some(r.node.as_str()) == node && !finished)?;
+            Some((a.spec, record))
+        });
+        match recorded {
+            Some((spec, record)) => {
                 // Bound by someone else while we lead (another replica, or a Binding of ours
                 // reported failed that landed): its zones are taken from now on, unless the
                 // NRT shows it already. Those known before are restored when leading starts.

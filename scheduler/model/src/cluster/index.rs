@@ -214,8 +214,9 @@ impl Cluster {
         self.touch_name(node);
     }
 
-    /// Adds or replaces a pod. Bound, non-terminal pods count against their node.
-    pub fn apply_pod(&mut self, pod: &Pod) -> Result<(), PodError> {
+    /// Adds or replaces a pod. Bound, non-terminal pods count against their node. Returns what
+    /// was read of it, so a caller that needs it too does not parse the pod again.
+    pub fn apply_pod(&mut self, pod: &Pod) -> Result<AppliedPod, PodError> {
         let spec = match PodSpec::from_pod(&mut self.res, pod) {
             Ok(s) => s,
             Err(e) => {
@@ -243,6 +244,7 @@ impl Cluster {
         }
         let old = self.unbind(&key);
         let mut new = None;
+        let mut kept = None;
         if let Some(node) = node {
             let mut bound = BoundPod::new(&self.res, &spec, node.clone(), starting);
             let record = self.record_for(pod, &node);
@@ -261,9 +263,10 @@ impl Cluster {
             self.preemption
                 .note_pod(&mut self.res, &key, pod, &spec, record.as_ref());
             self.settle(&node);
+            kept = record;
         }
         self.index_claims(&key, old, new);
-        Ok(())
+        Ok(AppliedPod { spec, record: kept })
     }
 
     /// Confirms the assumptions of `node` its NRT shows, now that the pods known there
@@ -455,4 +458,14 @@ impl Cluster {
     pub fn pod_node(&self, key: &str) -> Option<&str> {
         self.pods.get(key).map(|p| p.node.as_str())
     }
+}
+
+/// What [`Cluster::apply_pod`] read of a pod.
+#[derive(Debug)]
+pub struct AppliedPod {
+    /// Its spec as the model reads it.
+    pub spec: PodSpec,
+    /// For a pod counted on a node: its allocation record for that node, when it has a valid
+    /// one.
+    pub record: Option<numaplane::allocation::Allocation>,
 }

@@ -35,6 +35,7 @@ mod claims_cache;
 mod volume_tests;
 
 pub use claims::ClaimsOutcome;
+pub use index::AppliedPod;
 
 pub use preemption::{Hold, Preemption};
 
