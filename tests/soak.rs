@@ -1107,24 +1107,6 @@ fn day_seconds_of(line: &str) -> Option<f64> {
     Some(h * 3600.0 + m * 60.0 + s)
 }
 
-/// `line` without ANSI colour sequences.
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Binding answers and NRT write answers by status, and pod LISTs.
 type Answers = (BTreeMap<u16, usize>, BTreeMap<u16, usize>, usize);
 
@@ -1910,7 +1892,7 @@ async fn monitor(
                 .lines()
                 .filter(|l| l.contains("unschedulable attempt"))
             {
-                let line = strip_ansi(line);
+                let line = crate::harness::strip_ansi(line);
                 let (Some(at), Some(pod)) = (
                     day_seconds_of(&line),
                     line.split_whitespace()

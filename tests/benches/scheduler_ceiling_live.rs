@@ -169,24 +169,6 @@ async fn watch_binds(api: Api<Pod>) -> FirstSeen {
     .await
 }
 
-/// `line` without its terminal colour codes (`ESC [ … m`).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The `Scheduled` events.k8s.io Events of the namespace (by the UID of their pod).
 async fn watch_scheduled(api: Api<Event>) -> FirstSeen {
     FirstSeen::watch(api, |e: &Event| {
@@ -606,7 +588,7 @@ impl Bench {
         // Startup: when each first list completed, from the scheduler's `listed` lines.
         let listed: Vec<String> = log
             .lines()
-            .map(strip_ansi)
+            .map(numaplane_e2e::harness::strip_ansi)
             .filter(|l| l.contains(" listed "))
             .filter_map(|l| {
                 let field = |name: &str| {
