@@ -26,12 +26,15 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub type DeviceMap<V> = litemap::LiteMap<String, V>;
 
 /// A `resource.k8s.io/v1` ResourceSlice. Its `apiVersion` and `kind` are the reader's to check.
+/// A missing field decodes to its default, as k8s-openapi decodes it, so a slice read from a
+/// dump and one converted from a watch event are the same.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct ResourceSlice {
     /// The object's metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// The slice's pool, node and devices.
+    #[serde(default)]
     pub spec: ResourceSliceSpec,
 }
 
@@ -44,6 +47,7 @@ pub struct ResourceSliceSpec {
     pub all_nodes: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<Device>>,
+    #[serde(default)]
     pub driver: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -53,6 +57,7 @@ pub struct ResourceSliceSpec {
     pub partition_type_attribute: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_device_node_selection: Option<bool>,
+    #[serde(default)]
     pub pool: ResourcePool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_counters: Option<Vec<CounterSet>>,
@@ -89,6 +94,7 @@ pub struct Device {
     pub capacity: Option<DeviceMap<DeviceCapacity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumes_counters: Option<Vec<DeviceCounterConsumption>>,
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_allocatable_resources: Option<BTreeMap<String, NodeAllocatableResource>>,
@@ -223,6 +229,21 @@ mod tests {
             Some(1)
         );
         assert_eq!(device.capacity.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn missing_fields_decode_to_the_defaults_k8s_openapi_gives_them() {
+        for object in [
+            json!({"kind": "ResourceSlice"}),
+            json!({"spec": {"devices": [{"attributes": {"a": {"int": 1}}}]}}),
+        ] {
+            let direct: ResourceSlice = serde_json::from_value(object.clone()).unwrap();
+            let mut typed = object;
+            typed["apiVersion"] = json!("resource.k8s.io/v1");
+            typed["kind"] = json!("ResourceSlice");
+            let typed: k8s_openapi::api::resource::v1::ResourceSlice = serde_json::from_value(typed).unwrap();
+            assert_eq!(direct, ResourceSlice::from(typed));
+        }
     }
 
     #[test]
