@@ -20,7 +20,7 @@ use crate::{
     cache::ShapeKey,
     dra::{
         DeviceId,
-        changes::{Kind, Since, SinceByKind},
+        changes::{Kind, Since},
         numa::NotHere,
         state::ResolvedClaims,
     },
@@ -303,7 +303,8 @@ impl ClaimShapes {
                 s.failed.fill(0);
             }
             Since::Nodes(nodes) => {
-                for n in nodes {
+                // Its verdicts include fits, which devices taken may undo: any change drops them.
+                for (n, _) in nodes {
                     if let Some(&slot) = cluster.index.get(n) {
                         if let Some(e) = s.entries.get_mut(slot) {
                             *e = Entry::default();
@@ -422,10 +423,10 @@ impl DeviceOutcomes {
     /// Forgets the nodes whose devices changed since the last look.
     fn refresh(&mut self, cluster: &Cluster) {
         let changes = cluster.dra.changes();
-        match changes.since_by_kind(self.seen) {
-            SinceByKind::Nothing => {}
-            SinceByKind::Everything => self.slots.iter_mut().for_each(Vec::clear),
-            SinceByKind::Nodes(nodes) => {
+        match changes.since(self.seen) {
+            Since::Nothing => {}
+            Since::Everything => self.slots.iter_mut().for_each(Vec::clear),
+            Since::Nodes(nodes) => {
                 for (n, kind) in nodes {
                     let Some(v) = cluster.index.get(n).and_then(|&slot| self.slots.get_mut(slot)) else {
                         continue;

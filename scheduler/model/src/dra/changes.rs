@@ -35,20 +35,9 @@ pub enum Kind {
     Changed,
 }
 
-/// What changed after a generation.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Since<'a> {
-    /// Nothing.
-    Nothing,
-    /// The devices of these nodes only (a name may repeat).
-    Nodes(Vec<&'a str>),
-    /// Possibly every node.
-    Everything,
-}
-
 /// What changed after a generation, node by node with the kind of each change.
 #[derive(Debug, PartialEq, Eq)]
-pub enum SinceByKind<'a> {
+pub enum Since<'a> {
     /// Nothing.
     Nothing,
     /// The devices of these nodes only (a name may repeat).
@@ -93,22 +82,13 @@ impl Changes {
 
     /// What changed after generation `seen`.
     pub fn since(&self, seen: u64) -> Since<'_> {
-        match self.since_by_kind(seen) {
-            SinceByKind::Nothing => Since::Nothing,
-            SinceByKind::Everything => Since::Everything,
-            SinceByKind::Nodes(nodes) => Since::Nodes(nodes.into_iter().map(|(n, _)| n).collect()),
-        }
-    }
-
-    /// [`Self::since`], with the kind of each change.
-    pub fn since_by_kind(&self, seen: u64) -> SinceByKind<'_> {
         if seen >= self.generation {
-            return SinceByKind::Nothing;
+            return Since::Nothing;
         }
         // The oldest change still kept must be the first one after `seen`, or some are lost.
         match self.log.front() {
             Some(&(first, _, _)) if first <= seen + 1 => {}
-            _ => return SinceByKind::Everything,
+            _ => return Since::Everything,
         }
         let mut nodes = Vec::new();
         for (g, node, kind) in self.log.iter().rev() {
@@ -117,10 +97,10 @@ impl Changes {
             }
             match node {
                 Some(n) => nodes.push((&**n, *kind)),
-                None => return SinceByKind::Everything,
+                None => return Since::Everything,
             }
         }
-        SinceByKind::Nodes(nodes)
+        Since::Nodes(nodes)
     }
 }
 
@@ -170,7 +150,10 @@ mod tests {
         let seen = c.generation();
         c.note_allocation(&on("b"));
         c.note_allocation(&on("c"));
-        assert_eq!(c.since(seen), Since::Nodes(vec!["c", "b"]));
+        assert_eq!(
+            c.since(seen),
+            Since::Nodes(vec![("c", Kind::Changed), ("b", Kind::Changed)])
+        );
         assert_eq!(c.since(c.generation()), Since::Nothing);
         // An allocation without a single-node selector may concern every node.
         c.note_allocation(&AllocationResult::default());
@@ -191,7 +174,7 @@ mod tests {
             c.note(Some("a"));
         }
         assert_eq!(c.since(0), Since::Everything);
-        assert_eq!(c.since(1), Since::Nodes(vec!["a"; KEPT]));
+        assert_eq!(c.since(1), Since::Nodes(vec![("a", Kind::Changed); KEPT]));
     }
 
     #[test]
@@ -200,12 +183,11 @@ mod tests {
         c.note_taken(&on("a"));
         c.note_allocation(&on("b"));
         assert_eq!(
-            c.since_by_kind(0),
-            SinceByKind::Nodes(vec![("b", Kind::Changed), ("a", Kind::Taken)])
+            c.since(0),
+            Since::Nodes(vec![("b", Kind::Changed), ("a", Kind::Taken)])
         );
-        assert_eq!(c.since(0), Since::Nodes(vec!["b", "a"]));
         // Taken from devices several nodes reach: every node may be concerned.
         c.note_taken(&AllocationResult::default());
-        assert_eq!(c.since_by_kind(1), SinceByKind::Everything);
+        assert_eq!(c.since(1), Since::Everything);
     }
 }
