@@ -21,29 +21,12 @@ pub mod dra;
 pub mod kubelet;
 pub mod node;
 pub mod nrt;
+pub mod text;
 
 use crate::fake_api::FakeApiServer;
 
 pub use crate::control_plane::{HarnessError, REAL_CLUSTER_ENV};
-
-/// `line` without its terminal escape sequences (`ESC [ … m` colours, and any other that ends
-/// with a letter): a process's log read as text.
-pub fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use text::strip_ansi;
 
 /// Where the agent publishes.
 pub struct ApiTarget {
@@ -971,17 +954,7 @@ pub fn scheduler_run_args(kubeconfig: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{MetricCondition, strip_ansi};
-
-    #[test]
-    fn escape_sequences_are_stripped_and_the_text_kept() {
-        assert_eq!(
-            strip_ansi("\u{1b}[2m2026-12-02T10:00:00Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m bound"),
-            "2026-12-02T10:00:00Z  INFO bound"
-        );
-        assert_eq!(strip_ansi("\u{1b}[1;31mERROR\u{1b}[K x"), "ERROR x");
-        assert_eq!(strip_ansi("plain"), "plain");
-    }
+    use super::MetricCondition;
 
     #[test]
     fn a_metric_condition_reads_name_labels_comparison_and_number() {

@@ -1,3 +1,8 @@
+//! Tests of the CEL device selectors: the interpreter's own cases and the upstream vectors.
+//! Size (~720 lines of code): one file, because every case builds its devices with the same
+//! few fixtures at the top (`Fixture`, the attribute and capacity makers, `eval`); split it with
+//! those fixtures into a module of their own when it grows.
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
