@@ -99,6 +99,11 @@ struct Entry {
     bonus: i32,
 }
 
+/// In [`Shape::bounds`]: known to fail.
+pub(super) const BOUND_FAILED: i32 = i32::MIN;
+/// In [`Shape::bounds`]: nothing known, the most alignment can add applies.
+pub(super) const BOUND_UNKNOWN: i32 = i32::MAX;
+
 const NOT_KNOWN: u32 = 0;
 const FAILED: u32 = 1;
 const FITS: u32 = 2;
@@ -123,10 +128,13 @@ struct Shape {
     hash: u64,
     /// By node slot.
     entries: Vec<Entry>,
-    /// By node slot, one bit each: the entry is valid and a failure. The ranking pass reads
-    /// these (a few hundred bytes for thousands of nodes) instead of the entries; they are
-    /// cleared wherever an entry stops being valid (the node changed, its devices changed).
-    failed: Vec<u64>,
+    /// By node slot: [`BOUND_FAILED`] where the entry is valid and a failure, the bonus where
+    /// it is valid and says one (the most the alignment can add, or what it adds), and
+    /// [`BOUND_UNKNOWN`] otherwise. The ranking pass reads these beside the scores instead of
+    /// the entries, so a node that cannot make the kept candidates costs one comparison; they
+    /// are reset to unknown wherever an entry stops being valid (the node changed, its
+    /// devices changed), so a bound is never below what the node can reach.
+    bounds: Vec<i32>,
     /// The DRA change generation the entries were checked against.
     seen: u64,
     last_used: u64,
@@ -155,13 +163,13 @@ impl ShapeView<'_> {
     /// Whether the claims are known not to fit on the node in `slot`.
     #[cfg(test)]
     fn known_to_fail(&self, slot: usize) -> bool {
-        bit(&self.shapes.shapes[self.at].failed, slot)
+        self.bounds().get(slot) == Some(&BOUND_FAILED)
     }
 
-    /// A bit per node slot (`slot / 64`, bit `slot % 64`): the claims are known not to fit
-    /// there.
-    pub(super) fn failed_bits(&self) -> &[u64] {
-        &self.shapes.shapes[self.at].failed
+    /// By node slot: [`BOUND_FAILED`] (the claims are known not to fit there), the most their
+    /// alignment adds there, or [`BOUND_UNKNOWN`].
+    pub(super) fn bounds(&self) -> &[i32] {
+        &self.shapes.shapes[self.at].bounds
     }
 
     /// The entry of `slot`, if valid.
@@ -210,12 +218,19 @@ impl ShapeView<'_> {
     fn set(&mut self, slot: usize, verdict: u32, bonus: i64) {
         let generation = self.generations.get(slot).copied().unwrap_or(0);
         let shape = &mut self.shapes.shapes[self.at];
-        set_bit(&mut shape.failed, slot, false);
+        // Clamped up, never down: a bound only ever overstates.
+        let bonus = i32::try_from(bonus).unwrap_or(if bonus < 0 { i32::MIN + 1 } else { BOUND_UNKNOWN });
+        let bonus = bonus.max(BOUND_FAILED + 1);
+        set_bound(
+            &mut shape.bounds,
+            slot,
+            if generation != 0 { bonus } else { BOUND_UNKNOWN },
+        );
         if let Some(e) = shape.entries.get_mut(slot) {
             *e = Entry {
                 generation,
                 verdict,
-                bonus: i32::try_from(bonus).unwrap_or(i32::MAX),
+                bonus,
             };
         }
     }
@@ -228,7 +243,15 @@ impl ShapeView<'_> {
         };
         let generation = self.generations.get(slot).copied().unwrap_or(0);
         let shape = &mut self.shapes.shapes[self.at];
-        set_bit(&mut shape.failed, slot, generation != 0);
+        set_bound(
+            &mut shape.bounds,
+            slot,
+            if generation != 0 {
+                BOUND_FAILED
+            } else {
+                BOUND_UNKNOWN
+            },
+        );
         if let Some(e) = shape.entries.get_mut(slot) {
             // An explanation is never replaced by a bare failure.
             if !(why.is_none() && e.generation == generation && e.verdict >= FIRST_REASON) {
@@ -267,7 +290,7 @@ impl ClaimShapes {
                     key,
                     hash,
                     entries: Vec::new(),
-                    failed: Vec::new(),
+                    bounds: Vec::new(),
                     seen: cluster.dra.changes().generation(),
                     last_used: 0,
                 };
@@ -291,16 +314,15 @@ impl ClaimShapes {
         if s.entries.len() < slots {
             s.entries.resize(slots, Entry::default());
         }
-        let words = slots.div_ceil(64);
-        if s.failed.len() < words {
-            s.failed.resize(words, 0);
+        if s.bounds.len() < slots {
+            s.bounds.resize(slots, BOUND_UNKNOWN);
         }
         let changes = cluster.dra.changes();
         match changes.since(s.seen) {
             Since::Nothing => {}
             Since::Everything => {
                 s.entries.fill(Entry::default());
-                s.failed.fill(0);
+                s.bounds.fill(BOUND_UNKNOWN);
             }
             Since::Nodes(nodes) => {
                 // Its verdicts include fits, which devices taken may undo: any change drops them.
@@ -309,7 +331,7 @@ impl ClaimShapes {
                         if let Some(e) = s.entries.get_mut(slot) {
                             *e = Entry::default();
                         }
-                        set_bit(&mut s.failed, slot, false);
+                        set_bound(&mut s.bounds, slot, BOUND_UNKNOWN);
                     }
                 }
             }
@@ -325,30 +347,21 @@ impl ClaimShapes {
 pub(super) struct ClaimVerdictCache(Mutex<ClaimShapes>);
 
 impl ClaimVerdictCache {
-    /// The node in `slot` changed: no failure of it is known any more.
+    /// The node in `slot` changed: nothing of it is known any more.
     pub(super) fn forget_slot(&mut self, slot: usize) {
         let shapes = match self.0.get_mut() {
             Ok(s) => s,
             Err(p) => p.into_inner(),
         };
         for s in &mut shapes.shapes {
-            set_bit(&mut s.failed, slot, false);
+            set_bound(&mut s.bounds, slot, BOUND_UNKNOWN);
         }
     }
 }
 
-#[cfg(test)]
-fn bit(bits: &[u64], i: usize) -> bool {
-    bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
-}
-
-fn set_bit(bits: &mut [u64], i: usize, on: bool) {
-    if let Some(w) = bits.get_mut(i / 64) {
-        if on {
-            *w |= 1 << (i % 64);
-        } else {
-            *w &= !(1 << (i % 64));
-        }
+fn set_bound(bounds: &mut [i32], slot: usize, bound: i32) {
+    if let Some(b) = bounds.get_mut(slot) {
+        *b = bound;
     }
 }
 
@@ -530,7 +543,7 @@ mod tests {
             },
             hash: 0,
             entries: vec![Entry::default(); 2],
-            failed: vec![0],
+            bounds: vec![BOUND_UNKNOWN; 2],
             seen: 0,
             last_used: 0,
         });
@@ -567,11 +580,13 @@ mod tests {
         };
         assert_eq!(view.bonus_bound(1, || 100), Some(100));
         assert_eq!(view.bonus_bound(1, || unreachable!()), Some(100));
+        assert_eq!(view.bounds()[1], 100);
         view.fits(1, 0);
         assert_eq!(view.known(1), Known::Fits(0));
         assert_eq!(view.bonus_bound(1, || unreachable!()), Some(0));
         view.failed(0, None);
         assert!(view.known_to_fail(0) && !view.known_to_fail(1));
+        assert_eq!(view.bounds(), [BOUND_FAILED, 0]);
         assert_eq!(view.bonus_bound(0, || unreachable!()), None);
         // Same reasons are interned once.
         assert_eq!(

@@ -11,7 +11,7 @@ use super::{
 use crate::{
     cluster::{
         Cluster,
-        claims_cache::{Known, ShapeView},
+        claims_cache::{BOUND_FAILED, BOUND_UNKNOWN, Known, ShapeView},
     },
     dra::{
         numa::{DraNumaAlignment, MAX_BONUS},
@@ -70,17 +70,13 @@ impl Cluster {
         let mut keep = 8usize;
         let most = if aligns { MAX_BONUS } else { 0 };
         loop {
-            // A copy (a bit per node): the pass reads it beside the scores.
-            let failed = cache
-                .as_ref()
-                .map(|c| c.failed_bits().to_vec())
-                .unwrap_or_default();
+            // A copy (the cache's bound of each node): the pass reads it beside the scores.
+            let bounds = cache.as_ref().map(|c| c.bounds().to_vec()).unwrap_or_default();
             let mut pass = Pass {
                 top: BinaryHeap::with_capacity(keep + 1),
                 keep,
                 threshold: 0,
                 beyond: 0,
-                failed: &failed,
                 tried: &tried,
                 done: &done,
                 cache: cache.as_deref_mut(),
@@ -88,10 +84,15 @@ impl Cluster {
             };
             self.scan_scores(cfg, prepared, |position, slot, score| {
                 let Some(score) = score else { return };
-                // A node that cannot make the kept ones even with the most alignment adds is
-                // passed over without looking it up: most nodes, once `keep` are kept, so
-                // this test is all the pass does for them (the rest is out of line).
-                let upper = rank_of(score.saturating_add(most), position);
+                // A node that cannot make the kept ones even with the most its alignment can
+                // add is passed over without looking it up: most nodes, once `keep` are kept,
+                // so this test is all the pass does for them (the rest is out of line).
+                let bonus = match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
+                    BOUND_FAILED => return,
+                    BOUND_UNKNOWN => most,
+                    known => i64::from(known),
+                };
+                let upper = rank_of(score.saturating_add(bonus), position);
                 if upper <= pass.threshold {
                     pass.beyond = pass.beyond.max(upper);
                     return;
@@ -237,7 +238,6 @@ struct Pass<'p, 'v> {
     threshold: u128,
     /// The best rank of a candidate not kept (0: none).
     beyond: u128,
-    failed: &'p [u64],
     tried: &'p Tried,
     done: &'p [usize],
     cache: Option<&'p mut ShapeView<'v>>,
@@ -248,13 +248,6 @@ impl Pass<'_, '_> {
     /// A node that may make the kept ones: its bound looked up, kept if it does.
     #[inline(never)]
     fn consider(&mut self, position: usize, slot: usize, score: i64) {
-        if self
-            .failed
-            .get(slot / 64)
-            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
-        {
-            return;
-        }
         if self.tried.contains_key(&position) || self.done.contains(&position) {
             return;
         }
