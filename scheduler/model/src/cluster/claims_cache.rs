@@ -218,9 +218,9 @@ impl ShapeView<'_> {
     fn set(&mut self, slot: usize, verdict: u32, bonus: i64) {
         let generation = self.generations.get(slot).copied().unwrap_or(0);
         let shape = &mut self.shapes.shapes[self.at];
-        // Clamped up, never down: a bound only ever overstates.
-        let bonus = i32::try_from(bonus).unwrap_or(if bonus < 0 { i32::MIN + 1 } else { BOUND_UNKNOWN });
-        let bonus = bonus.max(BOUND_FAILED + 1);
+        // Bonuses are 0..=MAX_BONUS; the clamp keeps them off the failure marker.
+        let bonus = i32::try_from(bonus.clamp(i64::from(BOUND_FAILED) + 1, i64::from(BOUND_UNKNOWN)))
+            .unwrap_or(BOUND_UNKNOWN);
         set_bound(
             &mut shape.bounds,
             slot,
