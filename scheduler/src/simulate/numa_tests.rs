@@ -341,3 +341,76 @@ fn a_malformed_numa_attribute_is_a_warning_and_the_device_counts_as_unplaced() {
         intact.warnings
     );
 }
+
+#[test]
+fn a_pair_of_required_claims_is_explained_together_until_a_device_is_taken() {
+    // Three GPUs on the example node: gpu-0 and gpu-2 on NUMA node 0, gpu-1 on NUMA node 1,
+    // where the CPUs of a 4-CPU pod go. Each of a pair's claims alone can take gpu-1; both
+    // cannot. Once `train` holds gpu-1, neither can.
+    let one = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    let gpu1 = "    - name: gpu-1\n      attributes:\n        resource.kubernetes.io/pcieRoot: {string: \"pci0000:80\"}\n";
+    assert!(one.contains(gpu1));
+    let mut cluster = one.replace(
+        gpu1,
+        &format!("{gpu1}    - name: gpu-2\n      attributes:\n        resource.kubernetes.io/numaNode: {{int: 0}}\n"),
+    );
+    let claim = |name: &str| {
+        format!(
+            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: {name}\n  namespace: default\n\
+             spec:\n  devices:\n    requests:\n      - name: gpu\n        exactly: {{deviceClassName: gpu.example.com}}\n"
+        )
+    };
+    for name in ["first-a", "first-b", "again-a", "again-b", "last-a", "last-b"] {
+        cluster.push_str(&claim(name));
+    }
+    let pod = |name: &str, cpus: u32, claims: &[(&str, String)]| {
+        let mut p = format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  schedulerName: numaplane-scheduler\n"
+        );
+        if !claims.is_empty() {
+            p.push_str("  resourceClaims:\n");
+            for (n, c) in claims {
+                p.push_str(&format!("    - name: {n}\n      resourceClaimName: {c}\n"));
+            }
+        }
+        p.push_str(&format!(
+            "  containers:\n    - name: main\n      image: registry.k8s.io/pause:3.10\n      resources:\n        \
+             requests: {{cpu: \"{cpus}\", memory: 1Gi}}\n        limits: {{cpu: \"{cpus}\", memory: 1Gi}}\n"
+        ));
+        if !claims.is_empty() {
+            p.push_str("        claims:\n");
+            for (n, _) in claims {
+                p.push_str(&format!("          - name: {n}\n"));
+            }
+        }
+        p
+    };
+    let pair = |prefix: &str| [("a", format!("{prefix}-a")), ("b", format!("{prefix}-b"))];
+    let pods = [
+        pod("first", 4, &pair("first")),
+        // CPUs only: the node changes, its devices do not.
+        pod("cpus", 2, &[]),
+        pod("again", 4, &pair("again")),
+        pod("train", 4, &[("gpu", "train-gpu".to_owned())]),
+        pod("last", 4, &pair("last")),
+    ]
+    .concat();
+    let report = run_texts(&cluster, &pods, DraNumaAlignment::Required);
+    let reasons = |i: usize| {
+        let r = &report.results[i];
+        assert_eq!(r.decision.node, None, "{}", r.decision.pod);
+        r.decision.nodes[0].reasons.clone()
+    };
+    let together = "claims a, b: no free devices for all of them together on NUMA node 1, where the kubelet will pin cpu";
+    assert_eq!(reasons(0), vec![together]);
+    assert_eq!(report.results[1].decision.node.as_deref(), Some("gpu-a"));
+    assert_eq!(reasons(2), vec![together]);
+    assert_eq!(report.results[3].decision.node.as_deref(), Some("gpu-a"));
+    assert_eq!(devices(&report.results[3]), vec!["gpu-1"]);
+    assert_eq!(
+        reasons(4),
+        vec![
+            "claim a: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
+        ]
+    );
+}

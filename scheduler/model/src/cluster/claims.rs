@@ -519,7 +519,31 @@ impl Cluster {
                     }
                     found
                 };
-                let found = numa::explain_not_aligned(resolved, &recorded, &ctx, upstream)?;
+                // A requirement's own search reads the node's devices, not its CPUs: what it
+                // found is kept as upstream's is (a failure outlives devices taken, a fit
+                // lasts while its devices stay free).
+                let target_fits = |t: &numa::Target, f: &DeviceFilter<'_>| {
+                    let key =
+                        slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality, "requirement", t))));
+                    match known(key) {
+                        Some(DeviceOutcome::AlignedFails) => return false,
+                        Some(DeviceOutcome::UpstreamFits(_)) => return true,
+                        _ => {}
+                    }
+                    match search(Some(f)) {
+                        Ok(Ok(claims)) => {
+                            remember(key, DeviceOutcome::UpstreamFits(self.witness(&n.name, &claims)));
+                            true
+                        }
+                        Ok(Err(_)) => {
+                            remember(key, DeviceOutcome::AlignedFails);
+                            false
+                        }
+                        // Not the pod's error (only upstream's own search decides those).
+                        Err(_) => false,
+                    }
+                };
+                let found = numa::explain_not_aligned(resolved, &recorded, &target_fits, &ctx, upstream)?;
                 if learned {
                     match &found {
                         Err(n) if !n.alignment => {

@@ -413,11 +413,13 @@ impl Cluster {
 pub(super) enum DeviceOutcome {
     /// Upstream's search (no NUMA filter) finds no allocation, for this reason.
     UpstreamFails(String),
-    /// Upstream's search finds one. With the devices of the allocation it found, when those
+    /// Upstream's search (or, under a requirement's key, the search that meets that
+    /// requirement alone) finds one. With the devices of the allocation it found, when those
     /// alone make it (they consume no shared counters and none is shareable): then it holds
     /// while every one of them stays free, whatever else is taken.
     UpstreamFits(Option<Vec<DeviceId>>),
-    /// The aligned search (for the targets in the key) finds none at any level.
+    /// The aligned search (for the targets in the key) finds none at any level; or, under a
+    /// requirement's key, the search that meets that requirement alone finds none.
     AlignedFails,
 }
 
@@ -429,8 +431,9 @@ pub(super) struct DeviceOutcomes {
     slots: Vec<Vec<(u64, DeviceOutcome)>>,
 }
 
-/// Outcomes kept per node; the oldest goes beyond.
-const OUTCOMES_PER_NODE: usize = 16;
+/// Outcomes kept per node; the oldest goes beyond. A pod with two claims pinned on one of
+/// eight NUMA nodes can leave 8 aligned and 16 requirement outcomes on a node.
+const OUTCOMES_PER_NODE: usize = 32;
 
 impl DeviceOutcomes {
     /// Forgets the nodes whose devices changed since the last look.

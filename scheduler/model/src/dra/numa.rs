@@ -376,6 +376,10 @@ impl NotHere {
 pub type Search<'s> =
     dyn Fn(Option<&DeviceFilter<'_>>) -> Result<Result<Vec<ClaimAllocation>, String>, DraError> + 's;
 
+/// Whether the pending claims can be allocated with one requirement (`&Target`) met, searched
+/// with the filter that meets it.
+pub type TargetSearch<'s> = dyn Fn(&Target, &DeviceFilter<'_>) -> bool + 's;
+
 /// Allocates the pending claims as `search` does, choosing aligned devices first: the first of
 /// the levels (aligned, then also unplaced, then, for what is only preferred, any) whose search
 /// finds a complete allocation. `None` when none does; saying why takes more searches
@@ -449,10 +453,12 @@ pub fn search_aligned(
 /// allocation, unaligned.
 ///
 /// `upstream`: what upstream's search finds on the node, when known (`Err`: its reason); it is
-/// searched only when unknown, or when its allocation is the answer.
+/// searched only when unknown, or when its allocation is the answer. `target_fits`: whether a
+/// search with one requirement's filter finds an allocation (the caller may know it already).
 pub fn explain_not_aligned(
     claims: &ResolvedClaims<'_>,
     search: &Search<'_>,
+    target_fits: &TargetSearch<'_>,
     numa: &NodeNuma<'_>,
     upstream: Option<Result<(), String>>,
 ) -> Result<Result<(Vec<ClaimAllocation>, Quality), NotHere>, DraError> {
@@ -493,7 +499,7 @@ pub fn explain_not_aligned(
             let d = numa.device_nodes(driver, device);
             allowed(fit(d.as_deref(), &t.nodes), true, Fit::NoNumaNode)
         };
-        if !matches!(search(Some(&f)), Ok(Ok(_))) {
+        if !target_fits(t, &f) {
             return Ok(Err(aligned(requirement_reason(claims, t))));
         }
     }
