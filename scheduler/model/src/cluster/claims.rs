@@ -14,7 +14,7 @@ use crate::{
     dra::{
         DeviceId, DraError,
         allocator::DeviceFilter,
-        numa::{self, ContainerNuma, DraNumaAlignment, NodeNuma, NotHere, Pinned},
+        numa::{self, ContainerNuma, DraNumaAlignment, Levels, NodeNuma, NotHere, Pinned, Searched},
         state::{ClaimAllocation, ResolvedClaims},
     },
     fit::Filter,
@@ -52,6 +52,10 @@ struct OnNode<'n> {
 enum Step {
     /// Find devices; a failure may be left unexplained.
     Search,
+    /// [`Step::Search`] short of a misaligned allocation: where only one of those may be left,
+    /// the attempt is deferred (the ranked pass tries the node again at the score it gets
+    /// there, when that can still win).
+    Ranked,
     /// Say why a search found nothing.
     Explain,
 }
@@ -418,6 +422,7 @@ impl Cluster {
 
     /// One step of the allocation on a node: the search (`Err(None)` when it fails and saying
     /// why would take more searches), or the explanation after a failed search.
+    #[allow(clippy::too_many_arguments)]
     fn try_claims(
         &self,
         cfg: &Config,
@@ -427,6 +432,23 @@ impl Cluster {
         share: &dyn Fn(usize, usize) -> String,
         step: Step,
     ) -> Result<Attempt, DraError> {
+        // Only `Step::Ranked` defers; were another step to, its failure stays unexplained.
+        Ok(self
+            .try_claims_at(cfg, prepared, resolved, on, share, step)?
+            .unwrap_or(Err(None)))
+    }
+
+    /// [`Self::try_claims`], or `None` when `Step::Ranked` deferred the attempt: the claims
+    /// get no aligned allocation there, and a misaligned one may exist (not searched).
+    fn try_claims_at(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        on: OnNode<'_>,
+        share: &dyn Fn(usize, usize) -> String,
+        step: Step,
+    ) -> Result<Option<Attempt>, DraError> {
         let pod = prepared.spec;
         let n = on.node;
         let search = |filter: Option<&DeviceFilter<'_>>| {
@@ -439,12 +461,12 @@ impl Cluster {
             .chain(&pod.containers)
             .any(|c| !c.claims.is_empty());
         let unaligned = || {
-            Ok(search(None)?.map(|c| (c, 0)).map_err(|reason| {
+            Ok(Some(search(None)?.map(|c| (c, 0)).map_err(|reason| {
                 Some(NotHere {
                     reason,
                     alignment: false,
                 })
-            }))
+            })))
         };
         let topo = match on.topology {
             Some(t) if names_claims => t,
@@ -483,22 +505,35 @@ impl Cluster {
             }
         };
         let found = match step {
-            Step::Search => {
+            Step::Search | Step::Ranked => {
                 // Without targets the search is upstream's.
                 let key = if targets.is_empty() {
                     upstream_key
                 } else {
                     aligned_key
                 };
-                match known(key) {
-                    Some(DeviceOutcome::AlignedFails | DeviceOutcome::UpstreamFails(_)) => Err(None),
-                    _ => {
-                        let found = numa::search_aligned(resolved, &search, &ctx)?;
-                        if found.is_none() && !targets.is_empty() {
-                            remember(key, DeviceOutcome::AlignedFails);
+                let levels = match (known(key), step) {
+                    (Some(DeviceOutcome::AlignedFails | DeviceOutcome::UpstreamFails(_)), _) => None,
+                    (Some(DeviceOutcome::BonusLevelsFail), Step::Ranked) => return Ok(None),
+                    (Some(DeviceOutcome::BonusLevelsFail), _) => Some(Levels::Misaligned),
+                    (_, Step::Ranked) => Some(Levels::Bonus),
+                    _ => Some(Levels::All),
+                };
+                match levels {
+                    None => Err(None),
+                    Some(levels) => match numa::search_aligned(resolved, &search, &ctx, levels)? {
+                        Searched::Found(c, q) => Ok((c, q)),
+                        Searched::NotFound => {
+                            if !targets.is_empty() {
+                                remember(key, DeviceOutcome::AlignedFails);
+                            }
+                            Err(None)
                         }
-                        found.ok_or(None)
-                    }
+                        Searched::MisalignedLeft => {
+                            remember(key, DeviceOutcome::BonusLevelsFail);
+                            return Ok(None);
+                        }
+                    },
                 }
             }
             Step::Explain => {
@@ -557,7 +592,7 @@ impl Cluster {
         };
         let (mut claims, quality) = match found {
             Ok(found) => found,
-            Err(not_here) => return Ok(Err(not_here)),
+            Err(not_here) => return Ok(Some(Err(not_here))),
         };
         // Under Ignore the report still shows where the devices landed.
         let shown = if mode == DraNumaAlignment::Ignore {
@@ -572,7 +607,7 @@ impl Cluster {
             pci_locality: &topo.pci_locality,
         };
         numa::annotate(&self.dra, &n.name, resolved, &mut claims, &containers, &report);
-        Ok(Ok((claims, quality.bonus())))
+        Ok(Some(Ok((claims, quality.bonus()))))
     }
 
     /// The devices `claims` were given on node `node`, when they alone make the allocation: none

@@ -210,6 +210,12 @@ impl ShapeView<'_> {
         }
     }
 
+    /// Remembers that on `slot` the claims can at best be allocated misaligned (their
+    /// alignment adds nothing), whether they can be at all not known yet.
+    pub(super) fn only_misaligned(&mut self, slot: usize) {
+        self.set(slot, NOT_KNOWN, 0);
+    }
+
     /// Remembers that the claims fit on `slot`, their alignment adding `bonus`.
     pub(super) fn fits(&mut self, slot: usize, bonus: i64) {
         self.set(slot, FITS, bonus);
@@ -421,6 +427,9 @@ pub(super) enum DeviceOutcome {
     /// The aligned search (for the targets in the key) finds none at any level; or, under a
     /// requirement's key, the search that meets that requirement alone finds none.
     AlignedFails,
+    /// The aligned search's levels that earn the bonus find none; the misaligned level was
+    /// not searched.
+    BonusLevelsFail,
 }
 
 /// Outcomes by node slot: (key, outcome), few per node.
@@ -627,6 +636,7 @@ mod tests {
             c.remember_device_outcome(slot, 3, DeviceOutcome::UpstreamFits(None));
             c.remember_device_outcome(slot, 4, DeviceOutcome::UpstreamFits(Some(vec![id("gpu-1")])));
             c.remember_device_outcome(slot, 5, DeviceOutcome::UpstreamFits(Some(vec![id("gpu-0")])));
+            c.remember_device_outcome(slot, 6, DeviceOutcome::BonusLevelsFail);
         };
         remember_all(&c);
         c.dra.commit("ns", "c1", on_n1);
@@ -639,9 +649,10 @@ mod tests {
             "its devices are still free"
         );
         assert_eq!(c.device_outcome(slot, 5), None, "one of its devices was taken");
+        assert_eq!(c.device_outcome(slot, 6), Some(DeviceOutcome::BonusLevelsFail));
         remember_all(&c);
         c.dra.delete_claim("ns", "c1");
-        for key in 1..=5 {
+        for key in 1..=6 {
             assert_eq!(c.device_outcome(slot, key), None, "key {key}: devices came back");
         }
     }

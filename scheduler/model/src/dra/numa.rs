@@ -380,17 +380,46 @@ pub type Search<'s> =
 /// with the filter that meets it.
 pub type TargetSearch<'s> = dyn Fn(&Target, &DeviceFilter<'_>) -> bool + 's;
 
+/// Which of the levels a search runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Levels {
+    /// Every level, strictest first.
+    All,
+    /// Those that earn the bonus (aligned devices, then also unplaced ones): where they find
+    /// nothing and the misaligned level might, the search says so instead of searching it.
+    Bonus,
+    /// The misaligned level alone (the others are known to find nothing).
+    Misaligned,
+}
+
+/// What [`search_aligned`] found.
+#[derive(Debug)]
+pub enum Searched {
+    /// An allocation, and how well it follows the targets.
+    Found(Vec<ClaimAllocation>, Quality),
+    /// None at any level searched.
+    NotFound,
+    /// ([`Levels::Bonus`]) None at the bonus levels; the misaligned level, not searched, may
+    /// find one.
+    MisalignedLeft,
+}
+
 /// Allocates the pending claims as `search` does, choosing aligned devices first: the first of
 /// the levels (aligned, then also unplaced, then, for what is only preferred, any) whose search
-/// finds a complete allocation. `None` when none does; saying why takes more searches
-/// ([`explain_not_aligned`]), and a decision needs that only when no node fits.
+/// finds a complete allocation, among `levels`. [`Searched::NotFound`] when none does; saying
+/// why takes more searches ([`explain_not_aligned`]), and a decision needs that only when no
+/// node fits.
 pub fn search_aligned(
     claims: &ResolvedClaims<'_>,
     search: &Search<'_>,
     numa: &NodeNuma<'_>,
-) -> Result<Option<(Vec<ClaimAllocation>, Quality)>, DraError> {
+    levels: Levels,
+) -> Result<Searched, DraError> {
     if numa.targets.is_empty() {
-        return Ok(search(None)?.ok().map(|c| (c, Quality::Unconstrained)));
+        return Ok(match search(None)? {
+            Ok(c) => Searched::Found(c, Quality::Unconstrained),
+            Err(_) => Searched::NotFound,
+        });
     }
     let names = pod_names_of_pending(claims);
     // Levels a device the search was refused would be allowed at: when none of the devices a
@@ -432,8 +461,14 @@ pub fn search_aligned(
             // Same filter as the level before.
             break;
         }
+        if levels == Levels::Misaligned && level != Fit::Misaligned {
+            continue;
+        }
         if searched && !opens_at.get().get(i).copied().unwrap_or(true) {
             continue;
+        }
+        if levels == Levels::Bonus && level == Fit::Misaligned {
+            return Ok(Searched::MisalignedLeft);
         }
         opens_at.set([false; LEVELS.len()]);
         searched = true;
@@ -441,10 +476,10 @@ pub fn search_aligned(
         // An error here (a selector failing on a device upstream's search would not have
         // reached) is not the pod's: only upstream's own search decides errors.
         if let Ok(Ok(c)) = search(Some(&f)) {
-            return Ok(Some((c, Quality::Level(level))));
+            return Ok(Searched::Found(c, Quality::Level(level)));
         }
     }
-    Ok(None)
+    Ok(Searched::NotFound)
 }
 
 /// Why [`search_aligned`] found nothing on the node: upstream's own search fails there, or

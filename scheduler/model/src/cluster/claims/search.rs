@@ -64,6 +64,8 @@ impl Cluster {
         let mut best: Option<(i64, usize, Vec<ClaimAllocation>)> = None;
         // Positions tried in this decision that did not fail (or failed on an invalid pool).
         let mut done: Vec<usize> = Vec::new();
+        // Positions whose attempt was deferred ([`Step::Ranked`]).
+        let mut deferred: Vec<usize> = Vec::new();
         // Each round scans every node once and keeps the `keep` best candidates, so a decision
         // where the first few nodes settle it costs one pass and no sort; a round that runs out
         // of candidates before settling scans again for more (ever more).
@@ -101,16 +103,43 @@ impl Cluster {
             });
             let Pass { top, beyond, .. } = pass;
             let mut settled = false;
-            for std::cmp::Reverse((rank, score, slot)) in top.into_sorted_vec() {
+            // Best first; a node deferred goes back in at the score its misaligned allocation
+            // would get, tried again when that is still the best left.
+            let mut queue: BinaryHeap<(u128, i64, usize)> =
+                top.into_iter().map(|std::cmp::Reverse(c)| c).collect();
+            while let Some((rank, score, slot)) = queue.pop() {
                 if !beats(rank, &best) {
                     settled = true;
+                    break;
+                }
+                if rank <= beyond {
+                    // A node not kept may rank above it: the next round finds it.
                     break;
                 }
                 let position = position_of(rank);
                 let Some(Some(n)) = self.slots.get(slot) else {
                     continue;
                 };
-                match self.try_claims(cfg, prepared, resolved, self.on(n), share, Step::Search) {
+                // Where its alignment can add nothing (its bound is its score: deferred once,
+                // or known to fit only misaligned), nothing is deferred.
+                let step = if rank == rank_of(score, position) || deferred.contains(&position) {
+                    Step::Search
+                } else {
+                    Step::Ranked
+                };
+                let attempt = match self.try_claims_at(cfg, prepared, resolved, self.on(n), share, step) {
+                    Ok(Some(attempt)) => Ok(attempt),
+                    Ok(None) => {
+                        if let Some(c) = cache.as_mut() {
+                            c.only_misaligned(slot);
+                        }
+                        deferred.push(position);
+                        queue.push((rank_of(score, position), score, slot));
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                };
+                match attempt {
                     Ok(Ok((claims, bonus))) => {
                         if let Some(c) = cache.as_mut() {
                             c.fits(slot, bonus);
