@@ -127,17 +127,16 @@ impl Cluster {
                 } else {
                     Step::Ranked
                 };
-                let attempt = match self.try_claims_at(cfg, prepared, resolved, self.on(n), share, step) {
-                    Ok(Some(attempt)) => Ok(attempt),
-                    Ok(None) => {
-                        if let Some(c) = cache.as_mut() {
-                            c.only_misaligned(slot);
-                        }
-                        deferred.push(position);
-                        queue.push((rank_of(score, position), score, slot));
-                        continue;
+                let Some(attempt) = self
+                    .try_claims_at(cfg, prepared, resolved, self.on(n), share, step)
+                    .transpose()
+                else {
+                    if let Some(c) = cache.as_mut() {
+                        c.only_misaligned(slot);
                     }
-                    Err(e) => Err(e),
+                    deferred.push(position);
+                    queue.push((rank_of(score, position), score, slot));
+                    continue;
                 };
                 match attempt {
                     Ok(Ok((claims, bonus))) => {
