@@ -145,6 +145,11 @@ impl Shapes {
         id
     }
 
+    /// How many category sets are interned (the highest id).
+    pub fn category_set_count(&self) -> usize {
+        self.category_sets.len()
+    }
+
     /// The categories of an interned id; empty for [`UNKNOWN_FAILURE`].
     pub fn categories(&self, id: u32) -> &[String] {
         id.checked_sub(1)

@@ -445,19 +445,27 @@ impl Cluster {
                 fresh.push((slot, shapes.intern_categories(v.categories)));
             }
         }
-        let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+        // By category set id: the ids are few and dense, and this runs over every node for
+        // every pod that fits nowhere (a map entry per node was a twentieth of its time).
+        // (An id past the interned sets names no category: it is not counted.)
+        let mut counts: Vec<usize> = vec![0; shapes.category_set_count() + 1];
         {
             let entries = shapes.entries(key, self.slots.len());
             for (slot, id) in fresh {
                 entries[slot].failure = id;
             }
             for &s in &self.order {
-                *counts.entry(entries[s].failure).or_default() += 1;
+                if let Some(n) = counts.get_mut(entries[s].failure as usize) {
+                    *n += 1;
+                }
             }
         }
         let mut per_category: BTreeMap<String, usize> = BTreeMap::new();
-        for (&id, &n) in &counts {
-            for c in shapes.categories(id) {
+        for (id, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            for c in shapes.categories(u32::try_from(id).unwrap_or(u32::MAX)) {
                 *per_category.entry(c.clone()).or_default() += n;
             }
         }
