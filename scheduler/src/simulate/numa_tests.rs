@@ -72,6 +72,39 @@ fn status(r: &PodResult) -> AlignmentStatus {
     r.claims[0].numa.as_ref().unwrap().alignment
 }
 
+/// A ResourceClaim of one GPU of the example's class, in namespace `default`.
+fn claim(name: &str) -> String {
+    format!(
+        "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: {name}\n  namespace: default\n\
+         spec:\n  devices:\n    requests:\n      - name: gpu\n        exactly: {{deviceClassName: gpu.example.com}}\n"
+    )
+}
+
+/// A Guaranteed pod of `cpus` CPUs whose one container names each of `claims` (pod claim
+/// name, ResourceClaim name).
+fn pod(name: &str, cpus: &str, claims: &[(&str, String)]) -> String {
+    let mut p = format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  schedulerName: numaplane-scheduler\n"
+    );
+    if !claims.is_empty() {
+        p.push_str("  resourceClaims:\n");
+        for (n, c) in claims {
+            p.push_str(&format!("    - name: {n}\n      resourceClaimName: {c}\n"));
+        }
+    }
+    p.push_str(&format!(
+        "  containers:\n    - name: main\n      image: registry.k8s.io/pause:3.10\n      resources:\n        \
+         requests: {{cpu: \"{cpus}\", memory: 1Gi}}\n        limits: {{cpu: \"{cpus}\", memory: 1Gi}}\n"
+    ));
+    if !claims.is_empty() {
+        p.push_str("        claims:\n");
+        for (n, _) in claims {
+            p.push_str(&format!("          - name: {n}\n"));
+        }
+    }
+    p
+}
+
 #[test]
 fn required_takes_the_gpu_beside_the_pinned_cpus_and_rejects_a_node_without_one() {
     let report = run(DraNumaAlignment::Required);
@@ -354,45 +387,17 @@ fn a_pair_of_required_claims_is_explained_together_until_a_device_is_taken() {
         gpu1,
         &format!("{gpu1}    - name: gpu-2\n      attributes:\n        resource.kubernetes.io/numaNode: {{int: 0}}\n"),
     );
-    let claim = |name: &str| {
-        format!(
-            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: {name}\n  namespace: default\n\
-             spec:\n  devices:\n    requests:\n      - name: gpu\n        exactly: {{deviceClassName: gpu.example.com}}\n"
-        )
-    };
     for name in ["first-a", "first-b", "again-a", "again-b", "last-a", "last-b"] {
         cluster.push_str(&claim(name));
     }
-    let pod = |name: &str, cpus: u32, claims: &[(&str, String)]| {
-        let mut p = format!(
-            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  schedulerName: numaplane-scheduler\n"
-        );
-        if !claims.is_empty() {
-            p.push_str("  resourceClaims:\n");
-            for (n, c) in claims {
-                p.push_str(&format!("    - name: {n}\n      resourceClaimName: {c}\n"));
-            }
-        }
-        p.push_str(&format!(
-            "  containers:\n    - name: main\n      image: registry.k8s.io/pause:3.10\n      resources:\n        \
-             requests: {{cpu: \"{cpus}\", memory: 1Gi}}\n        limits: {{cpu: \"{cpus}\", memory: 1Gi}}\n"
-        ));
-        if !claims.is_empty() {
-            p.push_str("        claims:\n");
-            for (n, _) in claims {
-                p.push_str(&format!("          - name: {n}\n"));
-            }
-        }
-        p
-    };
     let pair = |prefix: &str| [("a", format!("{prefix}-a")), ("b", format!("{prefix}-b"))];
     let pods = [
-        pod("first", 4, &pair("first")),
+        pod("first", "4", &pair("first")),
         // CPUs only: the node changes, its devices do not.
-        pod("cpus", 2, &[]),
-        pod("again", 4, &pair("again")),
-        pod("train", 4, &[("gpu", "train-gpu".to_owned())]),
-        pod("last", 4, &pair("last")),
+        pod("cpus", "2", &[]),
+        pod("again", "4", &pair("again")),
+        pod("train", "4", &[("gpu", "train-gpu".to_owned())]),
+        pod("last", "4", &pair("last")),
     ]
     .concat();
     let report = run_texts(&cluster, &pods, DraNumaAlignment::Required);
@@ -413,4 +418,39 @@ fn a_pair_of_required_claims_is_explained_together_until_a_device_is_taken() {
             "claim a: no free device of class gpu.example.com on NUMA node 1, where the kubelet will pin cpu"
         ]
     );
+}
+
+#[test]
+fn under_ignore_a_node_without_free_devices_keeps_upstreams_reason_after_a_cpu_only_change() {
+    // The example's two pods take both GPUs (Ignore places both); the later claims find none.
+    // The search remembers upstream's failure, and what is said of a pod that fits nowhere is
+    // built from it: the message, and the node's reason where nodes are explained.
+    let mut cluster = std::fs::read_to_string(example("cluster.yaml")).unwrap();
+    for name in ["late-gpu", "later-gpu"] {
+        cluster.push_str(&claim(name));
+    }
+    let mut pods = std::fs::read_to_string(example("pods.yaml")).unwrap();
+    pods.push_str(
+        &[
+            pod("late", "1", &[("gpu", "late-gpu".to_owned())]),
+            // CPUs only: the node changes, its devices do not.
+            pod("cpus", "1", &[]),
+            pod("later", "1", &[("gpu", "later-gpu".to_owned())]),
+        ]
+        .concat(),
+    );
+    let quick = run_texts_explained(&cluster, &pods, DraNumaAlignment::Ignore, Explain::None);
+    let full = run_texts_explained(&cluster, &pods, DraNumaAlignment::Ignore, Explain::Failed);
+    let placed: Vec<Option<&str>> = quick.results.iter().map(|r| r.decision.node.as_deref()).collect();
+    assert_eq!(placed, [Some("gpu-a"), Some("gpu-a"), None, Some("gpu-a"), None]);
+    for i in [2, 4] {
+        let message = &quick.results[i].decision.message;
+        assert!(message.contains("cannot allocate all claims"), "{message}");
+        assert_eq!(message, &full.results[i].decision.message);
+        // The node's reason is upstream's own, as the search that found nothing left it.
+        assert_eq!(
+            full.results[i].decision.nodes[0].reasons,
+            ["cannot allocate all claims"]
+        );
+    }
 }

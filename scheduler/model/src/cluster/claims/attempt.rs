@@ -73,16 +73,52 @@ impl Cluster {
             Some(t) if names_claims => t,
             _ => return unaligned(),
         };
-        // The NUMA nodes are all the alignment reads: no device IDs, no allocation record.
-        let mut zones = crate::admission::WorkingZones::from_topology(topo);
-        let Ok(placement) = crate::admission::predict_prepared(&self.res, topo, &mut zones, prepared) else {
+        let mode = cfg.dra_numa.alignment;
+        // What a search of the node's devices finds is shared by pods whose claims are the
+        // same, whatever their CPUs (not for a what-if with other devices in use).
+        let slot = match (resolved.digest, on.in_use) {
+            (Some(d), None) => self.index.get(&n.name).map(|&slot| (slot, d)),
+            _ => None,
+        };
+        let upstream_key = slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality))));
+        let known = |key: Option<(usize, u64)>| key.and_then(|(slot, k)| self.device_outcome(slot, k));
+        let remember = |key: Option<(usize, u64)>, outcome: DeviceOutcome| {
+            if let Some((slot, k)) = key {
+                self.remember_device_outcome(slot, k, outcome);
+            }
+        };
+        // The CPUs are predicted for the NUMA nodes they land on: all the alignment reads (no
+        // device IDs, no allocation record).
+        let predict = || {
+            let mut zones = crate::admission::WorkingZones::from_topology(topo);
+            crate::admission::predict_prepared(&self.res, topo, &mut zones, prepared)
+        };
+        let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
+        let machine = topo.info.ids();
+        if mode == DraNumaAlignment::Ignore && !matches!(step, Step::Explain) {
+            // Upstream's search whatever the CPUs: they are predicted only to report where
+            // the devices found landed. A failure outlives devices taken, as the explanation's.
+            if let Some(DeviceOutcome::UpstreamFails(_)) = known(upstream_key) {
+                return Ok(Some(Err(None)));
+            }
+            let mut claims = match search(None)? {
+                Ok(claims) => claims,
+                Err(reason) => {
+                    remember(upstream_key, DeviceOutcome::UpstreamFails(reason));
+                    return Ok(Some(Err(None)));
+                }
+            };
+            if let Ok(placement) = predict() {
+                let containers = containers_numa(pod, &placement);
+                self.annotate_found(cfg, n, resolved, &mut claims, &containers, topo, strict, &[]);
+            }
+            return Ok(Some(Ok((claims, 0))));
+        }
+        let Ok(placement) = predict() else {
             // The NUMA filter rejects the node before; nothing to align with.
             return unaligned();
         };
         let containers = containers_numa(pod, &placement);
-        let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
-        let mode = cfg.dra_numa.alignment;
-        let machine = topo.info.ids();
         let targets = numa::targets(mode, strict, machine, &containers);
         let attrs = &cfg.dra_numa.driver_attributes;
         let ctx = NodeNuma {
@@ -91,20 +127,7 @@ impl Cluster {
             driver_attributes: attrs,
             pci_locality: &topo.pci_locality,
         };
-        // What a search of the node's devices finds is shared by pods whose claims are the
-        // same, whatever their CPUs (not for a what-if with other devices in use).
-        let slot = match (resolved.digest, on.in_use) {
-            (Some(d), None) => self.index.get(&n.name).map(|&slot| (slot, d)),
-            _ => None,
-        };
-        let upstream_key = slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality))));
         let aligned_key = slot.map(|(slot, d)| (slot, outcome_key(&(d, &topo.pci_locality, &targets))));
-        let known = |key: Option<(usize, u64)>| key.and_then(|(slot, k)| self.device_outcome(slot, k));
-        let remember = |key: Option<(usize, u64)>, outcome: DeviceOutcome| {
-            if let Some((slot, k)) = key {
-                self.remember_device_outcome(slot, k, outcome);
-            }
-        };
         let found = match step {
             Step::Search | Step::Ranked => {
                 // Without targets the search is upstream's.
@@ -195,20 +218,43 @@ impl Cluster {
             Ok(found) => found,
             Err(not_here) => return Ok(Some(Err(not_here))),
         };
-        // Under Ignore the report still shows where the devices landed.
-        let shown = if mode == DraNumaAlignment::Ignore {
-            numa::targets(DraNumaAlignment::Preferred, strict, machine, &containers)
+        self.annotate_found(cfg, n, resolved, &mut claims, &containers, topo, strict, &targets);
+        Ok(Some(Ok((claims, quality.bonus()))))
+    }
+
+    /// Marks each allocation found on `n` with its devices' and containers' NUMA nodes, against
+    /// the search's `targets` (under Ignore, those Preferred would have: the report still shows
+    /// where the devices landed).
+    #[allow(clippy::too_many_arguments)]
+    fn annotate_found(
+        &self,
+        cfg: &Config,
+        n: &crate::node::NodeBasics,
+        resolved: &ResolvedClaims<'_>,
+        claims: &mut [ClaimAllocation],
+        containers: &[ContainerNuma<'_>],
+        topo: &crate::node::NumaTopology,
+        strict: bool,
+        targets: &[numa::Target],
+    ) {
+        let machine = topo.info.ids();
+        let shown = if cfg.dra_numa.alignment == DraNumaAlignment::Ignore {
+            std::borrow::Cow::Owned(numa::targets(
+                DraNumaAlignment::Preferred,
+                strict,
+                machine,
+                containers,
+            ))
         } else {
-            targets.clone()
+            std::borrow::Cow::Borrowed(targets)
         };
         let report = NodeNuma {
             targets: &shown,
             machine,
-            driver_attributes: attrs,
+            driver_attributes: &cfg.dra_numa.driver_attributes,
             pci_locality: &topo.pci_locality,
         };
-        numa::annotate(&self.dra, &n.name, resolved, &mut claims, &containers, &report);
-        Ok(Some(Ok((claims, quality.bonus()))))
+        numa::annotate(&self.dra, &n.name, resolved, claims, containers, &report);
     }
 
     /// The devices `claims` were given on node `node`, when they alone make the allocation: none
