@@ -454,3 +454,102 @@ fn under_ignore_a_node_without_free_devices_keeps_upstreams_reason_after_a_cpu_o
         );
     }
 }
+
+/// A cluster of `nodes` nodes of 2 NUMA nodes (16 CPUs, some pinned already, and 4 GPUs
+/// each, split over the NUMA nodes), single-numa-node, with one claim per name in `claims`.
+fn generated_cluster(nodes: usize, claims: &[String]) -> serde_json::Value {
+    use serde_json::json;
+    let mut items = Vec::new();
+    for i in 0..nodes {
+        let name = format!("node-{i:02}");
+        let amounts = json!({"cpu": "16", "memory": "64Gi", "pods": "110"});
+        items.push(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": amounts, "allocatable": amounts,
+                "conditions": [{"type": "Ready", "status": "True"}]}}));
+        let zones: Vec<_> = (0..2)
+            .map(|z| {
+                // Pinned CPUs differ per node and zone, so scores differ and change as pods bind.
+                let available = 8 - (i * 3 + z * 5) % 7;
+                json!({"name": format!("node-{z}"), "type": "Node",
+                    "costs": [{"name": "node-0", "value": if z == 0 { 10 } else { 21 }},
+                              {"name": "node-1", "value": if z == 1 { 10 } else { 21 }}],
+                    "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8",
+                        "available": available.to_string()}]})
+            })
+            .collect();
+        items.push(
+            json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+            "metadata": {"name": name},
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                           {"name": "topologyManagerScope", "value": "container"}],
+            "zones": zones}),
+        );
+        let devices: Vec<_> = (0..4)
+            .map(|d| {
+                json!({"name": format!("gpu-{d}"),
+                "attributes": {"resource.kubernetes.io/numaNode": {"int": d / 2}}})
+            })
+            .collect();
+        items.push(
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{name}-gpu")},
+            "spec": {"driver": "gpu.example.com", "nodeName": name,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
+        );
+    }
+    items.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]}}));
+    for c in claims {
+        items.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": c, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}));
+    }
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+#[test]
+fn many_decisions_on_remembered_rankings_match_every_node_explained() {
+    // A stream of pods of few shapes on 60 nodes: each decision on the remembered verdicts and
+    // rankings (only the nodes changed since the last pod of its shape are looked at again)
+    // must place and allocate as a decision that explains every node from scratch.
+    // (CPUs, claims): every third pod has no claim, so some nodes change without a device
+    // taken.
+    let stream: Vec<(usize, usize)> = (0..240).map(|p| (1 + (p / 3) % 2 * 2, p % 3)).collect();
+    let mut claims = Vec::new();
+    let mut pods = String::new();
+    for (p, &(cpus, n)) in stream.iter().enumerate() {
+        let uses: Vec<(&str, String)> = ["a", "b"][..n]
+            .iter()
+            .map(|k| (*k, format!("p{p}-{k}")))
+            .collect();
+        claims.extend(uses.iter().map(|(_, c)| c.clone()));
+        pods.push_str(&pod(&format!("p{p}"), &cpus.to_string(), &uses));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.json");
+    std::fs::write(&cluster, generated_cluster(60, &claims).to_string()).unwrap();
+    let pods_path = dir.path().join("pods.yaml");
+    std::fs::write(&pods_path, pods).unwrap();
+    for mode in [
+        DraNumaAlignment::Required,
+        DraNumaAlignment::Preferred,
+        DraNumaAlignment::Ignore,
+    ] {
+        let quick = run_files_explained(&cluster, &pods_path, mode, Explain::None);
+        let full = run_files_explained(&cluster, &pods_path, mode, Explain::All);
+        let placed = quick.results.iter().filter(|r| r.decision.node.is_some()).count();
+        // Both placed and unplaced pods, on many nodes.
+        assert!(placed > 120 && placed < stream.len(), "{mode:?}: {placed} placed");
+        for (q, f) in quick.results.iter().zip(&full.results) {
+            assert_eq!(q.decision.node, f.decision.node, "{mode:?} {}", q.decision.pod);
+            assert_eq!(devices(q), devices(f), "{mode:?} {}", q.decision.pod);
+            assert_eq!(
+                q.decision.message, f.decision.message,
+                "{mode:?} {}",
+                q.decision.pod
+            );
+        }
+    }
+}

@@ -15,7 +15,7 @@ use std::{
     sync::{Mutex, TryLockError},
 };
 
-use super::{Cluster, Config};
+use super::{Cluster, Config, ranking::Ranking};
 use crate::{
     cache::ShapeKey,
     dra::{
@@ -138,6 +138,34 @@ struct Shape {
     /// The DRA change generation the entries were checked against.
     seen: u64,
     last_used: u64,
+    /// The nodes ranked for the search, kept between decisions ([`super::ranking`]); out
+    /// while a decision uses it.
+    ranking: Option<Ranking>,
+    /// Slots whose score or bound changed since the ranking was taken out.
+    changed: Vec<usize>,
+    /// The ranking is to be rebuilt: too much changed to follow, or the nodes themselves did.
+    rebuild: bool,
+}
+
+impl Shape {
+    /// The node in `slot` changed (its score, its bound): the ranking re-ranks it, or, past
+    /// a quarter of the nodes' worth of changes, is rebuilt (re-ranking that many costs about
+    /// what a rebuild does).
+    fn changed(&mut self, slot: usize) {
+        if self.rebuild || self.changed.last() == Some(&slot) {
+            return;
+        }
+        self.changed.push(slot);
+        if self.changed.len() > self.bounds.len() / 4 + 64 {
+            self.forget_ranking();
+        }
+    }
+
+    fn forget_ranking(&mut self) {
+        self.rebuild = true;
+        self.ranking = None;
+        self.changed.clear();
+    }
 }
 
 /// The cached claim verdicts of recent shapes.
@@ -170,6 +198,23 @@ impl ShapeView<'_> {
     /// alignment adds there, or [`BOUND_UNKNOWN`].
     pub(super) fn bounds(&self) -> &[i32] {
         &self.shapes.shapes[self.at].bounds
+    }
+
+    /// The shape's ranking (`None`: to be built) and the slots changed since it was last
+    /// given back; until [`Self::put_ranking`], changes are recorded for the next decision.
+    pub(super) fn take_ranking(&mut self) -> (Option<Ranking>, Vec<usize>) {
+        let shape = &mut self.shapes.shapes[self.at];
+        let ranking = if shape.rebuild { None } else { shape.ranking.take() };
+        shape.rebuild = false;
+        (ranking, std::mem::take(&mut shape.changed))
+    }
+
+    /// Gives back the ranking taken out, unless what changed meanwhile calls for a rebuild.
+    pub(super) fn put_ranking(&mut self, ranking: Ranking) {
+        let shape = &mut self.shapes.shapes[self.at];
+        if !shape.rebuild {
+            shape.ranking = Some(ranking);
+        }
     }
 
     /// The entry of `slot`, if valid.
@@ -224,6 +269,7 @@ impl ShapeView<'_> {
     fn set(&mut self, slot: usize, verdict: u32, bonus: i64) {
         let generation = self.generations.get(slot).copied().unwrap_or(0);
         let shape = &mut self.shapes.shapes[self.at];
+        shape.changed(slot);
         // Bonuses are 0..=MAX_BONUS; the clamp keeps them off the failure marker.
         let bonus = i32::try_from(bonus.clamp(i64::from(BOUND_FAILED) + 1, i64::from(BOUND_UNKNOWN)))
             .unwrap_or(BOUND_UNKNOWN);
@@ -249,6 +295,7 @@ impl ShapeView<'_> {
         };
         let generation = self.generations.get(slot).copied().unwrap_or(0);
         let shape = &mut self.shapes.shapes[self.at];
+        shape.changed(slot);
         set_bound(
             &mut shape.bounds,
             slot,
@@ -299,6 +346,9 @@ impl ClaimShapes {
                     bounds: Vec::new(),
                     seen: cluster.dra.changes().generation(),
                     last_used: 0,
+                    ranking: None,
+                    changed: Vec::new(),
+                    rebuild: true,
                 };
                 if self.shapes.len() < MAX_SHAPES {
                     self.shapes.push(fresh);
@@ -329,6 +379,7 @@ impl ClaimShapes {
             Since::Everything => {
                 s.entries.fill(Entry::default());
                 s.bounds.fill(BOUND_UNKNOWN);
+                s.forget_ranking();
             }
             Since::Nodes(nodes) => {
                 // Its verdicts include fits, which devices taken may undo: any change drops them.
@@ -338,6 +389,7 @@ impl ClaimShapes {
                             *e = Entry::default();
                         }
                         set_bound(&mut s.bounds, slot, BOUND_UNKNOWN);
+                        s.changed(slot);
                     }
                 }
             }
@@ -361,6 +413,18 @@ impl ClaimVerdictCache {
         };
         for s in &mut shapes.shapes {
             set_bound(&mut s.bounds, slot, BOUND_UNKNOWN);
+            s.changed(slot);
+        }
+    }
+
+    /// A node was added or removed: positions moved, every ranking is rebuilt.
+    pub(super) fn forget_order(&mut self) {
+        let shapes = match self.0.get_mut() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        for s in &mut shapes.shapes {
+            s.forget_ranking();
         }
     }
 }
@@ -558,6 +622,9 @@ mod tests {
             bounds: vec![BOUND_UNKNOWN; 2],
             seen: 0,
             last_used: 0,
+            ranking: None,
+            changed: Vec::new(),
+            rebuild: true,
         });
         let generations = vec![5, 7];
         let mut view = ShapeView {

@@ -152,6 +152,32 @@ impl Cluster {
         });
     }
 
+    /// The scores of `slots` (as [`Self::judge`] gives them), from the verdict cache where
+    /// its entries are valid, the others judged and remembered.
+    pub(super) fn scores_at(&self, cfg: &Config, pod: &PreparedPod<'_>, slots: &[usize]) -> Vec<Option<i64>> {
+        self.with_cache(|shapes| {
+            let Some(shapes) = shapes else {
+                return self.judge_slots(cfg, pod, slots);
+            };
+            let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
+            let valid = |s: usize| entries.get(s).map(|e| e.generation) == self.generations.get(s).copied();
+            let stale: Vec<usize> = slots.iter().copied().filter(|&s| !valid(s)).collect();
+            for (&slot, score) in stale.iter().zip(self.judge_slots(cfg, pod, &stale)) {
+                if let (Some(e), Some(&generation)) = (entries.get_mut(slot), self.generations.get(slot)) {
+                    *e = Entry {
+                        generation,
+                        score,
+                        failure: UNKNOWN_FAILURE,
+                    };
+                }
+            }
+            slots
+                .iter()
+                .map(|&s| entries.get(s).and_then(|e| e.score))
+                .collect()
+        })
+    }
+
     /// [`Self::best_cached`] without the cache (when another thread holds it).
     pub(super) fn best_uncached(&self, cfg: &Config, pod: &PreparedPod<'_>) -> Option<(usize, i64)> {
         let mut best: Option<(usize, i64)> = None;

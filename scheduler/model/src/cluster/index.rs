@@ -112,6 +112,7 @@ impl Cluster {
             .partition_point(|&s| self.slots[s].as_ref().is_some_and(|n| n.name.as_str() < name));
         self.order.insert(at, slot);
         self.index.insert(name.to_owned(), slot);
+        self.claim_verdicts.forget_order();
         slot
     }
 
@@ -138,6 +139,7 @@ impl Cluster {
         self.constraints.delete_node(name);
         self.slots[slot] = None;
         self.order.retain(|&s| s != slot);
+        self.claim_verdicts.forget_order();
         self.free_slots.push(slot);
         self.touch(slot);
     }

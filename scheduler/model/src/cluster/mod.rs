@@ -31,6 +31,7 @@ mod shared_slots;
 // kube-scheduler's DynamicResources filter for pods with resource claims.
 mod claims;
 mod claims_cache;
+mod ranking;
 #[cfg(test)]
 mod volume_tests;
 

@@ -12,6 +12,7 @@ use crate::{
     cluster::{
         Cluster,
         claims_cache::{BOUND_FAILED, BOUND_UNKNOWN, Known, ShapeView},
+        ranking::{Ranking, position_of, rank_of},
     },
     dra::{
         numa::{DraNumaAlignment, MAX_BONUS},
@@ -31,7 +32,7 @@ impl Cluster {
         cfg: &Config,
         prepared: &PreparedPod<'_>,
         resolved: &ResolvedClaims<'_>,
-        mut tried: Tried,
+        tried: Tried,
         share: &dyn Fn(usize, usize) -> String,
         explain: Explain,
         mut cache: Option<&mut ShapeView<'_>>,
@@ -48,6 +49,52 @@ impl Cluster {
                 .iter()
                 .chain(&pod.containers)
                 .any(|c| !c.claims.is_empty());
+        let most = if aligns { MAX_BONUS } else { 0 };
+        // With the cache, the nodes ranked as the last decision of this shape left them, those
+        // changed since re-ranked: each round reads its best candidates off the top instead of
+        // reading every node. Given back once the decision is made.
+        let ranking = cache.as_deref_mut().map(|c| {
+            let (kept, changed) = c.take_ranking();
+            let bounds = c.bounds();
+            let bonus = |slot: usize| match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
+                BOUND_FAILED => None,
+                BOUND_UNKNOWN => Some(most),
+                known => Some(i64::from(known)),
+            };
+            self.synced_ranking(cfg, prepared, kept, changed, &bonus)
+        });
+        let decided = self.search_ranked(
+            cfg,
+            prepared,
+            resolved,
+            tried,
+            share,
+            explain,
+            cache.as_deref_mut(),
+            ranking.as_ref(),
+            aligns,
+        );
+        if let (Some(c), Some(r)) = (cache, ranking) {
+            c.put_ranking(r);
+        }
+        decided
+    }
+
+    /// [`Self::search_claims`] with the ranking of the shape, when there is one.
+    #[allow(clippy::too_many_arguments)]
+    fn search_ranked(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        mut tried: Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        explain: Explain,
+        mut cache: Option<&mut ShapeView<'_>>,
+        ranking: Option<&Ranking>,
+        aligns: bool,
+    ) -> (Decision, ClaimsOutcome) {
+        let pod = prepared.spec;
         // A topology lookup per node per pod was most of a DRA pod's decision time: looked
         // up only when alignment can add to the score, and remembered by the cache.
         let potential = |slot: usize| {
@@ -72,8 +119,12 @@ impl Cluster {
         let mut keep = 8usize;
         let most = if aligns { MAX_BONUS } else { 0 };
         loop {
-            // A copy (the cache's bound of each node): the pass reads it beside the scores.
-            let bounds = cache.as_ref().map(|c| c.bounds().to_vec()).unwrap_or_default();
+            // Without a ranking, a copy of the cache's bound of each node: the pass reads it
+            // beside the scores.
+            let bounds = match (ranking, cache.as_ref()) {
+                (None, Some(c)) => c.bounds().to_vec(),
+                _ => Vec::new(),
+            };
             let mut pass = Pass {
                 top: BinaryHeap::with_capacity(keep + 1),
                 keep,
@@ -84,23 +135,34 @@ impl Cluster {
                 cache: cache.as_deref_mut(),
                 potential: &potential,
             };
-            self.scan_scores(cfg, prepared, |position, slot, score| {
-                let Some(score) = score else { return };
-                // A node that cannot make the kept ones even with the most its alignment can
-                // add is passed over without looking it up: most nodes, once `keep` are kept,
-                // so this test is all the pass does for them (the rest is out of line).
-                let bonus = match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
-                    BOUND_FAILED => return,
-                    BOUND_UNKNOWN => most,
-                    known => i64::from(known),
-                };
-                let upper = rank_of(score.saturating_add(bonus), position);
-                if upper <= pass.threshold {
-                    pass.beyond = pass.beyond.max(upper);
-                    return;
+            if let Some(r) = ranking {
+                // Best first: once one cannot make the kept ones, none after it can.
+                for (rank, position, slot, score) in r.best_first() {
+                    if rank <= pass.threshold {
+                        pass.beyond = pass.beyond.max(rank);
+                        break;
+                    }
+                    pass.consider(position, slot, score);
                 }
-                pass.consider(position, slot, score);
-            });
+            } else {
+                self.scan_scores(cfg, prepared, |position, slot, score| {
+                    let Some(score) = score else { return };
+                    // A node that cannot make the kept ones even with the most its alignment can
+                    // add is passed over without looking it up: most nodes, once `keep` are kept,
+                    // so this test is all the pass does for them (the rest is out of line).
+                    let bonus = match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
+                        BOUND_FAILED => return,
+                        BOUND_UNKNOWN => most,
+                        known => i64::from(known),
+                    };
+                    let upper = rank_of(score.saturating_add(bonus), position);
+                    if upper <= pass.threshold {
+                        pass.beyond = pass.beyond.max(upper);
+                        return;
+                    }
+                    pass.consider(position, slot, score);
+                });
+            }
             let Pass { top, beyond, .. } = pass;
             let mut settled = false;
             // Best first; a node deferred goes back in at the score its misaligned allocation
@@ -318,36 +380,6 @@ impl Pass<'_, '_> {
             && let Some(std::cmp::Reverse((worst, _, _))) = self.top.peek()
         {
             self.threshold = *worst;
-        }
-    }
-}
-
-/// A node's rank in the search, as one integer: its bound, then its position in name order
-/// (lower first); higher ranks are tried first.
-fn rank_of(bound: i64, position: usize) -> u128 {
-    let bound = (i128::from(bound) - i128::from(i64::MIN)) as u128;
-    (bound << 64) | u128::from(u64::MAX - position as u64)
-}
-
-/// The position a [`rank_of`] was made from.
-fn position_of(rank: u128) -> usize {
-    (u64::MAX - (rank & u128::from(u64::MAX)) as u64) as usize
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{position_of, rank_of};
-
-    #[test]
-    fn ranks_order_by_bound_then_by_name_order() {
-        assert!(rank_of(10, 5) > rank_of(9, 0));
-        assert!(rank_of(10, 1) > rank_of(10, 2));
-        assert!(rank_of(i64::MIN, 0) > rank_of(i64::MIN, 1));
-        assert!(rank_of(i64::MAX, usize::MAX >> 1) > rank_of(i64::MAX - 1, 0));
-        // Every rank is above 0, the search's "nothing kept".
-        assert!(rank_of(i64::MIN, u64::MAX as usize - 1) > 0);
-        for (bound, position) in [(0, 0), (-7, 3), (100, 4999), (i64::MAX, 17)] {
-            assert_eq!(position_of(rank_of(bound, position)), position);
         }
     }
 }
