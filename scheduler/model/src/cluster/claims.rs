@@ -228,6 +228,7 @@ impl Cluster {
         let shape = ClaimShapeKey::of(cfg, prepared, &resolved);
         let mut resolved = resolved;
         resolved.digest = Some(shape.digest());
+        resolved.pod_digest = Some(shape.pod_digest(&key));
         self.with_claim_cache(shape, |cache| {
             self.search_claims(cfg, prepared, &resolved, tried, &share, explain, cache)
         })

@@ -86,6 +86,12 @@ impl ClaimShapeKey {
     pub(super) fn digest(&self) -> u64 {
         outcome_key(&self.claims)
     }
+
+    /// A digest of the pod `key` of this shape: what its CPU prediction on a node reads (the
+    /// key stands for its container names, which a prediction holds and the shape leaves out).
+    pub(super) fn pod_digest(&self, key: &str) -> u64 {
+        outcome_key(&(key, &self.plain))
+    }
 }
 
 /// One node's entry: valid while the node's generation is `generation` (0 never is).

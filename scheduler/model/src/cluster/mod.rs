@@ -31,6 +31,7 @@ mod shared_slots;
 // kube-scheduler's DynamicResources filter for pods with resource claims.
 mod claims;
 mod claims_cache;
+mod predictions;
 mod ranking;
 #[cfg(test)]
 mod volume_tests;
@@ -247,6 +248,8 @@ pub struct Cluster {
     claim_verdicts: claims_cache::ClaimVerdictCache,
     /// What searches of a node's devices found, shared across claim shapes.
     device_outcomes: claims_cache::DeviceOutcomeCache,
+    /// CPU predictions of pods with claims, per node.
+    predictions: predictions::PredictionMemo,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses.
     pub volumes: crate::volume_binding::VolumeIndex,
     /// Victim candidates, disruption budgets and preemptors' holds.

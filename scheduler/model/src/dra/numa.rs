@@ -882,6 +882,7 @@ mod tests {
             all: vec![("gpu", &claim)],
             pending: vec![0],
             digest: None,
+            pod_digest: None,
         };
         let mut t = required_gpu_on_node_1();
         assert_eq!(
@@ -904,6 +905,7 @@ mod tests {
             all: vec![("gpu", &two)],
             pending: vec![0],
             digest: None,
+            pod_digest: None,
         };
         assert_eq!(
             requirement_reason(&resolved, &t),

@@ -97,6 +97,9 @@ pub struct ResolvedClaims<'a> {
     /// A digest of what the allocation reads of the pod, its claims and the config, set by a
     /// decision that caches what searches find; `None`: nothing is cached.
     pub digest: Option<u64>,
+    /// A digest of the pod (its key and what a node verdict reads of it), set with `digest`:
+    /// the key of its CPU predictions kept per node.
+    pub pod_digest: Option<u64>,
 }
 
 /// A pod claim and the allocation it has or would get.
@@ -282,6 +285,7 @@ impl DraState {
             all: Vec::new(),
             pending: Vec::new(),
             digest: None,
+            pod_digest: None,
         };
         let mut seen: Vec<&str> = Vec::new();
         for c in claims {

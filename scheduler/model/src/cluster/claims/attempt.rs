@@ -90,8 +90,17 @@ impl Cluster {
         // The CPUs are predicted for the NUMA nodes they land on: all the alignment reads (no
         // device IDs, no allocation record).
         let predict = || {
-            let mut zones = crate::admission::WorkingZones::from_topology(topo);
-            crate::admission::predict_prepared(&self.res, topo, &mut zones, prepared)
+            let predict = || {
+                let mut zones = crate::admission::WorkingZones::from_topology(topo);
+                crate::admission::predict_prepared(&self.res, topo, &mut zones, prepared)
+            };
+            match (slot, resolved.pod_digest) {
+                (Some((slot, _)), Some(pod)) => {
+                    let generation = self.generations.get(slot).copied().unwrap_or(0);
+                    self.predictions.get_or(slot, generation, pod, predict)
+                }
+                _ => predict().map(std::sync::Arc::new),
+            }
         };
         let strict = matches!(topo.policy, Policy::SingleNumaNode | Policy::Restricted);
         let machine = topo.info.ids();
