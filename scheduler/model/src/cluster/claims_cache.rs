@@ -215,6 +215,11 @@ impl ShapeView<'_> {
         (ranking, std::mem::take(&mut shape.changed))
     }
 
+    /// The slots changed since the ranking was taken out (in this decision).
+    pub(super) fn changed_now(&self) -> &[usize] {
+        &self.shapes.shapes[self.at].changed
+    }
+
     /// Gives back the ranking taken out, unless what changed meanwhile calls for a rebuild.
     pub(super) fn put_ranking(&mut self, ranking: Ranking) {
         let shape = &mut self.shapes.shapes[self.at];

@@ -472,6 +472,57 @@ impl Cluster {
         per_category
     }
 
+    /// The interned failure category set ([`Shapes::categories`]) of each of `slots`, nodes the
+    /// pod's shape fails on (their verdict cache entries valid): from the cache, or explained
+    /// once and remembered. `None` when another thread holds the cache.
+    pub(super) fn failure_ids(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        slots: &[usize],
+    ) -> Option<Vec<u32>> {
+        self.with_cache(|shapes| {
+            let shapes = shapes?;
+            let key = ShapeKey::of_prepared(cfg, pod);
+            let known: Vec<u32> = {
+                let entries = shapes.entries(key.clone(), self.slots.len());
+                slots
+                    .iter()
+                    .map(|&s| entries.get(s).map_or(UNKNOWN_FAILURE, |e| e.failure))
+                    .collect()
+            };
+            let mut ids = Vec::with_capacity(slots.len());
+            let mut fresh = Vec::new();
+            for (&slot, id) in slots.iter().zip(known) {
+                let id = match (id, self.slots.get(slot).and_then(Option::as_ref)) {
+                    (UNKNOWN_FAILURE, Some(n)) => {
+                        let id = shapes.intern_categories(self.evaluate(cfg, pod, n, true).categories);
+                        fresh.push((slot, id));
+                        id
+                    }
+                    (id, _) => id,
+                };
+                ids.push(id);
+            }
+            let entries = shapes.entries(key, self.slots.len());
+            for (slot, id) in fresh {
+                if let Some(e) = entries.get_mut(slot) {
+                    e.failure = id;
+                }
+            }
+            Some(ids)
+        })
+    }
+
+    /// The categories of each interned failure category set, by id (`None`: the cache is held
+    /// by another thread).
+    pub(super) fn failure_categories(&self, ids: &[u32]) -> Option<Vec<Vec<String>>> {
+        self.with_cache(|shapes| {
+            let shapes = shapes?;
+            Some(ids.iter().map(|&id| shapes.categories(id).to_vec()).collect())
+        })
+    }
+
     /// Why predictions on `node` are approximate (kubelet options the model cannot predict).
     fn approximations(&self, node: &str) -> Box<[String]> {
         match self.topology(node) {

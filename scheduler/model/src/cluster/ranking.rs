@@ -6,7 +6,7 @@
 //! it a decision re-ranks the nodes changed since the last one of its shape (a bound pod, a
 //! device taken, a search's verdict) and reads the best few off the top.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{Cluster, Config};
 use crate::prepared::PreparedPod;
@@ -25,6 +25,26 @@ pub(super) struct Ranking {
     /// while the ranking is kept: a node added or removed drops it).
     position: Vec<usize>,
     slot_at: Vec<usize>,
+    /// What each node adds to the message of a pod of the shape that fits nowhere, kept as
+    /// the nodes are: by slot, its [`Share`] (0: not known).
+    share: Vec<u32>,
+    /// Nodes per share.
+    shares: HashMap<u32, usize>,
+    /// Whether `share` holds every node but `unshared`.
+    tallied: bool,
+    /// Nodes whose share is to be found again (changed since it was found).
+    pub(super) unshared: Vec<usize>,
+}
+
+/// A node's share of the message: the claims fail there because of their alignment
+/// ([`Share::NUMA`]), otherwise ([`Share::OTHER`]), or the pod fails there without them
+/// (`Share::PLAIN` + the interned set of its categories).
+pub(super) struct Share;
+
+impl Share {
+    pub(super) const NUMA: u32 = 1;
+    pub(super) const OTHER: u32 = 2;
+    pub(super) const PLAIN: u32 = 3;
 }
 
 impl Ranking {
@@ -35,6 +55,51 @@ impl Ranking {
             let slot = self.slot_at.get(position).copied()?;
             Some((rank, position, slot, self.score.get(slot).copied()?))
         })
+    }
+
+    /// Whether every node's share is known but those in `unshared`.
+    pub(super) fn tallied(&self) -> bool {
+        self.tallied
+    }
+
+    /// Starts a tally: every node's share is to be found.
+    pub(super) fn reset_tally(&mut self) {
+        self.share.fill(0);
+        self.shares.clear();
+        self.unshared.clear();
+        self.tallied = false;
+    }
+
+    /// Marks the tally complete (every share known but `unshared`), or not: a tally not
+    /// complete is started again by the next message.
+    pub(super) fn set_tallied(&mut self, tallied: bool) {
+        self.tallied = tallied;
+    }
+
+    /// The position of the node in `slot`, if it is in the order ranked.
+    pub(super) fn position(&self, slot: usize) -> Option<usize> {
+        self.position.get(slot).copied().filter(|&p| p != usize::MAX)
+    }
+
+    /// Records the share of the node in `slot` (0: not known).
+    pub(super) fn share(&mut self, slot: usize, share: u32) {
+        let Some(old) = self.share.get_mut(slot) else {
+            return;
+        };
+        if *old != 0
+            && let Some(n) = self.shares.get_mut(old)
+        {
+            *n = n.saturating_sub(1);
+        }
+        *old = share;
+        if share != 0 {
+            *self.shares.entry(share).or_default() += 1;
+        }
+    }
+
+    /// Nodes per share.
+    pub(super) fn shares(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.shares.iter().map(|(&s, &n)| (s, n)).filter(|&(_, n)| n > 0)
     }
 
     fn set(&mut self, slot: usize, rank: u128, score: i64) {
@@ -85,6 +150,9 @@ impl Cluster {
                     };
                     r.set(slot, at, score.unwrap_or(0));
                 }
+                if r.tallied {
+                    r.unshared.extend(changed);
+                }
                 r
             }
             _ => {
@@ -95,6 +163,10 @@ impl Cluster {
                     score: vec![0; n],
                     position: vec![usize::MAX; n],
                     slot_at: self.order.clone(),
+                    share: vec![0; n],
+                    shares: HashMap::new(),
+                    tallied: false,
+                    unshared: Vec::new(),
                 };
                 self.scan_scores(cfg, prepared, |position, slot, score| {
                     if let Some(p) = r.position.get_mut(slot) {

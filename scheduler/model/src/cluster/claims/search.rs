@@ -2,7 +2,7 @@
 //! alignment can add, tried best first, and the message of a pod that fits nowhere built from
 //! what is known of every node.
 
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use super::{
     super::{Config, Decision, TopologyState},
@@ -12,12 +12,13 @@ use crate::{
     cluster::{
         Cluster,
         claims_cache::{BOUND_FAILED, BOUND_UNKNOWN, Known, ShapeView},
-        ranking::{Ranking, position_of, rank_of},
+        ranking::{Ranking, Share, position_of, rank_of},
     },
     dra::{
         numa::{DraNumaAlignment, MAX_BONUS},
         state::{ClaimAllocation, ResolvedClaims},
     },
+    pod::PodSpec,
     prepared::PreparedPod,
     topology_manager::Policy,
 };
@@ -53,7 +54,7 @@ impl Cluster {
         // With the cache, the nodes ranked as the last decision of this shape left them, those
         // changed since re-ranked: each round reads its best candidates off the top instead of
         // reading every node. Given back once the decision is made.
-        let ranking = cache.as_deref_mut().map(|c| {
+        let mut ranking = cache.as_deref_mut().map(|c| {
             let (kept, changed) = c.take_ranking();
             let bounds = c.bounds();
             let bonus = |slot: usize| match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
@@ -71,7 +72,7 @@ impl Cluster {
             share,
             explain,
             cache.as_deref_mut(),
-            ranking.as_ref(),
+            ranking.as_mut(),
             aligns,
         );
         if let (Some(c), Some(r)) = (cache, ranking) {
@@ -91,7 +92,7 @@ impl Cluster {
         share: &dyn Fn(usize, usize) -> String,
         explain: Explain,
         mut cache: Option<&mut ShapeView<'_>>,
-        ranking: Option<&Ranking>,
+        ranking: Option<&mut Ranking>,
         aligns: bool,
     ) -> (Decision, ClaimsOutcome) {
         let pod = prepared.spec;
@@ -121,7 +122,7 @@ impl Cluster {
         loop {
             // Without a ranking, a copy of the cache's bound of each node: the pass reads it
             // beside the scores.
-            let bounds = match (ranking, cache.as_ref()) {
+            let bounds = match (ranking.as_deref(), cache.as_ref()) {
                 (None, Some(c)) => c.bounds().to_vec(),
                 _ => Vec::new(),
             };
@@ -135,7 +136,7 @@ impl Cluster {
                 cache: cache.as_deref_mut(),
                 potential: &potential,
             };
-            if let Some(r) = ranking {
+            if let Some(r) = ranking.as_deref() {
                 // Best first: once one cannot make the kept ones, none after it can.
                 for (rank, position, slot, score) in r.best_first() {
                     if rank <= pass.threshold {
@@ -236,8 +237,15 @@ impl Cluster {
         }
         // No node fits: say why.
         if explain == Explain::Message
-            && let Some(found) =
-                self.claims_failure_message(cfg, prepared, resolved, &mut tried, share, cache.as_deref_mut())
+            && let Some(found) = self.claims_failure_message(
+                cfg,
+                prepared,
+                resolved,
+                &mut tried,
+                share,
+                cache.as_deref_mut(),
+                ranking,
+            )
         {
             return found;
         }
@@ -258,8 +266,12 @@ impl Cluster {
         tried: &mut Tried,
         share: &dyn Fn(usize, usize) -> String,
         mut cache: Option<&mut ShapeView<'_>>,
+        ranking: Option<&mut Ranking>,
     ) -> Option<(Decision, ClaimsOutcome)> {
         let pod = prepared.spec;
+        if let (Some(c), Some(r)) = (cache.as_deref_mut(), ranking) {
+            return self.tallied_failure_message(cfg, prepared, resolved, tried, share, c, r);
+        }
         let scores = self.cached_scores(cfg, prepared);
         let mut counts =
             self.with_cache(|shapes| Some(self.cached_failure_counts(cfg, prepared, shapes?)))?;
@@ -319,9 +331,13 @@ impl Cluster {
                 *counts.entry(category.to_owned()).or_default() += n;
             }
         }
-        let counts: std::collections::BTreeMap<&str, usize> =
-            counts.iter().map(|(c, n)| (c.as_str(), *n)).collect();
-        Some((
+        Some(self.nowhere(pod, &counts))
+    }
+
+    /// The decision for `pod` placed nowhere, with the nodes per category.
+    fn nowhere(&self, pod: &PodSpec, counts: &BTreeMap<String, usize>) -> (Decision, ClaimsOutcome) {
+        let counts: BTreeMap<&str, usize> = counts.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        (
             Decision {
                 pod: pod.key(),
                 node: None,
@@ -331,7 +347,128 @@ impl Cluster {
                 nodes: Vec::new(),
             },
             ClaimsOutcome::default(),
-        ))
+        )
+    }
+
+    /// [`Self::claims_failure_message`] from the shares of the nodes kept with the shape's
+    /// ranking: only the nodes changed since the last such message (and those tried in this
+    /// decision) are looked at again, where the plain path reads every node.
+    #[allow(clippy::too_many_arguments)]
+    fn tallied_failure_message(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        tried: &mut Tried,
+        share: &dyn Fn(usize, usize) -> String,
+        cache: &mut ShapeView<'_>,
+        r: &mut Ranking,
+    ) -> Option<(Decision, ClaimsOutcome)> {
+        let pod = prepared.spec;
+        let mut slots: Vec<usize> = if r.tallied() {
+            let mut slots = std::mem::take(&mut r.unshared);
+            slots.extend_from_slice(cache.changed_now());
+            slots.extend(tried.keys().filter_map(|&p| self.order.get(p).copied()));
+            slots.sort_unstable();
+            slots.dedup();
+            slots
+        } else {
+            r.reset_tally();
+            self.order.clone()
+        };
+        slots.retain(|&s| r.position(s).is_some());
+        // Until every share below is found, the tally is not complete.
+        r.set_tallied(false);
+        let scores = self.scores_at(cfg, prepared, &slots);
+        let infeasible: Vec<usize> = slots
+            .iter()
+            .zip(&scores)
+            .filter(|(_, s)| s.is_none())
+            .map(|(&s, _)| s)
+            .collect();
+        for (&slot, id) in infeasible
+            .iter()
+            .zip(self.failure_ids(cfg, prepared, &infeasible)?)
+        {
+            r.share(slot, Share::PLAIN.saturating_add(id));
+        }
+        // Nodes with an invalid pool are asked again every time, as without the tally.
+        let mut again = Vec::new();
+        for (&slot, score) in slots.iter().zip(&scores) {
+            if score.is_none() {
+                continue;
+            }
+            let Some(position) = r.position(slot) else {
+                continue;
+            };
+            let here = tried.remove(&position);
+            let known = cache.known(slot);
+            if here.is_none()
+                && let Known::Explained(not_here) = known
+            {
+                r.share(
+                    slot,
+                    if not_here.alignment {
+                        Share::NUMA
+                    } else {
+                        Share::OTHER
+                    },
+                );
+                continue;
+            }
+            let Some((_, n)) = self.at_position(position) else {
+                if let Some(a) = here {
+                    tried.insert(position, a);
+                }
+                r.share(slot, 0);
+                continue;
+            };
+            match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
+                Ok(Ok(found)) => {
+                    // Fits after all (an unaligned allocation where nothing is required).
+                    tried.insert(position, Ok(found));
+                    return None;
+                }
+                Ok(Err(not_here)) => {
+                    cache.failed(slot, Some(&not_here));
+                    r.share(
+                        slot,
+                        if not_here.alignment {
+                            Share::NUMA
+                        } else {
+                            Share::OTHER
+                        },
+                    );
+                    tried.insert(position, Err(Some(not_here)));
+                }
+                Err(e) if e.is_node_error() => {
+                    r.share(slot, Share::OTHER);
+                    again.push(slot);
+                }
+                Err(e) => return Some(self.claims_failed(pod, n, e)),
+            }
+        }
+        let shares: Vec<(u32, usize)> = r.shares().collect();
+        let plain: Vec<u32> = shares
+            .iter()
+            .filter_map(|&(s, _)| s.checked_sub(Share::PLAIN))
+            .collect();
+        let categories = self.failure_categories(&plain)?;
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut plain_categories = plain.iter().zip(categories).collect::<HashMap<_, _>>();
+        for (s, n) in shares {
+            let names = match s {
+                Share::NUMA => vec![NUMA_CATEGORY.to_owned()],
+                Share::OTHER => vec![CATEGORY.to_owned()],
+                s => plain_categories.remove(&(s - Share::PLAIN)).unwrap_or_default(),
+            };
+            for c in names {
+                *counts.entry(c).or_default() += n;
+            }
+        }
+        r.set_tallied(true);
+        r.unshared = again;
+        Some(self.nowhere(pod, &counts))
     }
 }
 
