@@ -4,7 +4,9 @@
 //!
 //! Without it every decision reads every node's score and bound to find the few best; with
 //! it a decision re-ranks the nodes changed since the last one of its shape (a bound pod, a
-//! device taken, a search's verdict) and reads the best few off the top.
+//! device taken, a search's verdict) and reads the best few off the top. What each node adds
+//! to the message of a pod that fits nowhere is kept beside it the same way, so that message
+//! too reads only the nodes changed since the last one.
 
 use std::collections::{BTreeSet, HashMap};
 
