@@ -288,41 +288,27 @@ impl Cluster {
                 tried.insert(skipped.0, skipped.1);
             }
             let here = attempts.next_if(|(p, _)| *p == i).map(|(_, a)| a);
-            // A node with a score exists; its basics (a cache miss each) are read only when
-            // it is explained.
             let Some(&slot) = self.order.get(i) else {
                 continue;
             };
-            let known = cache.as_ref().map_or(Known::Nothing, |c| c.known(slot));
-            if here.is_none()
-                && let Known::Explained(not_here) = known
-            {
-                // Counted from the cache: nothing is searched or copied.
-                *if not_here.alignment { &mut numa } else { &mut other } += 1;
-                continue;
-            }
-            let Some((_, n)) = self.at_position(i) else {
-                if let Some(a) = here {
-                    tried.insert(i, a);
-                }
-                continue;
-            };
-            match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
-                Ok(Ok(found)) => {
-                    // Fits after all (an unaligned allocation where nothing is required).
-                    tried.insert(i, Ok(found));
+            match self.node_share(
+                cfg,
+                prepared,
+                resolved,
+                share,
+                cache.as_deref_mut(),
+                tried,
+                (i, slot),
+                here,
+            ) {
+                NodeShare::Numa => numa += 1,
+                NodeShare::Other | NodeShare::NodeError => other += 1,
+                NodeShare::Gone => {}
+                NodeShare::FitsAfterAll => {
                     tried.extend(attempts);
                     return None;
                 }
-                Ok(Err(not_here)) => {
-                    if let Some(c) = cache.as_mut() {
-                        c.failed(slot, Some(&not_here));
-                    }
-                    *if not_here.alignment { &mut numa } else { &mut other } += 1;
-                    tried.insert(i, Err(Some(not_here)));
-                }
-                Err(e) if e.is_node_error() => other += 1,
-                Err(e) => return Some(self.claims_failed(pod, n, e)),
+                NodeShare::Failed(failed) => return Some(*failed),
             }
         }
         tried.extend(attempts);
@@ -402,50 +388,26 @@ impl Cluster {
                 continue;
             };
             let here = tried.remove(&position);
-            let known = cache.known(slot);
-            if here.is_none()
-                && let Known::Explained(not_here) = known
-            {
-                r.share(
-                    slot,
-                    if not_here.alignment {
-                        Share::NUMA
-                    } else {
-                        Share::OTHER
-                    },
-                );
-                continue;
-            }
-            let Some((_, n)) = self.at_position(position) else {
-                if let Some(a) = here {
-                    tried.insert(position, a);
-                }
-                r.share(slot, 0);
-                continue;
-            };
-            match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
-                Ok(Ok(found)) => {
-                    // Fits after all (an unaligned allocation where nothing is required).
-                    tried.insert(position, Ok(found));
-                    return None;
-                }
-                Ok(Err(not_here)) => {
-                    cache.failed(slot, Some(&not_here));
-                    r.share(
-                        slot,
-                        if not_here.alignment {
-                            Share::NUMA
-                        } else {
-                            Share::OTHER
-                        },
-                    );
-                    tried.insert(position, Err(Some(not_here)));
-                }
-                Err(e) if e.is_node_error() => {
+            let found = self.node_share(
+                cfg,
+                prepared,
+                resolved,
+                share,
+                Some(&mut *cache),
+                tried,
+                (position, slot),
+                here,
+            );
+            match found {
+                NodeShare::Numa => r.share(slot, Share::NUMA),
+                NodeShare::Other => r.share(slot, Share::OTHER),
+                NodeShare::NodeError => {
                     r.share(slot, Share::OTHER);
                     again.push(slot);
                 }
-                Err(e) => return Some(self.claims_failed(pod, n, e)),
+                NodeShare::Gone => r.share(slot, 0),
+                NodeShare::FitsAfterAll => return None,
+                NodeShare::Failed(failed) => return Some(*failed),
             }
         }
         let shares: Vec<(u32, usize)> = r.shares().collect();
@@ -469,6 +431,80 @@ impl Cluster {
         r.set_tallied(true);
         r.unshared = again;
         Some(self.nowhere(pod, &counts))
+    }
+
+    /// What the node at `position` adds to the message of the pod (its plain verdict holds
+    /// there): from the attempt of this decision (`here`) or what the cache knows, or an
+    /// explanation searched now and remembered.
+    #[allow(clippy::too_many_arguments)]
+    fn node_share(
+        &self,
+        cfg: &Config,
+        prepared: &PreparedPod<'_>,
+        resolved: &ResolvedClaims<'_>,
+        share: &dyn Fn(usize, usize) -> String,
+        mut cache: Option<&mut ShapeView<'_>>,
+        tried: &mut Tried,
+        (position, slot): (usize, usize),
+        here: Option<super::Attempt>,
+    ) -> NodeShare {
+        let known = cache.as_ref().map_or(Known::Nothing, |c| c.known(slot));
+        if here.is_none()
+            && let Known::Explained(not_here) = known
+        {
+            // From the cache: nothing is searched or copied.
+            return NodeShare::of(not_here);
+        }
+        // Its basics (a cache miss each) are read only to explain it.
+        let Some((_, n)) = self.at_position(position) else {
+            if let Some(a) = here {
+                tried.insert(position, a);
+            }
+            return NodeShare::Gone;
+        };
+        match self.explain_attempt(cfg, prepared, resolved, n, share, here, known) {
+            Ok(Ok(found)) => {
+                // Fits after all (an unaligned allocation where nothing is required).
+                tried.insert(position, Ok(found));
+                NodeShare::FitsAfterAll
+            }
+            Ok(Err(not_here)) => {
+                if let Some(c) = cache.as_mut() {
+                    c.failed(slot, Some(&not_here));
+                }
+                let found = NodeShare::of(&not_here);
+                tried.insert(position, Err(Some(not_here)));
+                found
+            }
+            Err(e) if e.is_node_error() => NodeShare::NodeError,
+            Err(e) => NodeShare::Failed(Box::new(self.claims_failed(prepared.spec, n, e))),
+        }
+    }
+}
+
+/// What a node adds to the message of a pod that fits nowhere.
+enum NodeShare {
+    /// The claims fail there because of their alignment.
+    Numa,
+    /// They fail there otherwise.
+    Other,
+    /// A pool there is invalid (asked again every time).
+    NodeError,
+    /// The node is gone.
+    Gone,
+    /// They fit there after all: the message is not the decision.
+    FitsAfterAll,
+    /// The attempt failed with an error: this decision.
+    Failed(Box<(Decision, ClaimsOutcome)>),
+}
+
+impl NodeShare {
+    fn of(not_here: &crate::dra::numa::NotHere) -> Self {
+        if not_here.alignment {
+            NodeShare::Numa
+        } else {
+            NodeShare::Other
+        }
     }
 }
 
