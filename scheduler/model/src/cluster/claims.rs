@@ -228,7 +228,14 @@ impl Cluster {
         let shape = ClaimShapeKey::of(cfg, prepared, &resolved);
         let mut resolved = resolved;
         resolved.digest = Some(shape.digest());
-        resolved.pod_digest = Some(shape.pod_digest(&key));
+        resolved.pod_digest = Some(
+            shape.pod_digest(
+                pod.init_containers
+                    .iter()
+                    .chain(&pod.containers)
+                    .map(|c| c.name.as_str()),
+            ),
+        );
         self.with_claim_cache(shape, |cache| {
             self.search_claims(cfg, prepared, &resolved, tried, &share, explain, cache)
         })

@@ -87,10 +87,11 @@ impl ClaimShapeKey {
         outcome_key(&self.claims)
     }
 
-    /// A digest of the pod `key` of this shape: what its CPU prediction on a node reads (the
-    /// key stands for its container names, which a prediction holds and the shape leaves out).
-    pub(super) fn pod_digest(&self, key: &str) -> u64 {
-        outcome_key(&(key, &self.plain))
+    /// A digest of what a CPU prediction on a node reads of a pod of this shape whose
+    /// containers are `names` (a prediction names its containers; the shape leaves names out):
+    /// shared by pods of one workload whatever their claims.
+    pub(super) fn pod_digest<'n>(&self, names: impl Iterator<Item = &'n str>) -> u64 {
+        outcome_key(&(names.collect::<Vec<_>>(), &self.plain))
     }
 }
 

@@ -1,13 +1,13 @@
 //! The CPU prediction of a pod on a node, kept while the node is unchanged: a decision with
-//! claims predicts a node once for its search and the explanation of its failure, and a retry
-//! of the same pod on an unchanged node does not predict it again.
+//! claims predicts a node once for its search and the explanation of its failure, and pods of
+//! one shape and the same container names (replicas, a retry, other claims) share it.
 
 use std::sync::{Arc, Mutex};
 
 use crate::admission::Placement;
 
 /// Predictions kept per node; the oldest goes beyond.
-const PER_NODE: usize = 4;
+const PER_NODE: usize = 8;
 
 /// A kept prediction: the node's generation, the pod's digest, the prediction.
 type Kept = (u64, u64, Arc<Placement>);

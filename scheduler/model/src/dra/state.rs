@@ -97,8 +97,8 @@ pub struct ResolvedClaims<'a> {
     /// A digest of what the allocation reads of the pod, its claims and the config, set by a
     /// decision that caches what searches find; `None`: nothing is cached.
     pub digest: Option<u64>,
-    /// A digest of the pod (its key and what a node verdict reads of it), set with `digest`:
-    /// the key of its CPU predictions kept per node.
+    /// A digest of what the pod's CPU prediction on a node reads of it (its shape and its
+    /// container names), set with `digest`: the key of the predictions kept per node.
     pub pod_digest: Option<u64>,
 }
 
