@@ -86,9 +86,23 @@ impl Env {
             pod["metadata"]["annotations"] = json!({numaplane::allocation::ANNOTATION: record.to_string()});
         }
         let pods: Api<Pod> = Api::namespaced(self.target.client(), &self.ns);
-        pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
-            .await
-            .unwrap();
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        // The API server's Priority admission reads PriorityClasses through its informer: a
+        // class created a moment ago may not be seen yet, and the pod is refused (403).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s))
+                    if s.code == 403
+                        && s.message.contains("no PriorityClass")
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("create pod {name}: {e}"),
+            }
+        }
     }
 
     /// A PriorityClass of `value` (real clusters set `spec.priority` from it).
