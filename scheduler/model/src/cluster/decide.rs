@@ -430,34 +430,22 @@ impl Cluster {
         shapes: &mut Shapes,
     ) -> BTreeMap<String, usize> {
         let key = ShapeKey::of_prepared(cfg, pod);
-        let unknown: Vec<usize> = {
+        let infeasible: Vec<usize> = {
             let entries = shapes.entries(key.clone(), self.slots.len());
             self.order
                 .iter()
                 .copied()
-                .filter(|&s| entries[s].score.is_none() && entries[s].failure == UNKNOWN_FAILURE)
+                .filter(|&s| entries[s].score.is_none())
                 .collect()
         };
-        let mut fresh = Vec::with_capacity(unknown.len());
-        for slot in unknown {
-            if let Some(n) = self.slots[slot].as_ref() {
-                let v = self.evaluate(cfg, pod, n, true);
-                fresh.push((slot, shapes.intern_categories(v.categories)));
-            }
-        }
+        let ids = self.failure_ids_in(cfg, pod, shapes, &key, &infeasible);
         // By category set id: the ids are few and dense, and this runs over every node for
         // every pod that fits nowhere (a map entry per node was a twentieth of its time).
         // (An id past the interned sets names no category: it is not counted.)
         let mut counts: Vec<usize> = vec![0; shapes.category_set_count() + 1];
-        {
-            let entries = shapes.entries(key, self.slots.len());
-            for (slot, id) in fresh {
-                entries[slot].failure = id;
-            }
-            for &s in &self.order {
-                if let Some(n) = counts.get_mut(entries[s].failure as usize) {
-                    *n += 1;
-                }
+        for id in ids {
+            if let Some(n) = counts.get_mut(id as usize) {
+                *n += 1;
             }
         }
         let mut per_category: BTreeMap<String, usize> = BTreeMap::new();
@@ -482,36 +470,47 @@ impl Cluster {
         slots: &[usize],
     ) -> Option<Vec<u32>> {
         self.with_cache(|shapes| {
-            let shapes = shapes?;
             let key = ShapeKey::of_prepared(cfg, pod);
-            let known: Vec<u32> = {
-                let entries = shapes.entries(key.clone(), self.slots.len());
-                slots
-                    .iter()
-                    .map(|&s| entries.get(s).map_or(UNKNOWN_FAILURE, |e| e.failure))
-                    .collect()
-            };
-            let mut ids = Vec::with_capacity(slots.len());
-            let mut fresh = Vec::new();
-            for (&slot, id) in slots.iter().zip(known) {
-                let id = match (id, self.slots.get(slot).and_then(Option::as_ref)) {
-                    (UNKNOWN_FAILURE, Some(n)) => {
-                        let id = shapes.intern_categories(self.evaluate(cfg, pod, n, true).categories);
-                        fresh.push((slot, id));
-                        id
-                    }
-                    (id, _) => id,
-                };
-                ids.push(id);
-            }
-            let entries = shapes.entries(key, self.slots.len());
-            for (slot, id) in fresh {
-                if let Some(e) = entries.get_mut(slot) {
-                    e.failure = id;
-                }
-            }
-            Some(ids)
+            Some(self.failure_ids_in(cfg, pod, shapes?, &key, slots))
         })
+    }
+
+    /// [`Self::failure_ids`] with the cache held, for the shape `key` of `pod`.
+    fn failure_ids_in(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        shapes: &mut Shapes,
+        key: &ShapeKey,
+        slots: &[usize],
+    ) -> Vec<u32> {
+        let known: Vec<u32> = {
+            let entries = shapes.entries(key.clone(), self.slots.len());
+            slots
+                .iter()
+                .map(|&s| entries.get(s).map_or(UNKNOWN_FAILURE, |e| e.failure))
+                .collect()
+        };
+        let mut ids = Vec::with_capacity(slots.len());
+        let mut fresh = Vec::new();
+        for (&slot, id) in slots.iter().zip(known) {
+            let id = match (id, self.slots.get(slot).and_then(Option::as_ref)) {
+                (UNKNOWN_FAILURE, Some(n)) => {
+                    let id = shapes.intern_categories(self.evaluate(cfg, pod, n, true).categories);
+                    fresh.push((slot, id));
+                    id
+                }
+                (id, _) => id,
+            };
+            ids.push(id);
+        }
+        let entries = shapes.entries(key.clone(), self.slots.len());
+        for (slot, id) in fresh {
+            if let Some(e) = entries.get_mut(slot) {
+                e.failure = id;
+            }
+        }
+        ids
     }
 
     /// The categories of each interned failure category set, by id (`None`: the cache is held
