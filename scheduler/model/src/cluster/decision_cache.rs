@@ -32,6 +32,7 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         basics: &NodeBasics,
         w: &mut WorkingZones,
+        keep: Option<(usize, u64)>,
     ) -> Option<i64> {
         if !fit::fits(&self.res, basics, pod.spec, &pod.fit_request) {
             return None;
@@ -45,8 +46,20 @@ impl Cluster {
             TopologyState::Invalid { .. } => None,
             TopologyState::Valid(topo) => {
                 w.reset_from(topo);
-                admission::admits_prepared(&self.res, topo, w, pod)
-                    .then(|| cfg.scorer.score_prepared(&self.res, Some(topo), pod))
+                let admitted = match keep {
+                    // The search with claims predicts the node next: the prediction made
+                    // here is kept for it (the same run; only the recording differs).
+                    Some((slot, digest)) => match admission::predict_prepared(&self.res, topo, w, pod) {
+                        Ok(placement) => {
+                            let generation = self.generations.get(slot).copied().unwrap_or(0);
+                            self.predictions.put(slot, generation, digest, placement);
+                            true
+                        }
+                        Err(_) => false,
+                    },
+                    None => admission::admits_prepared(&self.res, topo, w, pod),
+                };
+                admitted.then(|| cfg.scorer.score_prepared(&self.res, Some(topo), pod))
             }
         }
     }
@@ -58,13 +71,25 @@ impl Cluster {
         pod: &PreparedPod<'_>,
         slots: &[usize],
     ) -> Vec<Option<i64>> {
+        self.judge_slots_keeping(cfg, pod, slots, None)
+    }
+
+    /// [`Self::judge_slots`]; with `keep` (the pod's digest), each node's CPU prediction is
+    /// kept for the search with claims that tries it next.
+    fn judge_slots_keeping(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        slots: &[usize],
+        keep: Option<u64>,
+    ) -> Vec<Option<i64>> {
         let run = |part: &[usize]| -> Vec<Option<i64>> {
             let mut w = WorkingZones::default();
             part.iter()
                 .map(|&s| {
                     self.slots[s]
                         .as_ref()
-                        .and_then(|n| self.judge(cfg, pod, n, &mut w))
+                        .and_then(|n| self.judge(cfg, pod, n, &mut w, keep.map(|d| (s, d))))
                 })
                 .collect()
         };
@@ -153,16 +178,23 @@ impl Cluster {
     }
 
     /// The scores of `slots` (as [`Self::judge`] gives them), from the verdict cache where
-    /// its entries are valid, the others judged and remembered.
-    pub(super) fn scores_at(&self, cfg: &Config, pod: &PreparedPod<'_>, slots: &[usize]) -> Vec<Option<i64>> {
+    /// its entries are valid, the others judged and remembered; with `keep`, as
+    /// [`Self::judge_slots_keeping`].
+    pub(super) fn scores_at(
+        &self,
+        cfg: &Config,
+        pod: &PreparedPod<'_>,
+        slots: &[usize],
+        keep: Option<u64>,
+    ) -> Vec<Option<i64>> {
         self.with_cache(|shapes| {
             let Some(shapes) = shapes else {
-                return self.judge_slots(cfg, pod, slots);
+                return self.judge_slots_keeping(cfg, pod, slots, keep);
             };
             let entries = shapes.entries(ShapeKey::of_prepared(cfg, pod), self.slots.len());
             let valid = |s: usize| entries.get(s).map(|e| e.generation) == self.generations.get(s).copied();
             let stale: Vec<usize> = slots.iter().copied().filter(|&s| !valid(s)).collect();
-            for (&slot, score) in stale.iter().zip(self.judge_slots(cfg, pod, &stale)) {
+            for (&slot, score) in stale.iter().zip(self.judge_slots_keeping(cfg, pod, &stale, keep)) {
                 if let (Some(e), Some(&generation)) = (entries.get_mut(slot), self.generations.get(slot)) {
                     *e = Entry {
                         generation,

@@ -37,20 +37,33 @@ impl PredictionMemo {
             return Ok(p);
         }
         let placement = Arc::new(predict()?);
-        if let Ok(mut memo) = self.0.try_lock() {
-            if memo.len() <= slot {
-                memo.resize_with(slot + 1, Vec::new);
-            }
-            if let Some(v) = memo.get_mut(slot) {
-                // Predictions of an older state of the node are of no use any more.
-                v.retain(|(g, _, _)| *g == generation);
-                if v.len() >= PER_NODE {
-                    v.remove(0);
-                }
-                v.push((generation, digest, Arc::clone(&placement)));
-            }
-        }
+        self.keep(slot, generation, digest, Arc::clone(&placement));
         Ok(placement)
+    }
+
+    /// Keeps a prediction made elsewhere (the plain verdict's run), for [`Self::get_or`].
+    pub(super) fn put(&self, slot: usize, generation: u64, digest: u64, placement: Placement) {
+        self.keep(slot, generation, digest, Arc::new(placement));
+    }
+
+    fn keep(&self, slot: usize, generation: u64, digest: u64, placement: Arc<Placement>) {
+        let Ok(mut memo) = self.0.try_lock() else {
+            return;
+        };
+        if memo.len() <= slot {
+            memo.resize_with(slot + 1, Vec::new);
+        }
+        if let Some(v) = memo.get_mut(slot) {
+            // Predictions of an older state of the node are of no use any more.
+            v.retain(|(g, _, _)| *g == generation);
+            if v.iter().any(|(_, d, _)| *d == digest) {
+                return;
+            }
+            if v.len() >= PER_NODE {
+                v.remove(0);
+            }
+            v.push((generation, digest, placement));
+        }
     }
 }
 
@@ -64,5 +77,37 @@ impl Clone for PredictionMemo {
 impl std::fmt::Debug for PredictionMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("PredictionMemo")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PredictionMemo;
+    use crate::admission::Placement;
+
+    fn placement(max_span: usize) -> Placement {
+        Placement {
+            pod_numa_nodes: None,
+            containers: Vec::new(),
+            max_span,
+        }
+    }
+
+    #[test]
+    fn a_prediction_kept_from_elsewhere_is_used_until_the_node_changes() {
+        let memo = PredictionMemo::default();
+        memo.put(3, 7, 42, placement(1));
+        let fresh = |span| move || Ok::<_, ()>(placement(span));
+        // Same node state and pod: the kept one, not a new prediction.
+        assert_eq!(memo.get_or(3, 7, 42, fresh(2)).unwrap().max_span, 1);
+        // Kept twice: the first stays.
+        memo.put(3, 7, 42, placement(5));
+        assert_eq!(memo.get_or(3, 7, 42, fresh(2)).unwrap().max_span, 1);
+        // Another pod, another node, or the node changed: predicted again.
+        assert_eq!(memo.get_or(3, 7, 43, fresh(2)).unwrap().max_span, 2);
+        assert_eq!(memo.get_or(4, 7, 42, fresh(2)).unwrap().max_span, 2);
+        assert_eq!(memo.get_or(3, 8, 42, fresh(4)).unwrap().max_span, 4);
+        // The older state's predictions went with the change.
+        assert_eq!(memo.get_or(3, 7, 42, fresh(6)).unwrap().max_span, 6);
     }
 }

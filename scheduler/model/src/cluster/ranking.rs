@@ -105,14 +105,22 @@ impl Ranking {
     }
 
     fn set(&mut self, slot: usize, rank: u128, score: i64) {
-        if let Some(old) = self.rank.get_mut(slot) {
-            if *old != 0 {
-                self.ranked.remove(old);
+        match self.rank.get_mut(slot) {
+            // A node re-ranked often keeps its rank (a verdict that its bound already said).
+            Some(old) if *old == rank => {}
+            Some(old) => {
+                if *old != 0 {
+                    self.ranked.remove(old);
+                }
+                *old = rank;
+                if rank != 0 {
+                    self.ranked.insert(rank);
+                }
             }
-            *old = rank;
-        }
-        if rank != 0 {
-            self.ranked.insert(rank);
+            None if rank != 0 => {
+                self.ranked.insert(rank);
+            }
+            None => {}
         }
         if let Some(s) = self.score.get_mut(slot) {
             *s = score;
@@ -124,14 +132,16 @@ impl Cluster {
     /// A ranking of the nodes for `prepared`, brought up to date: `kept` with the nodes in
     /// `changed` re-ranked, or, without one (a new shape, nodes added or removed, too many
     /// changes), rebuilt from every node's score. `bonus` is the most the alignment can add on
-    /// a node, `None` where the claims are known not to fit.
+    /// a node, `None` where the claims are known not to fit. With `keep` (the pod's digest),
+    /// the CPU predictions of the changed nodes re-judged are kept: the search tries those
+    /// first.
     pub(super) fn synced_ranking(
         &self,
         cfg: &Config,
         prepared: &PreparedPod<'_>,
-        kept: Option<Ranking>,
-        changed: Vec<usize>,
+        (kept, changed): (Option<Ranking>, Vec<usize>),
         bonus: &dyn Fn(usize) -> Option<i64>,
+        keep: Option<u64>,
     ) -> Ranking {
         let rank = |score: Option<i64>, slot: usize, position: usize| match (score, bonus(slot)) {
             (Some(score), Some(bonus)) => rank_of(score.saturating_add(bonus), position),
@@ -143,7 +153,7 @@ impl Cluster {
                 changed.sort_unstable();
                 changed.dedup();
                 changed.retain(|&s| s < self.slots.len());
-                for (&slot, score) in changed.iter().zip(self.scores_at(cfg, prepared, &changed)) {
+                for (&slot, score) in changed.iter().zip(self.scores_at(cfg, prepared, &changed, keep)) {
                     let position = r.position.get(slot).copied().unwrap_or(usize::MAX);
                     let at = if position == usize::MAX {
                         0

@@ -191,28 +191,37 @@ pub fn targets(
             } else {
                 (strict, true)
             };
-            let inter = group.iter().skip(1).fold(
-                group
-                    .first()
-                    .map(|u| u.0.iter().copied().collect::<BTreeSet<u32>>())
-                    .unwrap_or_default(),
-                |acc, u| {
-                    acc.intersection(&u.0.iter().copied().collect())
-                        .copied()
-                        .collect()
-                },
-            );
             let pinned = group.iter().fold(Pinned::default(), |p, u| p.union(u.1));
-            let split = inter.is_empty();
-            let nodes: BTreeSet<u32> = if split {
-                group.iter().flat_map(|u| u.0.iter().copied()).collect()
+            // One user (most claims): its nodes, without the sets (a search tries many nodes).
+            let (nodes, split) = if let [only] = group.as_slice() {
+                let mut nodes = only.0.to_vec();
+                nodes.sort_unstable();
+                nodes.dedup();
+                (nodes, false)
             } else {
-                inter
+                let inter = group.iter().skip(1).fold(
+                    group
+                        .first()
+                        .map(|u| u.0.iter().copied().collect::<BTreeSet<u32>>())
+                        .unwrap_or_default(),
+                    |acc, u| {
+                        acc.intersection(&u.0.iter().copied().collect())
+                            .copied()
+                            .collect()
+                    },
+                );
+                let split = inter.is_empty();
+                let nodes: BTreeSet<u32> = if split {
+                    group.iter().flat_map(|u| u.0.iter().copied()).collect()
+                } else {
+                    inter
+                };
+                (nodes.into_iter().collect(), split)
             };
             Target {
                 claim: claim.to_owned(),
                 request: request.map(str::to_owned),
-                nodes: nodes.into_iter().collect(),
+                nodes,
                 required: required_possible && !split,
                 pinned,
                 split,

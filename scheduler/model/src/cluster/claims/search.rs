@@ -54,15 +54,16 @@ impl Cluster {
         // With the cache, the nodes ranked as the last decision of this shape left them, those
         // changed since re-ranked: each round reads its best candidates off the top instead of
         // reading every node. Given back once the decision is made.
+        let keep = if aligns { resolved.pod_digest } else { None };
         let mut ranking = cache.as_deref_mut().map(|c| {
-            let (kept, changed) = c.take_ranking();
+            let taken = c.take_ranking();
             let bounds = c.bounds();
             let bonus = |slot: usize| match bounds.get(slot).copied().unwrap_or(BOUND_UNKNOWN) {
                 BOUND_FAILED => None,
                 BOUND_UNKNOWN => Some(most),
                 known => Some(i64::from(known)),
             };
-            self.synced_ranking(cfg, prepared, kept, changed, &bonus)
+            self.synced_ranking(cfg, prepared, taken, &bonus, keep)
         });
         let decided = self.search_ranked(
             cfg,
@@ -365,7 +366,7 @@ impl Cluster {
         slots.retain(|&s| r.position(s).is_some());
         // Until every share below is found, the tally is not complete.
         r.set_tallied(false);
-        let scores = self.scores_at(cfg, prepared, &slots);
+        let scores = self.scores_at(cfg, prepared, &slots, None);
         let infeasible: Vec<usize> = slots
             .iter()
             .zip(&scores)
