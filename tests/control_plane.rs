@@ -47,6 +47,9 @@ pub struct Options {
     /// Leave deploy/crd.yaml out (see [`ControlPlane::install_nrt_crd`]), for the tests of
     /// what the components do before it is installed.
     pub without_nrt_crd: bool,
+    /// Flags added to kube-apiserver's command line (the kit's
+    /// `CONTROL_PLANE_APISERVER_FLAGS`, after any already set there).
+    pub apiserver_flags: Option<String>,
 }
 
 impl Options {
@@ -263,6 +266,13 @@ fn start(script: &Path, options: &Options) -> Result<ControlPlane, String> {
     }
     if let Some(controllers) = &options.controllers {
         cmd.arg("--controllers").arg(controllers);
+    }
+    if let Some(flags) = &options.apiserver_flags {
+        let before = std::env::var("CONTROL_PLANE_APISERVER_FLAGS").unwrap_or_default();
+        cmd.env(
+            "CONTROL_PLANE_APISERVER_FLAGS",
+            format!("{before} {flags}").trim(),
+        );
     }
     if std::env::var_os("CONTROL_PLANE_CACHE").is_none() {
         // The binaries are unpacked once for every test binary and every run.
