@@ -33,9 +33,11 @@ const NOTE_LIMIT: usize = 1024;
 /// a batch of 10,000 pods fit while its Bindings run. One entry is a few hundred bytes.
 pub const AUX_QUEUE: usize = 16_384;
 /// How long a low-priority write waits at most for the Bindings at the server to finish before
-/// it is sent anyway. With the queue drained at the event budget's rate, one is late by at most
-/// this plus [`AUX_QUEUE`] / `--event-qps` seconds.
-pub const AUX_YIELD: Duration = Duration::from_secs(10);
+/// it is sent anyway: longer than the Bindings of a batch of 10,000 pods take at 1,000 QPS
+/// (about 15 s on two cores), whose Events would otherwise take a Binding's place at the
+/// server for the last third of the batch. With the queue drained at the event budget's rate,
+/// one is late by at most this plus [`AUX_QUEUE`] / `--event-qps` seconds.
+pub const AUX_YIELD: Duration = Duration::from_secs(30);
 /// Low-priority writes in flight at once: one at a time would cap them at one per round trip,
 /// below the rate of Bindings, and the queue would overflow on a large batch.
 const AUX_IN_FLIGHT: usize = 8;
