@@ -756,7 +756,8 @@ fn print_table(nodes: usize, pods: usize, qps: u32, runs: &[Outcome]) {
         .iter()
         .filter(|r| is_ceiling(r))
         .max_by(|a, b| a.rate().total_cmp(&b.rate()));
-    let after_first = |r: &Outcome| (r.bound.saturating_sub(1)) as f64 / (r.wall - r.first).as_secs_f64().max(1e-9);
+    let after_first =
+        |r: &Outcome| (r.bound.saturating_sub(1)) as f64 / (r.wall - r.first).as_secs_f64().max(1e-9);
     for r in runs {
         if let (Some(c), false) = (ceiling, is_ceiling(r)) {
             println!(
