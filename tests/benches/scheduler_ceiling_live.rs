@@ -2,7 +2,7 @@
 //! plane from the kit (`../shared/k8s`: kube-apiserver v1.36.2, no kubelet, and for the last
 //! run the kit's kube-scheduler), in one run on the same Nodes and pods.
 //!
-//! Size (~715 lines of code): one bench binary, whose runs share one cluster setup, one
+//! Size (~760 lines of code): one bench binary, whose runs share one cluster setup, one
 //! clean-up between runs and one watch of binds and events; its watch is a small copy of
 //! dra_alignment_live's (moving both to tests/harness is left to do), and its token bucket is
 //! numaplane's writer's own quota.
